@@ -1,0 +1,41 @@
+# Two commands do all set-up on a fresh Debian machine with Python 3.11:
+#   make demo   -- build a demo database and run the live daemon on a demo stream
+#   make test   -- the whole test suite, with the real broker, Prometheus and PulseAudio
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: demo test lint bench calibration system venv clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps \
+	    $$($(PY) -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml","rb"))["tool"]["voxmeter"]["no-deps"]))')
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+system:
+	@bash scripts/install-system.sh
+
+venv: $(STAMP)
+
+demo: system venv
+	@bash scripts/demo.sh
+
+test: system venv
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check monitor tests bench scripts
+	$(VENV)/bin/ruff format --check monitor tests bench scripts
+
+bench: system venv
+	$(PY) -m bench
+
+calibration: venv
+	$(VENV)/bin/voxmeter calibrate ../shared/data/speechocean762 --split train --out models/calibration.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
