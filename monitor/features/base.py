@@ -1,0 +1,148 @@
+"""The one protocol every speaker feature follows, and the registry that names them.
+
+A feature turns a stretch of speech into an :class:`Observation` (a fixed-length vector plus
+the speech seconds behind it), pools observations into a template, and scores observations
+against a :class:`TemplateBatch` of all N templates at once. Code outside ``monitor.features``
+uses only this protocol and the registry, never a specific extractor, so adding a feature
+means adding one module and one line in :data:`_FACTORIES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+FEATURE_NAMES: tuple[str, ...] = ("f0", "phone", "embedding")
+"""Every feature, in the order reports and the database list them."""
+
+# name -> "module:class"; imported on first use so torch and pocketsphinx load only when needed.
+_FACTORIES: dict[str, str] = {
+    "f0": "monitor.features.f0:F0Feature",
+    "phone": "monitor.features.phone:PhoneFeature",
+    "embedding": "monitor.features.embedding:EmbeddingFeature",
+}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one stretch of speech says under one feature.
+
+    ``values`` is (D,) float64: counts for histogram features (f0, phone), a unit vector for
+    the embedding. ``seconds`` is the speech behind it, the pooling weight.
+    """
+
+    feature: str
+    values: np.ndarray  # (D,) float64
+    seconds: float  # speech seconds
+
+    def __post_init__(self) -> None:
+        values = np.asarray(self.values, dtype=np.float64)
+        if values.ndim != 1:
+            raise ValueError(f"Observation.values must be 1-D, got shape {values.shape}")
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"Observation.values for {self.feature!r} holds NaN or inf")
+        if not self.seconds >= 0:
+            raise ValueError(f"Observation.seconds must be >= 0, got {self.seconds!r}")
+        values.setflags(write=False)
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "seconds", float(self.seconds))
+
+
+@dataclass(frozen=True)
+class TemplateBatch:
+    """All N templates of one feature as one (N, D) float64 matrix, rows in identity order."""
+
+    feature: str
+    matrix: np.ndarray  # (N, D) float64
+
+    def __post_init__(self) -> None:
+        matrix = np.asarray(self.matrix, dtype=np.float64)
+        if matrix.ndim != 2:
+            raise ValueError(f"TemplateBatch.matrix must be 2-D (N, D), got shape {matrix.shape}")
+        matrix.setflags(write=False)
+        object.__setattr__(self, "matrix", matrix)
+
+    @classmethod
+    def from_observations(cls, observations: Sequence[Observation]) -> TemplateBatch:
+        """Stack templates (one per identity, in identity order) of a single feature."""
+        if not observations:
+            raise ValueError("TemplateBatch.from_observations needs at least one observation")
+        names = {o.feature for o in observations}
+        if len(names) != 1:
+            raise ValueError(f"templates of several features in one batch: {sorted(names)}")
+        return cls(names.pop(), np.stack([o.values for o in observations]))
+
+    def __len__(self) -> int:
+        return int(self.matrix.shape[0])
+
+
+@runtime_checkable
+class Feature(Protocol):
+    """A speaker feature: observe speech, pool observations, score against templates."""
+
+    name: str
+    dimension: int
+    version: str  # bumped whenever observe() would give different values (cache key)
+
+    def observe(self, audio: np.ndarray, rate: int) -> Observation:
+        """Observation of float32 mono audio in [-1, 1] at ``rate`` Hz (speech only)."""
+        ...
+
+    def pool(self, observations: Sequence[Observation]) -> Observation:
+        """One observation standing for all of ``observations`` (a template or a track)."""
+        ...
+
+    def similarity(self, test: Observation, templates: TemplateBatch) -> np.ndarray:
+        """(N,) similarity of one observation to every template; higher is more alike."""
+        ...
+
+    def similarities(self, tests: np.ndarray, templates: TemplateBatch) -> np.ndarray:
+        """(T, D) test values against (N, D) templates -> (T, N) similarities."""
+        ...
+
+
+_INSTANCES: dict[str, Feature] = {}
+
+
+def get_feature(name: str) -> Feature:
+    """The (process-wide, lazily built) extractor called ``name``."""
+    if name not in _FACTORIES:
+        raise ValueError(f"unknown feature {name!r}; known: {', '.join(FEATURE_NAMES)}")
+    if name not in _INSTANCES:
+        module_name, class_name = _FACTORIES[name].split(":")
+        factory = getattr(importlib.import_module(module_name), class_name)
+        _INSTANCES[name] = factory()
+    return _INSTANCES[name]
+
+
+def all_features() -> dict[str, Feature]:
+    """Every feature by name, in :data:`FEATURE_NAMES` order (models load on first use)."""
+    return {name: get_feature(name) for name in FEATURE_NAMES}
+
+
+def check_batch(test_values: np.ndarray, templates: TemplateBatch, feature: str) -> np.ndarray:
+    """(T, D) test values checked against the batch's feature and dimension (shared helper)."""
+    if templates.feature != feature:
+        raise ValueError(f"templates are for {templates.feature!r}, not {feature!r}")
+    tests = np.atleast_2d(np.asarray(test_values, dtype=np.float64))
+    if tests.shape[1] != templates.matrix.shape[1]:
+        raise ValueError(
+            f"{feature}: test dimension {tests.shape[1]} != template dimension "
+            f"{templates.matrix.shape[1]}"
+        )
+    return tests
+
+
+def pool_counts(feature: str, observations: Sequence[Observation]) -> Observation:
+    """Histogram pooling: counts and seconds add (f0 and phone)."""
+    if not observations:
+        raise ValueError(f"{feature}: cannot pool zero observations")
+    for o in observations:
+        if o.feature != feature:
+            raise ValueError(f"{feature}: cannot pool an observation of {o.feature!r}")
+    values = np.sum([o.values for o in observations], axis=0)
+    return Observation(feature, values, sum(o.seconds for o in observations))
