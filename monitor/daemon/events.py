@@ -1,0 +1,229 @@
+"""Every message that flows between daemon stages, and what exporters consume.
+
+One module so a reader sees the whole protocol at once (STYLE §2). All messages are frozen
+dataclasses with units in their names: ``*_seconds`` is a duration or a stream position in
+seconds of audio, ``*_unix`` is wall-clock time (seconds since the epoch), ``*_monotonic`` is
+``time.monotonic()`` of the daemon process, ``*_bits`` is information in bits.
+
+Flow (DESIGN §14)::
+
+    AudioFrame → SpeechChunk → SpeechWindow          (monitor.audio)
+    SpeechWindow → FeatureWindow                     (features stage)
+    FeatureWindow → TrackedWindow                    (tracker stage)
+    TrackedWindow → WindowScored (+ StateChanged)    (scorer + ledger stage)
+    DaemonStarted, WindowScored, StateChanged, TrackExpired, PipelineStats, DaemonStopping
+                                                     → every exporter, in order
+
+Exporters implement :class:`Exporter` (see docs/architecture.md, monitor/daemon).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from monitor.features.base import Observation
+
+FEATURES: tuple[str, ...] = ("f0", "phone", "embedding", "combined")
+"""Feature labels of the disclosure figures: the three extractors and their fusion."""
+
+MEASURES: tuple[str, ...] = ("srd", "lid")
+"""Measures: SRD log2(N·γ_r) (DESIGN §1.4) and LID log2(N·P(l|s)) (DESIGN §2.5)."""
+
+STATES: tuple[str, ...] = ("ok", "warning", "exceeded")
+"""Budget states, in increasing order (DESIGN §12 step 6)."""
+
+BOUNDS: tuple[str, ...] = ("basic", "advanced", "optimal")
+"""Composition bounds (DESIGN §5.2, §5.4 as min(basic, Thm 3.4), §5.5)."""
+
+BudgetState = Literal["ok", "warning", "exceeded"]
+TrackKind = Literal["local", "unknown"]
+
+
+# ---- between stages ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FeatureWindow:
+    """One closed window of speech turned into one observation per feature (never audio)."""
+
+    index: int  # 0-based window number since the daemon started
+    start_seconds: float  # stream position of the window's first speech sample
+    end_seconds: float  # stream position of its last speech sample
+    speech_seconds: float  # seconds of speech in the window (≈ window_seconds)
+    observations: Mapping[str, Observation]  # feature name → observation (f0, phone, embedding)
+    closed_monotonic: float  # when the windower closed it: start of the latency clock
+    closed_unix: float  # the same instant, wall clock
+    feature_seconds: float  # CPU wall time spent extracting the features
+
+
+@dataclass(frozen=True)
+class TrackedWindow:
+    """A window assigned to one track by the speaker tracker."""
+
+    window: FeatureWindow
+    track: str  # local profile alias, or "unknown-N"
+    kind: TrackKind
+    identity: str | None  # template alias of a local profile's identity; None for unknown-N
+    similarity: float  # cosine of the window's embedding to the track it was assigned to
+    new_track: bool  # True when this window opened the track (first window of unknown-N)
+
+
+# ---- what exporters consume ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Disclosure:
+    """One (feature, measure) figure for one track: the pooled evidence and the last window alone.
+
+    For a local profile the figures are about its identity; for an ``unknown-N`` track they are
+    about the top candidate (the identity with the largest posterior).
+    """
+
+    feature: str  # one of FEATURES
+    measure: str  # one of MEASURES
+    cumulative_bits: float  # disclosure of all the track's windows in the period, pooled
+    window_bits: float  # disclosure of the last window alone
+
+
+@dataclass(frozen=True)
+class CompositionBounds:
+    """What DP composition would allow after ``windows`` windows (DESIGN §5.7, §12 step 5).
+
+    ε = max over the period's windows of (window disclosure · ln 2) nats; bounds converted to bits.
+    """
+
+    windows: int  # T: windows of this track in the period
+    epsilon_nats: float  # largest per-window ε so far
+    delta: float  # target δ of the advanced and optimal bounds
+    basic_bits: float  # T·ε
+    advanced_bits: float  # min(T·ε, Kairouz Thm 3.4)
+    optimal_bits: float  # Kairouz Thm 3.3, exact ε* for δ
+
+
+@dataclass(frozen=True)
+class DaemonStarted:
+    """Sent once before any window: what the daemon measures against, and restored tracks."""
+
+    device_id: str
+    version: str
+    started_unix: float
+    templates: Mapping[str, int]  # feature → N templates (same N for every feature)
+    ceiling_bits: float  # log2 N
+    period_start_unix: float  # start of the current budget period
+    states: Mapping[str, BudgetState]  # track alias → budget state restored from the store
+    budget_bits: float  # the configured budget per speaker
+
+
+@dataclass(frozen=True)
+class WindowScored:
+    """Everything measured for one track at one window close (DESIGN §12 steps 1–5)."""
+
+    track: str  # local profile alias or "unknown-N" (aliases only, never real names)
+    kind: TrackKind
+    identity: str | None  # template alias disclosed about (local profiles); None for unknown-N
+    window_index: int
+    window_start_seconds: float  # stream position
+    window_end_seconds: float
+    window_speech_seconds: float  # speech in this window
+    pooled_speech_seconds: float  # L: speech of all the track's windows in the period
+    windows: int  # T: the track's windows in the period, this one included
+    disclosures: tuple[Disclosure, ...]  # every (feature, measure) in FEATURES × MEASURES
+    bounds: CompositionBounds
+    ceiling_bits: float  # log2 N
+    templates: int  # N
+    budget_bits: float
+    budget_measure: str  # "feature.measure" the budget uses, e.g. "combined.lid"
+    budget_figure_bits: float  # the cumulative figure compared with the budget
+    state: BudgetState  # state after this window
+    information_gain_bits: float | None  # unknown-N: log2 N − H(P) of the combined posterior
+    top_candidate: str | None  # unknown-N: alias of the identity with the largest posterior
+    top_candidate_bits: float | None  # unknown-N: log2(N · max_i P(i|s))
+    extrapolated: Mapping[str, bool]  # feature → calibration bucket extrapolated beyond the last
+    period_start_unix: float
+    window_closed_unix: float  # end of the window, wall clock
+    window_closed_monotonic: float  # end of the window: exporters measure latency from here
+    scored_unix: float  # when the ledger committed this window
+    latency_seconds: float  # window close → ledger commit (the exporter adds its own part)
+    stage_seconds: Mapping[str, float] = field(default_factory=dict)  # stage → seconds spent
+
+    def bits(self, feature: str, measure: str, *, cumulative: bool = True) -> float:
+        """The figure for one (feature, measure); KeyError names a pair that is not present."""
+        for item in self.disclosures:
+            if item.feature == feature and item.measure == measure:
+                return item.cumulative_bits if cumulative else item.window_bits
+        raise KeyError(f"{feature}.{measure}")
+
+
+@dataclass(frozen=True)
+class StateChanged:
+    """A budget transition; the alert is already in the store's outbox (same transaction)."""
+
+    track: str
+    from_state: BudgetState
+    to_state: BudgetState
+    bits: float  # the budget figure at the transition
+    budget_bits: float
+    seq: int  # the outbox sequence number of the alert
+    reason: Literal["window", "period"]  # a window crossed a threshold, or a new period began
+    window_end_unix: float
+    changed_unix: float
+
+
+@dataclass(frozen=True)
+class TrackExpired:
+    """An ``unknown-N`` track idle longer than ``track_idle_seconds``: remove its series."""
+
+    track: str
+    kind: TrackKind
+    last_seen_seconds: float  # stream position of its last window
+    expired_unix: float
+
+
+@dataclass(frozen=True)
+class PipelineStats:
+    """Periodic health figures (every ``daemon.stats_interval_seconds``); counters are totals."""
+
+    frames_total: int  # audio frames seen by the VAD since start
+    frames_speech: int  # of which speech
+    frames_dropped: int  # dropped because a queue was full (oldest first)
+    audio_device_errors: int  # device failures since start (each retried)
+    audio_seconds: float  # seconds of audio consumed since start
+    windows: int  # windows scored since start
+    queue_depths: Mapping[str, int]  # queue name → items waiting now
+    stage_seconds: Mapping[str, float]  # stage → total busy seconds since start
+    realtime_factor: float  # busy CPU seconds of the heavy stages / audio seconds
+    tracks: int  # active tracks
+    at_unix: float
+
+
+@dataclass(frozen=True)
+class DaemonStopping:
+    """Sent last, on a clean stop (end of input, SIGTERM, SIGINT)."""
+
+    reason: str
+    at_unix: float
+
+
+DaemonEvent = (
+    DaemonStarted | WindowScored | StateChanged | TrackExpired | PipelineStats | DaemonStopping
+)
+
+
+@runtime_checkable
+class Exporter(Protocol):
+    """What the pipeline's exporter stage drives (Prometheus, MQTT, logs, tests).
+
+    ``run`` is started as task ``voxmeter.exporter.<name>`` in the pipeline's TaskGroup and does
+    the exporter's own I/O (HTTP server, broker connection, outbox drain) until cancelled.
+    ``handle`` is awaited for every event, in order, by one task; it must return quickly
+    (update in-memory state, wake ``run``), never wait on the network.
+    """
+
+    name: str
+
+    async def run(self) -> None: ...
+
+    async def handle(self, event: DaemonEvent) -> None: ...
