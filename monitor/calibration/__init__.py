@@ -1,1 +1,27 @@
+"""Trial protocol (paper 000 eq. 6) and calibrations per feature and evidence length (§13)."""
 
+from monitor.calibration.fit import (
+    COMBINED,
+    BucketCalibration,
+    CalibrationSet,
+    fuse_scores,
+    load_default,
+)
+from monitor.calibration.protocol import (
+    SpeakerUtterances,
+    Trials,
+    protocol_splits,
+    score_trials,
+)
+
+__all__ = [
+    "COMBINED",
+    "BucketCalibration",
+    "CalibrationSet",
+    "SpeakerUtterances",
+    "Trials",
+    "fuse_scores",
+    "load_default",
+    "protocol_splits",
+    "score_trials",
+]

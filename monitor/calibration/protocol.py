@@ -1,0 +1,222 @@
+"""The trial protocol of paper 000 eq. 6 (DESIGN §1.13), on utterances grouped by speech seconds.
+
+Each speaker has K utterances in a fixed order, used circularly. For a start S the test block is
+T consecutive utterances from S and the template block is D consecutive utterances starting
+Δ = floor((K − T − D) / 2) after the test block, so the two never overlap and are as far apart
+as possible. Every start S = 0..K−1 gives one trial per speaker; pooling them gives N·K rank
+observations (K-fold).
+
+Lengths are asked for in seconds of speech (a length bucket L of §13): T is the smallest number
+of consecutive utterances from S whose speech reaches L, and D likewise for the template
+length. Observations pool by addition (histograms) or a seconds-weighted mean (embeddings), so
+longer segments are built from per-utterance observations without extracting audio again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from monitor.features.base import TemplateBatch, get_feature
+
+logger = logging.getLogger(__name__)
+
+MEAN_POOLED: frozenset[str] = frozenset({"embedding"})
+"""Features whose observations pool by a seconds-weighted mean then L2 normalisation; the
+others (histograms of counts) pool by addition (DESIGN §11)."""
+
+
+def protocol_splits(K: int, T: int, D: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Eq. 6 with Δ = floor((K−T−D)/2): for S = 0..K−1, (test indices (T,), template (D,))."""
+    if K < 2 or T < 1 or D < 1 or T + D > K:
+        raise ValueError(f"eq. 6 needs K >= 2, T >= 1, D >= 1 and T + D <= K; got {K=}, {T=}, {D=}")
+    return [_split(K, start, T, D) for start in range(K)]
+
+
+def length_split(
+    seconds: np.ndarray, start: int, test_seconds: float, template_seconds: float | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Eq. 6 split at ``start`` for lengths in speech seconds; ``None`` when K is too short.
+
+    ``seconds`` (K,) is the speech behind each utterance. T is the fewest utterances from
+    ``start`` reaching ``test_seconds``; D the fewest reaching ``template_seconds`` in the block
+    Δ = floor((K−T−D)/2) after the test (``None``: every remaining utterance, D = K − T).
+    """
+    seconds = np.asarray(seconds, dtype=np.float64)
+    K = seconds.size
+    if K < 2:
+        return None
+    order = (start + np.arange(K)) % K
+    reach = np.cumsum(seconds[order])
+    T = int(np.searchsorted(reach, test_seconds - 1e-9)) + 1
+    if T >= K:
+        return None
+    if template_seconds is None:
+        D = K - T
+    else:
+        # Block of d utterances starting at T + floor((K-T-d)/2): its speech for every d.
+        d = np.arange(1, K - T + 1)
+        first = T + (K - T - d) // 2
+        doubled = np.concatenate([[0.0], np.cumsum(np.concatenate([seconds[order]] * 2))])
+        block = doubled[first + d] - doubled[first]
+        enough = np.flatnonzero(block >= template_seconds - 1e-9)
+        if enough.size == 0:
+            return None
+        D = int(d[enough[0]])
+    return _split(K, start, T, D)
+
+
+def _split(K: int, start: int, T: int, D: int) -> tuple[np.ndarray, np.ndarray]:
+    """Test and template indices of eq. 6 at ``start`` (Δ = floor((K−T−D)/2))."""
+    delta = (K - T - D) // 2
+    return (start + np.arange(T)) % K, (start + T + delta + np.arange(D)) % K
+
+
+@dataclass(frozen=True)
+class SpeakerUtterances:
+    """One speaker's usable utterances in corpus order, with per-feature observations.
+
+    ``speech_seconds`` (K,) is the speech behind each utterance (segment lengths);
+    ``values[f]`` (K, D_f) and ``weights[f]`` (K,) are the observations' values and seconds.
+    """
+
+    alias: str
+    utterances: tuple[str, ...]
+    speech_seconds: np.ndarray
+    values: Mapping[str, np.ndarray]
+    weights: Mapping[str, np.ndarray]
+
+    def __post_init__(self) -> None:
+        K = len(self.utterances)
+        seconds = np.asarray(self.speech_seconds, dtype=np.float64)
+        if seconds.shape != (K,):
+            raise ValueError(f"{self.alias}: speech_seconds shape {seconds.shape} != ({K},)")
+        object.__setattr__(self, "speech_seconds", seconds)
+        for name, matrix in self.values.items():
+            if np.shape(matrix)[0] != K or np.shape(self.weights[name]) != (K,):
+                raise ValueError(f"{self.alias}: {name} observations do not match {K} utterances")
+
+    @property
+    def total_seconds(self) -> float:
+        return float(self.speech_seconds.sum())
+
+
+@dataclass(frozen=True)
+class Trials:
+    """Closed-set trials of one (test length, template length) setting.
+
+    ``scores[f]`` (T, N) similarities of each test to the N templates (rows of one start S
+    share templates); ``truth`` (T,) true identity index; ``aliases`` (N,) identity order;
+    ``start`` (T,) eq. 6 start; ``test_seconds``/``template_seconds`` (T,) speech behind the test
+    and behind its true template. ``dropped`` lists speakers too short for this setting.
+    """
+
+    scores: Mapping[str, np.ndarray]
+    truth: np.ndarray
+    aliases: tuple[str, ...]
+    start: np.ndarray
+    test_seconds: np.ndarray
+    template_seconds: np.ndarray
+    dropped: tuple[str, ...] = ()
+
+    @property
+    def N(self) -> int:
+        return len(self.aliases)
+
+    @property
+    def T(self) -> int:
+        return int(self.truth.size)
+
+
+def pool_groups(
+    feature: str, values: np.ndarray, weights: np.ndarray, groups: np.ndarray
+) -> np.ndarray:
+    """Pool utterance observations (U, D) into groups: (G, U) 0/1 membership -> (G, D).
+
+    Histograms add; embeddings average weighted by seconds and are re-normalised (the same
+    arithmetic as ``Feature.pool``, as one matrix product).
+    """
+    groups = np.asarray(groups, dtype=np.float64)
+    if feature in MEAN_POOLED:
+        pooled = (groups * np.asarray(weights, dtype=np.float64)) @ values
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return np.divide(pooled, norms, out=np.zeros_like(pooled), where=norms > 0)
+    return groups @ values
+
+
+def score_trials(
+    speakers: Sequence[SpeakerUtterances],
+    *,
+    test_seconds: float,
+    template_seconds: float | None,
+    features: Sequence[str],
+) -> Trials:
+    """Trials of eq. 6 for every start S, pooled (K-fold), as (T, N) scores per feature.
+
+    Speakers who cannot give a test of ``test_seconds`` and a disjoint template of
+    ``template_seconds`` at every start are dropped (listed in ``Trials.dropped``). Starts run
+    over 0..max K − 1, a speaker with fewer utterances using S mod K.
+    """
+    usable: list[SpeakerUtterances] = []
+    splits: list[list[tuple[np.ndarray, np.ndarray]]] = []
+    dropped: list[str] = []
+    for speaker in speakers:
+        K = len(speaker.utterances)
+        per_start = [
+            length_split(speaker.speech_seconds, s, test_seconds, template_seconds)
+            for s in range(K)
+        ]
+        if K < 2 or any(split is None for split in per_start):
+            dropped.append(speaker.alias)
+            continue
+        usable.append(speaker)
+        splits.append(per_start)  # type: ignore[arg-type]
+    if len(usable) < 2:
+        raise ValueError(
+            f"only {len(usable)} speaker(s) have enough speech for {test_seconds:g} s tests "
+            f"and {template_seconds if template_seconds is not None else 'rest'} s templates"
+        )
+    if dropped:
+        logger.info("%d speaker(s) too short for this setting: %s", len(dropped), dropped)
+
+    N = len(usable)
+    K_max = max(len(s.utterances) for s in usable)
+    offsets = np.cumsum([0] + [len(s.utterances) for s in usable])
+    U = int(offsets[-1])
+    # Membership matrices over all utterances of all speakers: rows (S, speaker).
+    test_groups = np.zeros((K_max, N, U))
+    template_groups = np.zeros((K_max, N, U))
+    for i, per_start in enumerate(splits):
+        K = len(per_start)
+        for s in range(K_max):
+            test_idx, template_idx = per_start[s % K]
+            test_groups[s, i, offsets[i] + test_idx] = 1.0
+            template_groups[s, i, offsets[i] + template_idx] = 1.0
+    seconds = np.concatenate([s.speech_seconds for s in usable])
+
+    scores: dict[str, np.ndarray] = {}
+    for name in features:
+        values = np.concatenate([np.asarray(s.values[name], dtype=np.float64) for s in usable])
+        weights = np.concatenate([np.asarray(s.weights[name], dtype=np.float64) for s in usable])
+        tests = pool_groups(name, values, weights, test_groups.reshape(K_max * N, U))
+        templates = pool_groups(name, values, weights, template_groups.reshape(K_max * N, U))
+        feature = get_feature(name)
+        blocks = [
+            feature.similarities(
+                tests[s * N : (s + 1) * N], TemplateBatch(name, templates[s * N : (s + 1) * N])
+            )
+            for s in range(K_max)
+        ]
+        scores[name] = np.concatenate(blocks)
+    return Trials(
+        scores=scores,
+        truth=np.tile(np.arange(N), K_max),
+        aliases=tuple(s.alias for s in usable),
+        start=np.repeat(np.arange(K_max), N),
+        test_seconds=test_groups.reshape(K_max * N, U) @ seconds,
+        template_seconds=template_groups.reshape(K_max * N, U) @ seconds,
+        dropped=tuple(dropped),
+    )
