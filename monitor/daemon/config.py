@@ -1,0 +1,335 @@
+"""Daemon settings: one frozen dataclass per subsystem, loaded and validated once (STYLE §7).
+
+``config.toml`` at the repository root documents every key with its default; this module is
+the authority (a test checks that the two agree). ``--set section.key=value`` overrides use TOML
+value syntax (``--set budget.bits=6``, ``--set daemon.source='"file:x.flac"'``); a value that is
+not valid TOML is taken as a bare string (``--set daemon.source=file:x.flac``). Any unknown key,
+wrong type or bad value raises :class:`~monitor.errors.ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from monitor.errors import ConfigError, InputError
+
+Check = Callable[[Any], str | None]
+
+
+def _setting(default: Any, doc: str, check: Check | None = None) -> Any:
+    """A documented field; ``check`` returns a problem string for a bad value, else None."""
+    return field(default=default, metadata={"doc": doc, "check": check})
+
+
+def _positive(value: float) -> str | None:
+    return None if value > 0 and math.isfinite(value) else "must be > 0"
+
+
+def _non_negative(value: float) -> str | None:
+    return None if value >= 0 and math.isfinite(value) else "must be >= 0"
+
+
+def _fraction(value: float) -> str | None:
+    return None if 0 < value < 1 else "must be between 0 and 1 (exclusive)"
+
+
+def _one_of(*choices: str) -> Check:
+    def check(value: str) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)}"
+
+    return check
+
+
+def _port(value: int) -> str | None:
+    return None if 0 <= value <= 65535 else "must be a TCP port 0..65535"
+
+
+def _source(value: str) -> str | None:
+    if value in ("mic", "stdin") or value.startswith("mic:"):
+        return None
+    if value.startswith("file:") and len(value) > 5:
+        return None
+    return "must be mic, mic:DEVICE, file:PATH or stdin"
+
+
+def _features(value: tuple[str, ...]) -> str | None:
+    known = ("f0", "phone", "embedding")
+    if not value:
+        return "must name at least one feature"
+    bad = [v for v in value if v not in known]
+    if bad or len(set(value)) != len(value):
+        return f"must be distinct names among {', '.join(known)}"
+    if "embedding" not in value:
+        return "must include embedding (the tracker follows voices by their embedding)"
+    return None
+
+
+def _measure(value: str) -> str | None:
+    feature, _, measure = value.partition(".")
+    if feature in ("f0", "phone", "embedding", "combined") and measure in ("srd", "lid"):
+        return None
+    return "must be FEATURE.MEASURE (f0, phone, embedding, combined; srd or lid)"
+
+
+def _cosine(value: float) -> str | None:
+    return None if -1 <= value <= 1 else "must be a cosine in [-1, 1]"
+
+
+def _delta(value: float) -> str | None:
+    return None if 0 < value < 1 else "must be in (0, 1)"
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    """The process: where audio comes from, where state lives, when to stop."""
+
+    source: str = _setting("mic", "mic, mic:DEVICE, file:PATH or stdin", _source)
+    db: str = _setting("voxmeter.db", "SQLite database (templates, ledger, outbox)")
+    device_id: str = _setting("", "name of this device in MQTT topics; empty = host name")
+    duration_seconds: float = _setting(
+        0.0, "stop after this many wall seconds; 0 = never", _non_negative
+    )
+    exit_at_end: bool = _setting(True, "stop when a file or stdin source ends")
+    stats_interval_seconds: float = _setting(1.0, "period of PipelineStats events", _positive)
+    queue_size: int = _setting(256, "capacity of each queue between stages", _positive)
+
+
+@dataclass(frozen=True)
+class AudioSettings:
+    """Source pacing, voice activity detection and windowing."""
+
+    pace: str = _setting(
+        "realtime", "file sources: realtime (paced) or fast", _one_of("realtime", "fast")
+    )
+    vad: str = _setting(
+        "webrtc", "voice activity detector: webrtc or silero", _one_of("webrtc", "silero")
+    )
+    vad_aggressiveness: int = _setting(
+        2, "webrtcvad aggressiveness 0..3", lambda v: None if 0 <= v <= 3 else "must be 0..3"
+    )
+    hangover_ms: int = _setting(300, "speech kept after the VAD says silence (ms)", _non_negative)
+    window_seconds: float = _setting(3.0, "seconds of speech per window", _positive)
+    retry_min_seconds: float = _setting(0.5, "first retry delay after a device error", _positive)
+    retry_max_seconds: float = _setting(
+        30.0, "largest retry delay (random capped backoff)", _positive
+    )
+
+
+@dataclass(frozen=True)
+class FeatureSettings:
+    """Which extractors run on every window."""
+
+    enabled: tuple[str, ...] = _setting(
+        ("f0", "phone", "embedding"), "features extracted per window", _features
+    )
+    workers: int = _setting(1, "threads of the executor running features and scoring", _positive)
+
+
+@dataclass(frozen=True)
+class TrackerSettings:
+    """Who is speaking: local profiles, else online clustering into unknown-N tracks."""
+
+    profile_threshold: float = _setting(
+        0.75, "cosine to a local profile's embedding to follow it", _cosine
+    )
+    cluster_threshold: float = _setting(
+        0.70, "cosine to an unknown-N track's centroid to join it", _cosine
+    )
+    track_idle_seconds: float = _setting(
+        300.0, "an unknown-N track with no window for this long expires", _positive
+    )
+    max_unknown_tracks: int = _setting(
+        16, "active unknown-N tracks kept (oldest expires)", _positive
+    )
+
+
+@dataclass(frozen=True)
+class ScorerSettings:
+    """Scoring against all N templates and the composition comparison."""
+
+    calibration: str = _setting(
+        "", "calibration JSON; empty = the store's, else models/calibration.json"
+    )
+    delta: float = _setting(1e-5, "δ of the advanced and optimal composition bounds", _delta)
+
+
+@dataclass(frozen=True)
+class BudgetSettings:
+    """Disclosure budget per speaker and period (DESIGN §12 step 6)."""
+
+    bits: float = _setting(5.0, "budget per speaker and period (bits)", _positive)
+    warn_fraction: float = _setting(0.8, "warning at this fraction of the budget", _fraction)
+    hysteresis_bits: float = _setting(
+        0.25, "step down only this far below a threshold", _non_negative
+    )
+    measure: str = _setting("combined.lid", "figure compared with the budget", _measure)
+    period_seconds: float = _setting(
+        86400.0, "budget period; periods start at multiples of it since the Unix epoch", _positive
+    )
+
+
+@dataclass(frozen=True)
+class LedgerSettings:
+    """Evidence records kept in the database."""
+
+    keep_periods: int = _setting(7, "periods of evidence kept; older ones are pruned", _positive)
+
+
+@dataclass(frozen=True)
+class LoggingSettings:
+    """Structured logs, one line per event (aliases only, never audio or names)."""
+
+    level: str = _setting(
+        "info", "debug, info, warning or error", _one_of("debug", "info", "warning", "error")
+    )
+    format: str = _setting("keyvalue", "keyvalue or json", _one_of("keyvalue", "json"))
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    """The /metrics endpoint (DESIGN §15)."""
+
+    enabled: bool = _setting(True, "serve /metrics")
+    host: str = _setting("127.0.0.1", "address to listen on")
+    port: int = _setting(39217, "TCP port; 0 = any free port", _port)
+
+
+@dataclass(frozen=True)
+class MqttSettings:
+    """Alerts and per-speaker state over MQTT (DESIGN §15)."""
+
+    enabled: bool = _setting(False, "publish to a broker")
+    host: str = _setting("127.0.0.1", "broker address")
+    port: int = _setting(1883, "broker TCP port", _port)
+    prefix: str = _setting("", "topic prefix; empty = voxmeter/<device_id>")
+    client_id: str = _setting("", "MQTT client id; empty = voxmeter-<device_id>")
+    username: str = _setting("", "broker user; empty = anonymous")
+    password: str = _setting("", "broker password")
+    keepalive_seconds: int = _setting(30, "MQTT keepalive", _positive)
+    qos: int = _setting(
+        1, "QoS of alerts and states", lambda v: None if v in (0, 1, 2) else "must be 0, 1 or 2"
+    )
+    reconnect_min_seconds: float = _setting(0.5, "first reconnect delay", _positive)
+    reconnect_max_seconds: float = _setting(30.0, "largest reconnect delay", _positive)
+
+
+@dataclass(frozen=True)
+class Config:
+    """All settings of ``voxmeter run``; one attribute per config.toml section."""
+
+    daemon: DaemonSettings = field(default_factory=DaemonSettings)
+    audio: AudioSettings = field(default_factory=AudioSettings)
+    features: FeatureSettings = field(default_factory=FeatureSettings)
+    tracker: TrackerSettings = field(default_factory=TrackerSettings)
+    scorer: ScorerSettings = field(default_factory=ScorerSettings)
+    budget: BudgetSettings = field(default_factory=BudgetSettings)
+    ledger: LedgerSettings = field(default_factory=LedgerSettings)
+    logging: LoggingSettings = field(default_factory=LoggingSettings)
+    prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
+    mqtt: MqttSettings = field(default_factory=MqttSettings)
+
+
+SECTIONS: dict[str, type] = {f.name: f.default_factory for f in fields(Config)}  # type: ignore[misc]
+
+
+def _type_name(kind: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(
+        kind, "a list of strings"
+    )
+
+
+def _coerce(key: str, kind: Any, value: Any) -> Any:
+    """``value`` as ``kind`` (ints accepted for floats; bools never pass as numbers)."""
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if typing.get_origin(kind) is tuple:
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+    elif isinstance(value, kind) and not (kind is not bool and isinstance(value, bool)):
+        return value
+    raise ConfigError(key, f"must be {_type_name(kind)}, got {value!r}")
+
+
+def _apply(section_name: str, current: Any, values: Mapping[str, Any]) -> Any:
+    hints = typing.get_type_hints(type(current))
+    known = {f.name: f for f in fields(current)}
+    changes: dict[str, Any] = {}
+    for name, raw in values.items():
+        key = f"{section_name}.{name}"
+        if name not in known:
+            raise ConfigError(key, "unknown key")
+        value = _coerce(key, hints[name], raw)
+        check: Check | None = known[name].metadata.get("check")
+        problem = check(value) if check else None
+        if problem:
+            raise ConfigError(key, f"{problem}, got {value!r}")
+        changes[name] = value
+    return replace(current, **changes)
+
+
+def _parse_override(item: str) -> tuple[str, str, Any]:
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(item, "expected --set section.key=value")
+    section, dot, name = key.partition(".")
+    if not dot or not name:
+        raise ConfigError(key, "expected section.key (e.g. budget.bits)")
+    try:
+        value = tomllib.loads(f"v = {text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text.strip()
+    return section, name, value
+
+
+def load_config(path: Path | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Settings from ``path`` (a config.toml; None = defaults) then ``--set`` overrides."""
+    tables: dict[str, dict[str, Any]] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as handle:
+                document = tomllib.load(handle)
+        except OSError as exc:
+            raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(str(path), f"not valid TOML: {exc}") from exc
+        for section, table in document.items():
+            if section not in SECTIONS:
+                raise ConfigError(section, "unknown section")
+            if not isinstance(table, dict):
+                raise ConfigError(section, "must be a table ([section])")
+            tables.setdefault(section, {}).update(table)
+    for item in overrides:
+        section, name, value = _parse_override(item)
+        if section not in SECTIONS:
+            raise ConfigError(f"{section}.{name}", "unknown section")
+        tables.setdefault(section, {})[name] = value
+    config = Config()
+    for section, values in tables.items():
+        config = replace(config, **{section: _apply(section, getattr(config, section), values)})
+    _check_together(config)
+    return config
+
+
+def _check_together(config: Config) -> None:
+    """Constraints between keys, each reported on the key that must change."""
+    if config.audio.retry_max_seconds < config.audio.retry_min_seconds:
+        raise ConfigError("audio.retry_max_seconds", "must be >= audio.retry_min_seconds")
+    if config.mqtt.reconnect_max_seconds < config.mqtt.reconnect_min_seconds:
+        raise ConfigError("mqtt.reconnect_max_seconds", "must be >= mqtt.reconnect_min_seconds")
+    if config.budget.hysteresis_bits >= config.budget.bits * config.budget.warn_fraction:
+        raise ConfigError("budget.hysteresis_bits", "must be below the warning threshold")
+
+
+def documented_defaults() -> dict[str, dict[str, tuple[Any, str]]]:
+    """section → key → (default, doc): what config.toml must document."""
+    return {
+        section: {f.name: (getattr(kind(), f.name), f.metadata["doc"]) for f in fields(kind)}
+        for section, kind in SECTIONS.items()
+    }
