@@ -1,0 +1,134 @@
+"""Baseline metrics that published tables report beside disclosure (DESIGN §6, §2.8).
+
+Two EERs on purpose: ``eer_sweep`` (threshold sweep, what VoicePrivacy reports) and
+``eer_rocch`` (ROC convex hull, BOSARIS/ZEBRA); they differ (the 4×4 example: 50 % vs 37.5 %).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from monitor.disclosure.zebra import LN2, pav_blocks, pav_llr
+
+
+def _scores(values: np.ndarray | list[float], name: str) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64).ravel()
+    if array.size == 0:
+        raise ValueError(f"{name}: no scores")
+    if np.any(np.isnan(array)):
+        raise ValueError(f"{name}: NaN score")
+    return array
+
+
+def split_mated(S: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mated scores S[i, m_i] (T,) and the non-mated rest (T·(N-1),), row by row."""
+    S = np.asarray(S, dtype=np.float64)
+    m = np.asarray(m)
+    if S.ndim != 2 or m.shape != (S.shape[0],):
+        raise ValueError(f"scores {S.shape} and truth {m.shape} do not match as (T, N) and (T,)")
+    if not np.issubdtype(m.dtype, np.integer):
+        raise ValueError(f"truth must be integer indices, got dtype {m.dtype}")
+    if m.size and (m.min() < 0 or m.max() >= S.shape[1]):
+        raise ValueError(f"truth index out of range [0, {S.shape[1]})")
+    rows = np.arange(S.shape[0])
+    mask = np.zeros(S.shape, dtype=bool)
+    mask[rows, m] = True
+    return S[rows, m], S[~mask]
+
+
+def top1_linkage(S: np.ndarray, m: np.ndarray) -> float:
+    """Strict top-1 rate: fraction of rows whose mated score beats every non-mated one (§2.8)."""
+    mated, nonmated = split_mated(S, m)
+    if mated.size == 0:
+        return math.nan
+    if nonmated.size == 0:
+        return 1.0
+    best_other = nonmated.reshape(mated.size, -1).max(axis=1)
+    return float(np.mean(mated > best_other))
+
+
+def eer_sweep(tar: np.ndarray, non: np.ndarray) -> float:
+    """Threshold-sweep EER (DESIGN §6.1): thresholds at unique scores and their midpoints,
+    FRR(t) = #{tar <= t}/|tar|, FAR(t) = #{non > t}/|non|; (FAR + FRR)/2 where |FAR - FRR| is
+    smallest (the lowest such threshold on ties)."""
+    tar = np.sort(_scores(tar, "targets"))
+    non = np.sort(_scores(non, "non-targets"))
+    unique = np.unique(np.concatenate([tar, non]))
+    thresholds = np.concatenate([unique, (unique[1:] + unique[:-1]) / 2.0])
+    thresholds.sort()
+    frr = np.searchsorted(tar, thresholds, side="right") / tar.size
+    far = 1.0 - np.searchsorted(non, thresholds, side="right") / non.size
+    best = int(np.argmin(np.abs(far - frr)))
+    return float((far[best] + frr[best]) / 2.0)
+
+
+def rocch(tar: np.ndarray, non: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ROC convex-hull vertices (Pfa, Pmiss) from tie-pooled PAV, from (1, 0) to (0, 1)."""
+    blocks = pav_blocks(tar, non)
+    # Runs of equal PAV posterior are the hull's bins; their boundaries are the vertices.
+    edge = np.flatnonzero(np.diff(blocks.posterior) != 0)
+    ends = np.concatenate([edge, [blocks.posterior.size - 1]])
+    cum_tar = np.cumsum(blocks.n_tar)[ends]
+    cum_non = np.cumsum(blocks.n_non)[ends]
+    pmiss = np.concatenate([[0.0], cum_tar / cum_tar[-1]])
+    pfa = np.concatenate([[1.0], 1.0 - cum_non / cum_non[-1]])
+    return pfa, pmiss
+
+
+def eer_rocch(tar: np.ndarray, non: np.ndarray) -> float:
+    """ROCCH-EER (BOSARIS): largest crossing of a hull segment's line with Pfa = Pmiss."""
+    pfa, pmiss = rocch(tar, non)
+    x0, x1, y0, y1 = pfa[:-1], pfa[1:], pmiss[:-1], pmiss[1:]
+    proper = (x0 != x1) & (y0 != y1)
+    det = x0 * y1 - x1 * y0
+    denominator = (y1 - y0) + (x0 - x1)
+    crossing = np.where(proper, det / np.where(proper, denominator, 1.0), 0.0)
+    return float(max(crossing.max(initial=0.0), 0.0))
+
+
+def cllr(llr_tar: np.ndarray, llr_non: np.ndarray) -> float:
+    """Cllr [bits] of natural-log LLRs (DESIGN §6.2); ±inf LLRs are allowed."""
+    llr_tar = _scores(llr_tar, "target LLRs")
+    llr_non = _scores(llr_non, "non-target LLRs")
+    tar_cost = np.mean(np.logaddexp(0.0, -llr_tar))
+    non_cost = np.mean(np.logaddexp(0.0, llr_non))
+    return float(0.5 * (tar_cost + non_cost) / LN2)
+
+
+def min_cllr(tar: np.ndarray, non: np.ndarray) -> float:
+    """Cllr of the PAV-calibrated (tie-pooled, no Laplace) LLRs of the scores [bits]."""
+    return cllr(*pav_llr(tar, non))
+
+
+def linkability(mated: np.ndarray, nonmated: np.ndarray, *, omega: float = 1.0) -> float:
+    """Global linkability D<->sys in [0, 1] (Gomez-Barrero et al., DESIGN §6.3).
+
+    Histogram densities with min(floor(|mated|/10), 100) equal-width bins over all scores;
+    LR := 1 and D := 1 where the non-mated density is 0; trapezoid over bin centres (as the
+    reference code). With fewer than 10 mated scores there is no bin: warns and returns NaN.
+    """
+    mated = _scores(mated, "mated")
+    nonmated = _scores(nonmated, "non-mated")
+    n_bins = min(mated.size // 10, 100)
+    if n_bins < 1:
+        warnings.warn(
+            f"linkability needs at least 10 mated scores, got {mated.size}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return math.nan
+    low = min(mated.min(), nonmated.min())
+    high = max(mated.max(), nonmated.max())
+    edges = np.linspace(low, high, n_bins + 1)
+    centres = (edges[1:] + edges[:-1]) / 2.0
+    if high == low:
+        return 0.0  # one point mass shared by both classes: no evidence
+    y_mated = np.histogram(mated, bins=edges, density=True)[0]
+    y_non = np.histogram(nonmated, bins=edges, density=True)[0]
+    lr = np.divide(y_mated, y_non, out=np.ones_like(y_mated), where=y_non != 0)
+    d = np.where(omega * lr > 1.0, 2.0 * omega * lr / (1.0 + omega * lr) - 1.0, 0.0)
+    d = np.where(y_non == 0, 1.0, d)
+    return float(np.trapezoid(d * y_mated, x=centres))

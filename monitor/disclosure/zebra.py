@@ -1,0 +1,191 @@
+"""ZEBRA: expected (D_ECE) and worst-case disclosure of pooled 1-to-1 trials (paper 001, DESIGN §3).
+
+Scores are turned into likelihood ratios by PAV ("oracle") calibration. Exactly tied scores are
+pooled into one block first, so the result never depends on the order in which targets and
+non-targets were concatenated (DESIGN §10, A17): constant scores give one block and zero evidence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import isotonic_regression
+
+LN2 = math.log(2.0)
+LN10 = math.log(10.0)
+
+#: Tags of paper 001 Table 1: (lower bound of log10 l, tag), closed on the left.
+TAG_BOUNDS: tuple[tuple[float, str], ...] = (
+    (6.0, "F"),
+    (5.0, "E"),
+    (4.0, "D"),
+    (2.0, "C"),
+    (1.0, "B"),
+    (0.0, "A"),
+)
+
+
+@dataclass(frozen=True)
+class ZebraResult:
+    """ZEBRA summary: expected disclosure, worst case and its categorical tag."""
+
+    D_ECE: float  # bits, in [0, 1/ln 4]
+    log10_lr_max: float  # log10 of the worst-case likelihood ratio (Laplace PAV)
+    tag: str  # "0", "A".."F" (paper 001 Table 1)
+
+
+@dataclass(frozen=True)
+class PavBlocks:
+    """PAV over tie-pooled blocks of the sorted pooled scores.
+
+    ``order`` sorts the pooled scores (targets first, then non-targets) ascending; ``block_of``
+    maps each sorted score to its tie block; ``n_tar``/``n_non`` count each block's classes and
+    ``posterior`` is the fitted P(target) of each block.
+    """
+
+    order: np.ndarray  # (n,) int
+    block_of: np.ndarray  # (n,) int
+    n_tar: np.ndarray  # (B,) float
+    n_non: np.ndarray  # (B,) float
+    posterior: np.ndarray  # (B,) float in [0, 1]
+
+
+def _as_scores(values: np.ndarray | list[float], name: str) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64).ravel()
+    if array.size == 0:
+        raise ValueError(f"{name}: no scores")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name}: scores must be finite (found NaN or inf)")
+    return array
+
+
+def pav_blocks(tar: np.ndarray, non: np.ndarray, *, laplace: bool = False) -> PavBlocks:
+    """Tie-pooled PAV posteriors; ``laplace`` adds the toolkit's 4 dummies (DESIGN §3.5).
+
+    The dummy pair [target, non-target] at each end always pools into one block of mean 1/2 and
+    weight 2 (a descending adjacent pair is equal in the isotonic solution), so it enters PAV as
+    that block; it is dropped from the returned blocks.
+    """
+    tar = _as_scores(tar, "targets")
+    non = _as_scores(non, "non-targets")
+    scores = np.concatenate([tar, non])
+    is_tar = np.concatenate([np.ones(tar.size), np.zeros(non.size)])
+    order = np.argsort(scores, kind="stable")
+    sorted_scores = scores[order]
+    new_block = np.empty(sorted_scores.size, dtype=bool)
+    new_block[0] = True
+    new_block[1:] = sorted_scores[1:] != sorted_scores[:-1]
+    block_of = np.cumsum(new_block) - 1
+    n_blocks = int(block_of[-1]) + 1
+    n_tar = np.bincount(block_of, weights=is_tar[order], minlength=n_blocks)
+    n_all = np.bincount(block_of, minlength=n_blocks).astype(np.float64)
+    y = n_tar / n_all
+    weights = n_all
+    if laplace:
+        y = np.concatenate([[0.5], y, [0.5]])
+        weights = np.concatenate([[2.0], weights, [2.0]])
+    posterior = isotonic_regression(y, weights=weights, increasing=True).x
+    if laplace:
+        posterior = posterior[1:-1]
+    return PavBlocks(order, block_of, n_tar, n_all - n_tar, np.clip(posterior, 0.0, 1.0))
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.log(p) - np.log1p(-p)
+
+
+def pav_llr(
+    tar: np.ndarray, non: np.ndarray, *, laplace: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """PAV-calibrated natural-log LLRs for every target and non-target score (DESIGN §3.3).
+
+    ``LLR = logit(P) - ln(|A|/|B|)`` with the real class counts; P = 0 gives -inf and P = 1
+    gives +inf (only without ``laplace``). Shapes: (n_tar,), (n_non,) in input order.
+    """
+    tar = _as_scores(tar, "targets")
+    non = _as_scores(non, "non-targets")
+    blocks = pav_blocks(tar, non, laplace=laplace)
+    block_llr = _logit(blocks.posterior) - math.log(tar.size / non.size)
+    llr = np.empty(tar.size + non.size)
+    llr[blocks.order] = block_llr[blocks.block_of]
+    return llr[: tar.size], llr[tar.size :]
+
+
+def z_of_log(lam: np.ndarray) -> np.ndarray:
+    """Z(x) of DESIGN §3.4 as a function of lam = ln x, stable for all lam.
+
+    Z = 1/4 + (lam - u) / (2 u²), u = e^lam - 1; near lam = 0 the series lam/6 - lam²/24 avoids
+    cancellation; Z(+inf) = 1/4 and Z(-inf) = -inf.
+    """
+    lam = np.asarray(lam, dtype=np.float64)
+    small = np.abs(lam) < 1e-4
+    # Beyond lam = 700 e^lam overflows; Z is then 1/4 to double precision anyway.
+    safe = np.clip(np.where(small | ~np.isfinite(lam), 1.0, lam), -np.inf, 700.0)
+    u = np.expm1(safe)
+    z = 0.25 + (safe / u - 1.0) / (2.0 * u)
+    tiny = np.where(small, lam, 0.0)
+    z = np.where(small, tiny / 6.0 - tiny * tiny / 24.0, z)
+    z = np.where(lam == np.inf, 0.25, z)
+    return np.where(lam == -np.inf, -np.inf, z)
+
+
+def d_ece_from_llr(llr_tar: np.ndarray, llr_non: np.ndarray) -> float:
+    """D_ECE in bits from calibrated LLRs: (mean Z(a) + mean Z(1/b)) / ln 2 (DESIGN §3.4)."""
+    llr_tar = np.asarray(llr_tar, dtype=np.float64)
+    llr_non = np.asarray(llr_non, dtype=np.float64)
+    return float((np.mean(z_of_log(llr_tar)) + np.mean(z_of_log(-llr_non))) / LN2)
+
+
+def d_ece(tar: np.ndarray, non: np.ndarray) -> float:
+    """Expected disclosure D_ECE [bits] of PAV-calibrated scores, without Laplace (DESIGN §3.4)."""
+    return d_ece_from_llr(*pav_llr(tar, non))
+
+
+def zebra_tag(log10_lr: float) -> str:
+    """Categorical tag of a worst-case log10 l, closed on the left (paper 001 Table 1)."""
+    value = abs(float(log10_lr))
+    if math.isnan(value):
+        raise ValueError("log10_lr is NaN")
+    if value < 1e-12:
+        return "0"
+    for bound, tag in TAG_BOUNDS:
+        if value >= bound:
+            return tag
+    raise AssertionError("unreachable: value >= 0 always matches the last bound")
+
+
+def worst_case_log10_lr(tar: np.ndarray, non: np.ndarray) -> float:
+    """log10 of the largest |LLR'| over all trials with the Laplace-padded PAV (DESIGN §3.6)."""
+    llr_tar, llr_non = pav_llr(tar, non, laplace=True)
+    ln_l = max(float(np.max(np.abs(llr_tar))), float(np.max(np.abs(llr_non))))
+    return ln_l / LN10
+
+
+def zebra(tar: np.ndarray, non: np.ndarray) -> ZebraResult:
+    """ZEBRA tuple (D_ECE bits, worst-case log10 l, tag) of target and non-target scores."""
+    log10_l = worst_case_log10_lr(tar, non)
+    return ZebraResult(D_ECE=d_ece(tar, non), log10_lr_max=log10_l, tag=zebra_tag(log10_l))
+
+
+def _ece(llr_tar: np.ndarray, llr_non: np.ndarray, prior_log_odds: np.ndarray) -> np.ndarray:
+    """ECE(pi) in bits for LLRs and prior log-odds t = logit(pi), vectorised over t."""
+    t = prior_log_odds[:, None]
+    pi = 1.0 / (1.0 + np.exp(-prior_log_odds))
+    tar_term = np.mean(np.logaddexp(0.0, -(llr_tar[None, :] + t)), axis=1) / LN2
+    non_term = np.mean(np.logaddexp(0.0, llr_non[None, :] + t), axis=1) / LN2
+    return pi * tar_term + (1.0 - pi) * non_term
+
+
+def ece_curve(
+    tar: np.ndarray, non: np.ndarray, prior_log_odds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ECE plot data over prior log-odds (K,): (ece of the scores read as LLRs, ECE_0 = H2(pi),
+    ece after PAV calibration). All in bits, shape (K,)."""
+    tar = _as_scores(tar, "targets")
+    non = _as_scores(non, "non-targets")
+    t = np.asarray(prior_log_odds, dtype=np.float64).ravel()
+    zero = np.zeros(1)
+    return _ece(tar, non, t), _ece(zero, zero, t), _ece(*pav_llr(tar, non), t)
