@@ -7,14 +7,26 @@ their first sample, whatever the device, file or stream delivers: the rest of th
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
+import random
+import sys
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 import soundfile as sf
 import soxr
 
-from monitor.errors import InputError
+from monitor.errors import AudioDeviceError, InputError
+
+logger = logging.getLogger(__name__)
 
 #: The one rate every stage after the source works at (Hertz).
 RATE_HZ = 16000
@@ -44,23 +56,13 @@ def read_audio(path: str | os.PathLike[str]) -> tuple[np.ndarray, float]:
     Returns ``(samples (n,), duration_seconds)`` where the duration is the file's own.
     """
     name = str(path)
-    file = Path(path)
-    if not file.is_file():
-        raise InputError(name, "no such file")
-    if file.stat().st_size == 0:
-        raise InputError(name, "empty file (0 bytes)")
-    try:
-        with sf.SoundFile(file) as handle:
-            rate = int(handle.samplerate)
-            declared = int(handle.frames)
+    with _open_soundfile(name) as handle:
+        rate = int(handle.samplerate)
+        declared = int(handle.frames)
+        try:
             data = handle.read(dtype="float32", always_2d=True)
-    except sf.LibsndfileError as exc:
-        raise InputError(name, f"not readable as audio ({exc.error_string})") from exc
-    except (RuntimeError, ValueError) as exc:
-        raise InputError(name, f"not readable as audio ({exc})") from exc
-    check_rate(name, rate)
-    if data.shape[0] == 0:
-        raise InputError(name, "no audio samples")
+        except sf.LibsndfileError as exc:
+            raise InputError(name, f"not readable as audio ({exc.error_string})") from exc
     if data.shape[0] < declared:
         raise InputError(name, f"truncated: header says {declared} samples, {data.shape[0]} read")
     if not np.isfinite(data).all():
@@ -71,3 +73,462 @@ def read_audio(path: str | os.PathLike[str]) -> tuple[np.ndarray, float]:
         mono = soxr.resample(mono, rate, RATE_HZ, quality="HQ").astype(np.float32, copy=False)
     np.clip(mono, -1.0, 1.0, out=mono)
     return mono, duration
+
+
+# --------------------------------------------------------------------------- streaming sources
+@dataclass(frozen=True)
+class AudioFrame:
+    """A run of 16 kHz mono samples and the stream time of its first sample."""
+
+    samples: np.ndarray
+    """int16, shape (n,)."""
+    start_seconds: float
+    """Seconds since the source started (gaps after a device loss or drop are kept)."""
+    rate_hz: int = RATE_HZ
+
+    @property
+    def duration_seconds(self) -> float:
+        return self.samples.shape[0] / self.rate_hz
+
+    @property
+    def end_seconds(self) -> float:
+        return self.start_seconds + self.duration_seconds
+
+
+@dataclass
+class SourceStats:
+    """Counters a source keeps; the daemon exports them (``voxmeter_frames_total`` etc.)."""
+
+    frames_total: int = 0
+    """Frames yielded to the consumer."""
+    dropped: int = 0
+    """Frames discarded because the consumer fell behind (the oldest goes first)."""
+    overflows: int = 0
+    """Device blocks the audio driver reported as overflowed (samples lost before us)."""
+    device_errors: int = 0
+    """Device failures: open refused, device missing, stream lost or stalled."""
+
+
+class AudioSource(Protocol):
+    """What the pipeline reads audio from."""
+
+    stats: SourceStats
+
+    def frames(self) -> AsyncIterator[AudioFrame]:
+        """Yield frames until the source ends (file, stdin) or :meth:`close` (microphone)."""
+        ...
+
+    def close(self) -> None:
+        """Ask :meth:`frames` to finish; safe to call from the event loop at any time."""
+        ...
+
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class _Resampler:
+    """Streaming mono conversion to 16 kHz int16 with soxr, keeping sample-exact timing."""
+
+    def __init__(self, rate_hz: int) -> None:
+        self.rate_hz = rate_hz
+        self._stream = (
+            None
+            if rate_hz == RATE_HZ
+            else soxr.ResampleStream(rate_hz, RATE_HZ, 1, dtype="float32", quality="HQ")
+        )
+
+    def __call__(self, block: np.ndarray, *, last: bool = False) -> np.ndarray:
+        """``block``: (n,) or (n, channels), int16 or float in [-1, 1] → int16 (m,) at 16 kHz."""
+        data = np.asarray(block)
+        if data.dtype == np.int16:
+            data = data.astype(np.float32) / 32768.0
+        if data.ndim == 2:
+            data = data.mean(axis=1, dtype=np.float32)
+        data = np.ascontiguousarray(data, dtype=np.float32)
+        if self._stream is not None:
+            data = self._stream.resample_chunk(data, last=last)
+        return np.clip(np.rint(data * 32768.0), -32768, 32767).astype(np.int16)
+
+
+def _open_soundfile(path: str) -> sf.SoundFile:
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(path, "no such file")
+    if file.stat().st_size == 0:
+        raise InputError(path, "empty file (0 bytes)")
+    try:
+        handle = sf.SoundFile(file)
+    except sf.LibsndfileError as exc:
+        raise InputError(path, f"not readable as audio ({exc.error_string})") from exc
+    except (RuntimeError, ValueError) as exc:
+        raise InputError(path, f"not readable as audio ({exc})") from exc
+    try:
+        check_rate(path, int(handle.samplerate))
+        if handle.frames == 0:
+            raise InputError(path, "no audio samples")
+    except InputError:
+        handle.close()
+        raise
+    return handle
+
+
+class FileSource:
+    """Frames from an audio file (any soundfile format, rate, channels), paced or as fast as read.
+
+    ``realtime=True`` paces frames to the wall clock as a microphone would (demos, soak tests);
+    ``realtime=False`` reads as fast as the consumer takes them (batch scoring, tests).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        realtime: bool = True,
+        frame_ms: int = 30,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.path = str(path)
+        self.realtime = realtime
+        self.frame_ms = frame_ms
+        self.stats = SourceStats()
+        self._clock = clock
+        self._sleep = sleep
+        self._closed = False
+        _open_soundfile(self.path).close()  # fail now, with the file's name, not mid-pipeline
+
+    def close(self) -> None:
+        self._closed = True
+
+    async def frames(self) -> AsyncIterator[AudioFrame]:
+        handle = _open_soundfile(self.path)
+        with handle:
+            rate = int(handle.samplerate)
+            resample = _Resampler(rate)
+            block = max(1, rate * self.frame_ms // 1000)
+            emitted = 0
+            started = self._clock()
+            while not self._closed:
+                try:
+                    data = handle.read(block, dtype="float32", always_2d=True)
+                except sf.LibsndfileError as exc:
+                    raise InputError(self.path, f"unreadable audio ({exc.error_string})") from exc
+                last = data.shape[0] < block
+                samples = resample(data, last=last)
+                if samples.shape[0]:
+                    start = emitted / RATE_HZ
+                    if self.realtime:
+                        ahead = start - (self._clock() - started)
+                        if ahead > 0:
+                            await self._sleep(ahead)
+                    emitted += samples.shape[0]
+                    self.stats.frames_total += 1
+                    yield AudioFrame(samples, start)
+                if last:
+                    break
+
+
+class StdinSource:
+    """Raw signed 16-bit little-endian PCM from a byte stream (default: standard input).
+
+    ``rate_hz`` and ``channels`` describe the stream; it is averaged to mono and resampled.
+    Reads run in a worker thread so a quiet pipe never blocks the event loop.
+    """
+
+    def __init__(
+        self,
+        rate_hz: int = RATE_HZ,
+        stream: BinaryIO | None = None,
+        *,
+        channels: int = 1,
+        frame_ms: int = 30,
+    ) -> None:
+        self.name = "stdin" if stream is None else getattr(stream, "name", "stream")
+        self.rate_hz = check_rate(str(self.name), rate_hz)
+        if not 1 <= channels <= 64:
+            raise InputError(str(self.name), f"unsupported channel count {channels} (1..64)")
+        self.channels = channels
+        self.frame_ms = frame_ms
+        self.stats = SourceStats()
+        self._stream = stream
+        self._closed = False
+
+    def close(self) -> None:
+        self._closed = True
+
+    async def frames(self) -> AsyncIterator[AudioFrame]:
+        stream = self._stream if self._stream is not None else sys.stdin.buffer
+        resample = _Resampler(self.rate_hz)
+        bytes_per_frame = 2 * self.channels
+        want = max(1, self.rate_hz * self.frame_ms // 1000) * bytes_per_frame
+        pending = b""
+        emitted = 0
+        while not self._closed:
+            chunk = await asyncio.to_thread(stream.read, want)
+            data = pending + (chunk or b"")
+            usable = len(data) - len(data) % bytes_per_frame
+            pending = data[usable:]
+            last = not chunk
+            pcm = np.frombuffer(data[:usable], dtype="<i2").reshape(-1, self.channels)
+            samples = resample(pcm, last=last)
+            if samples.shape[0]:
+                self.stats.frames_total += 1
+                yield AudioFrame(samples, emitted / RATE_HZ)
+                emitted += samples.shape[0]
+            if last:
+                break
+
+
+# ------------------------------------------------------------------------------ microphone
+class InputStreamHandle(Protocol):
+    """An open capture stream, as :class:`MicrophoneSource` needs it."""
+
+    rate_hz: int
+
+    def active(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+#: Called from the audio thread with a copy of each block and whether the driver overflowed.
+BlockCallback = Callable[[np.ndarray, bool], None]
+
+
+class InputBackend(Protocol):
+    """Opens capture streams on a device; a fake in tests, PortAudio in production."""
+
+    def open(self, device: str | int | None, callback: BlockCallback) -> InputStreamHandle:
+        """Start capturing; raise :class:`AudioDeviceError` if the device is missing or fails."""
+        ...
+
+    def reinitialise(self) -> None:
+        """Forget cached devices so that one which appeared since can be found."""
+        ...
+
+
+class _SoundDeviceStream:
+    def __init__(self, stream: Any, rate_hz: int) -> None:
+        self._stream = stream
+        self.rate_hz = rate_hz
+
+    def active(self) -> bool:
+        return bool(self._stream.active)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # a dead device may refuse even to close
+            self._stream.close(ignore_errors=True)
+
+
+class SoundDeviceBackend:
+    """PortAudio through sounddevice, at the device's own rate (``rate_hz`` overrides it)."""
+
+    def __init__(self, *, rate_hz: int | None = None, block_ms: int = 30) -> None:
+        self.rate_hz = rate_hz
+        self.block_ms = block_ms
+
+    def open(self, device: str | int | None, callback: BlockCallback) -> InputStreamHandle:
+        import sounddevice as sd
+
+        label = "default input" if device is None else f"audio device {device!r}"
+        try:
+            info = sd.query_devices(device, "input")
+        except (ValueError, sd.PortAudioError) as exc:
+            names = [d["name"] for d in sd.query_devices() if d["max_input_channels"] > 0]
+            raise AudioDeviceError(
+                f"{label}: not found (inputs: {', '.join(names) or 'none'})"
+            ) from exc
+        rate = self.rate_hz or int(info["default_samplerate"])
+
+        def on_block(indata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
+            callback(indata.copy(), bool(status.input_overflow))
+
+        try:
+            stream = sd.InputStream(
+                device=device,
+                samplerate=rate,
+                channels=1,
+                dtype="int16",
+                blocksize=rate * self.block_ms // 1000,
+                callback=on_block,
+            )
+            stream.start()
+        except sd.PortAudioError as exc:
+            raise AudioDeviceError(f"{label}: cannot capture at {rate} Hz mono ({exc})") from exc
+        return _SoundDeviceStream(stream, rate)
+
+    def reinitialise(self) -> None:
+        import sounddevice as sd
+
+        # PortAudio enumerates devices once, at initialisation; a device (or a PulseAudio
+        # server) that appeared later is only seen after this.
+        sd._terminate()
+        sd._initialize()
+
+
+class MicrophoneSource:
+    """Live capture: device blocks → 16 kHz frames in a bounded queue, surviving device loss.
+
+    The audio thread only copies the block and schedules it on the event loop
+    (``call_soon_threadsafe``); resampling and queueing happen on the loop. When the queue is
+    full the oldest frame is dropped and counted. A device that fails to open, disappears
+    (stream no longer active) or stalls (no block for ``stall_seconds``) is counted in
+    ``stats.device_errors`` and retried after a random capped exponential backoff, with
+    PortAudio re-initialised so that a device which appears later is found.
+    ``max_retries=None`` retries for ever (the daemon); after ``max_retries`` consecutive
+    failures :meth:`frames` raises :class:`AudioDeviceError`.
+    """
+
+    def __init__(
+        self,
+        device: str | int | None = None,
+        *,
+        backend: InputBackend | None = None,
+        queue_frames: int = 200,
+        stall_seconds: float = 5.0,
+        backoff_initial_seconds: float = 0.5,
+        backoff_max_seconds: float = 30.0,
+        max_retries: int | None = None,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        if queue_frames < 1:
+            raise ValueError(f"queue_frames must be ≥ 1, got {queue_frames}")
+        self.device = device
+        self.stats = SourceStats()
+        self.stall_seconds = stall_seconds
+        self.backoff_initial_seconds = backoff_initial_seconds
+        self.backoff_max_seconds = backoff_max_seconds
+        self.max_retries = max_retries
+        self._backend: InputBackend = backend if backend is not None else SoundDeviceBackend()
+        self._clock = clock
+        self._sleep = sleep
+        self._rng = rng if rng is not None else random.Random()
+        self._queue: deque[AudioFrame] = deque()
+        self._queue_frames = queue_frames
+        self._wake = asyncio.Event()
+        self._closed = False
+        self._started = 0.0
+        self._generation = 0
+        self._resample: _Resampler | None = None
+        self._next_start = 0.0
+        self._last_block = 0.0
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+    def backoff_seconds(self, attempt: int) -> float:
+        """Random delay before retry ``attempt`` (1-based): full jitter under a capped doubling."""
+        cap = min(self.backoff_max_seconds, self.backoff_initial_seconds * 2 ** (attempt - 1))
+        return self._rng.uniform(cap / 2, cap)
+
+    def _on_block(self, generation: int, block: np.ndarray, overflowed: bool) -> None:
+        """Runs on the event loop: resample, stamp, queue (dropping the oldest when full)."""
+        if generation != self._generation or self._resample is None:
+            return  # a late block from a stream already closed
+        self._last_block = self._clock()
+        if overflowed:
+            self.stats.overflows += 1
+        samples = self._resample(block)
+        if samples.shape[0] == 0:
+            return
+        frame = AudioFrame(samples, self._next_start)
+        self._next_start += frame.duration_seconds
+        if len(self._queue) >= self._queue_frames:
+            self._queue.popleft()
+            self.stats.dropped += 1
+        self._queue.append(frame)
+        self._wake.set()
+
+    def _open(self, loop: asyncio.AbstractEventLoop) -> InputStreamHandle:
+        generation = self._generation
+
+        def callback(block: np.ndarray, overflowed: bool) -> None:
+            with contextlib.suppress(RuntimeError):  # loop closed while the driver still calls
+                loop.call_soon_threadsafe(self._on_block, generation, block, overflowed)
+
+        return self._backend.open(self.device, callback)
+
+    async def frames(self) -> AsyncIterator[AudioFrame]:
+        loop = asyncio.get_running_loop()
+        self._started = self._clock()
+        failures = 0
+        while not self._closed:
+            self._generation += 1
+            try:
+                handle = await asyncio.to_thread(self._open, loop)
+            except AudioDeviceError as exc:
+                failures += 1
+                self.stats.device_errors += 1
+                if self.max_retries is not None and failures > self.max_retries:
+                    raise
+                delay = self.backoff_seconds(failures)
+                logger.warning("%s; retry %d in %.1f s", exc, failures, delay)
+                await self._sleep(delay)
+                await asyncio.to_thread(self._backend.reinitialise)
+                continue
+            self._resample = _Resampler(handle.rate_hz)
+            self._next_start = self._clock() - self._started
+            self._last_block = self._clock()
+            logger.info("capturing from %s at %d Hz", self.device or "default", handle.rate_hz)
+            try:
+                lost = False
+                while not self._closed:
+                    while self._queue:
+                        failures = 0
+                        self.stats.frames_total += 1
+                        yield self._queue.popleft()
+                    if not handle.active() or self._clock() - self._last_block > self.stall_seconds:
+                        lost = True
+                        break
+                    self._wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), timeout=0.25)
+            finally:
+                self._generation += 1
+                self._resample = None
+                await asyncio.to_thread(handle.close)
+            if lost:
+                failures += 1
+                self.stats.device_errors += 1
+                if self.max_retries is not None and failures > self.max_retries:
+                    raise AudioDeviceError(f"audio device {self.device!r}: capture stopped")
+                delay = self.backoff_seconds(failures)
+                logger.warning(
+                    "audio device %r lost; retry %d in %.1f s", self.device, failures, delay
+                )
+                await self._sleep(delay)
+                await asyncio.to_thread(self._backend.reinitialise)
+
+
+# ---------------------------------------------------------------------------------- specs
+def open_source(spec: str) -> AudioSource:
+    """Build a source from its command-line spelling.
+
+    ``mic`` (default input), ``mic:NAME`` or ``mic:INDEX``; ``file:PATH`` (paced in real time),
+    ``file:PATH?fast`` (as fast as possible); ``stdin`` (16 kHz), ``stdin:RATE`` or
+    ``stdin:RATE:CHANNELS`` (raw s16le PCM).
+    """
+    kind, _, arg = spec.partition(":")
+    if kind == "mic":
+        device: str | int | None = None
+        if arg:
+            device = int(arg) if arg.isdigit() else arg
+        return MicrophoneSource(device)
+    if kind == "file" and arg:
+        path, _, option = arg.rpartition("?") if arg.endswith("?fast") else (arg, "", "")
+        return FileSource(path, realtime=option != "fast")
+    if kind == "stdin":
+        parts = arg.split(":") if arg else []
+        if len(parts) <= 2 and all(p.isdigit() for p in parts):
+            rate = int(parts[0]) if parts else RATE_HZ
+            channels = int(parts[1]) if len(parts) == 2 else 1
+            return StdinSource(rate, channels=channels)
+        raise InputError("stdin", f"bad stream spec {spec!r} (expected stdin[:RATE[:CHANNELS]])")
+    raise InputError(
+        "source",
+        f"unknown audio source {spec!r} (expected mic[:DEVICE], file:PATH[?fast], "
+        "stdin[:RATE[:CHANNELS]])",
+    )
