@@ -1,0 +1,139 @@
+"""A speaker corpus on disk: ``<root>/<speaker>/<utterance>.(wav|flac)`` plus optional metadata.
+
+``speakers.tsv`` at the root (tab-separated, header row, a ``speaker`` column; speechocean762
+adds ``gender``, ``age``, ``original_split``) describes the speakers. Scanning reads only the
+headers of the audio files: a file that cannot even be opened as audio is listed in
+``Corpus.unreadable`` with the reason, never dropped without a word.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import soundfile as sf
+
+from monitor.errors import InputError
+
+AUDIO_SUFFIXES = (".wav", ".flac")
+METADATA_FILE = "speakers.tsv"
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One audio file of one speaker."""
+
+    speaker: str
+    path: Path  # absolute
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Speakers (sorted), their readable utterances (sorted by speaker, then file name)."""
+
+    root: Path
+    speakers: tuple[str, ...]
+    utterances: tuple[Utterance, ...]
+    metadata: dict[str, dict[str, str]] = field(default_factory=dict)  # speaker -> column -> value
+    unreadable: tuple[tuple[Path, str], ...] = ()  # (file, reason)
+
+    def utterances_of(self, speaker: str) -> tuple[Utterance, ...]:
+        """The utterances of ``speaker``, in file-name order."""
+        return tuple(u for u in self.utterances if u.speaker == speaker)
+
+    @property
+    def paths(self) -> list[Path]:
+        """Every readable utterance's path, in corpus order."""
+        return [u.path for u in self.utterances]
+
+
+def read_metadata(path: Path) -> dict[str, dict[str, str]]:
+    """Rows of a speakers.tsv keyed by speaker; a malformed row raises InputError with its line."""
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle, delimiter="\t"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(str(path), f"cannot read speaker metadata ({exc})") from exc
+    if not rows or "speaker" not in rows[0]:
+        raise InputError(str(path), "header must name a 'speaker' column", line=1)
+    header = [name.strip() for name in rows[0]]
+    metadata: dict[str, dict[str, str]] = {}
+    for number, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(header):
+            raise InputError(
+                str(path),
+                f"expected {len(header)} tab-separated fields, got {len(row)}",
+                line=number,
+            )
+        record = dict(zip(header, (cell.strip() for cell in row), strict=True))
+        speaker = record["speaker"]
+        if speaker in metadata:
+            raise InputError(str(path), f"speaker {speaker!r} listed twice", line=number)
+        metadata[speaker] = record
+    return metadata
+
+
+def _probe(path: Path) -> str | None:
+    """Why ``path`` cannot be opened as audio, or None if its header reads."""
+    try:
+        if path.stat().st_size == 0:
+            return "empty file (0 bytes)"
+        info = sf.info(str(path))
+    except (OSError, RuntimeError, sf.LibsndfileError) as exc:
+        return f"not readable as audio ({exc})"
+    if info.frames <= 0:
+        return "no audio samples"
+    return None
+
+
+def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Corpus:
+    """The corpus under ``root``; ``split`` keeps speakers whose ``original_split`` matches.
+
+    Raises InputError when ``root`` is not a directory, the metadata is malformed, ``split`` is
+    given without an ``original_split`` column, or no readable utterance remains.
+    """
+    base = Path(root).absolute()
+    if not base.is_dir():
+        raise InputError(str(base), "corpus root is not a directory")
+    metadata_path = base / METADATA_FILE
+    metadata = read_metadata(metadata_path) if metadata_path.is_file() else {}
+
+    allowed: set[str] | None = None
+    if split is not None:
+        if not metadata:
+            raise InputError(str(metadata_path), f"split {split!r} needs speaker metadata")
+        if "original_split" not in next(iter(metadata.values())):
+            raise InputError(str(metadata_path), "no 'original_split' column to select a split")
+        allowed = {s for s, row in metadata.items() if row["original_split"] == split}
+        if not allowed:
+            known = sorted({row["original_split"] for row in metadata.values()})
+            raise InputError(str(metadata_path), f"no speaker in split {split!r} (known: {known})")
+
+    utterances: list[Utterance] = []
+    unreadable: list[tuple[Path, str]] = []
+    for folder in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if allowed is not None and folder.name not in allowed:
+            continue
+        for path in sorted(folder.iterdir()):
+            if not path.is_file() or path.suffix.lower() not in AUDIO_SUFFIXES:
+                continue
+            problem = _probe(path)
+            if problem is None:
+                utterances.append(Utterance(folder.name, path))
+            else:
+                unreadable.append((path, problem))
+    if not utterances:
+        where = f" in split {split!r}" if split is not None else ""
+        raise InputError(str(base), f"no readable <speaker>/<utterance>.wav|flac files{where}")
+    speakers = tuple(sorted({u.speaker for u in utterances}))
+    return Corpus(
+        root=base,
+        speakers=speakers,
+        utterances=tuple(utterances),
+        metadata={s: metadata[s] for s in speakers if s in metadata},
+        unreadable=tuple(unreadable),
+    )

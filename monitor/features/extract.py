@@ -1,0 +1,259 @@
+"""Offline front end: read a file once, keep its speech, run every feature, time each stage.
+
+Enrolment, calibration and evaluation all need the same per-file observations, so
+:class:`FeatureCache` stores them on disk (one JSON file per audio file, keyed by absolute path,
+size, modification time and each feature's version) and :func:`extract_many` extracts every
+corpus file once, optionally in a pool of worker processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from monitor.errors import InputError, StoreError, VoxmeterError
+from monitor.features.base import FEATURE_NAMES, Observation, get_feature
+
+logger = logging.getLogger(__name__)
+
+FRONT_END_VERSION = "read_audio+speech_only-1"
+"""Part of every cache key: bump when reading or VAD trimming changes what features see."""
+
+Progress = Callable[[int, int, str], None]
+"""progress(done, total, path) after each file (cached or extracted, failed or not)."""
+
+
+@dataclass(frozen=True)
+class FileFeatures:
+    """Everything the front end learns from one audio file (no audio kept)."""
+
+    path: str  # absolute
+    duration_seconds: float
+    speech_seconds: float  # what the VAD kept; every observation is of this speech
+    observations: dict[str, Observation]
+    timing_seconds: dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
+    cached: bool = False
+
+
+def _check_features(features: Sequence[str]) -> tuple[str, ...]:
+    unknown = [name for name in features if name not in FEATURE_NAMES]
+    if unknown:
+        raise ValueError(f"unknown feature(s) {unknown}; known: {', '.join(FEATURE_NAMES)}")
+    return tuple(features)
+
+
+def extract_file(
+    path: str | os.PathLike[str], features: Sequence[str] = FEATURE_NAMES
+) -> FileFeatures:
+    """Read ``path`` once, trim it to speech, observe it under every feature named.
+
+    Raises :class:`InputError` naming the file when it is missing, empty, truncated, not audio or
+    at an unsupported rate. A file without speech gives empty observations with 0 seconds.
+    """
+    from monitor.audio.sources import read_audio
+    from monitor.audio.vad import speech_only
+
+    names = _check_features(features)
+    timing: dict[str, float] = {}
+    start = time.perf_counter()
+    audio, duration = read_audio(path)
+    timing["read"] = time.perf_counter() - start
+    mark = time.perf_counter()
+    speech = speech_only(audio, 16000)
+    timing["vad"] = time.perf_counter() - mark
+    observations: dict[str, Observation] = {}
+    for name in names:
+        mark = time.perf_counter()
+        observations[name] = get_feature(name).observe(speech, 16000)
+        timing[name] = time.perf_counter() - mark
+    timing["total"] = time.perf_counter() - start
+    return FileFeatures(
+        path=str(Path(path).absolute()),
+        duration_seconds=float(duration),
+        speech_seconds=speech.shape[0] / 16000,
+        observations=observations,
+        timing_seconds=timing,
+    )
+
+
+class FeatureCache:
+    """Per-file observations on disk under ``directory`` (created 0700 if missing).
+
+    An entry is valid while the file keeps its absolute path, size and mtime and each
+    feature keeps its ``version``; anything else is a miss and is extracted again.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{self.directory}: cannot create feature cache ({exc})") from exc
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def _stamp(path: Path) -> dict[str, Any]:
+        info = path.stat()
+        return {"path": str(path), "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+
+    def _entry(self, path: Path) -> Path:
+        digest = hashlib.sha256(str(path).encode()).hexdigest()[:32]
+        return self.directory / f"{digest}.json"
+
+    def get(self, path: str | os.PathLike[str], features: Sequence[str]) -> FileFeatures | None:
+        """The cached features of ``path``, or None on a miss (stale, absent or unreadable)."""
+        absolute = Path(path).absolute()
+        entry = self._entry(absolute)
+        try:
+            stamp = self._stamp(absolute)
+            record = json.loads(entry.read_text())
+        except (OSError, ValueError):
+            self.misses += 1
+            return None
+        if record.get("stamp") != stamp or record.get("front_end") != FRONT_END_VERSION:
+            self.misses += 1
+            return None
+        stored = record.get("observations", {})
+        observations: dict[str, Observation] = {}
+        for name in features:
+            item = stored.get(name)
+            if item is None or item.get("version") != get_feature(name).version:
+                self.misses += 1
+                return None
+            observations[name] = Observation(name, np.asarray(item["values"]), item["seconds"])
+        self.hits += 1
+        return FileFeatures(
+            path=str(absolute),
+            duration_seconds=record["duration_seconds"],
+            speech_seconds=record["speech_seconds"],
+            observations=observations,
+            timing_seconds=record.get("timing_seconds", {}),
+            cached=True,
+        )
+
+    def put(self, result: FileFeatures) -> None:
+        """Store ``result`` atomically (write to a temporary file, then rename)."""
+        absolute = Path(result.path)
+        record = {
+            "stamp": self._stamp(absolute),
+            "front_end": FRONT_END_VERSION,
+            "duration_seconds": result.duration_seconds,
+            "speech_seconds": result.speech_seconds,
+            "timing_seconds": result.timing_seconds,
+            "observations": {
+                name: {
+                    "version": get_feature(name).version,
+                    "values": obs.values.tolist(),
+                    "seconds": obs.seconds,
+                }
+                for name, obs in result.observations.items()
+            },
+        }
+        entry = self._entry(absolute)
+        handle, temporary = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w") as stream:
+                json.dump(record, stream)
+            os.replace(temporary, entry)
+        except OSError as exc:
+            Path(temporary).unlink(missing_ok=True)
+            raise StoreError(f"{entry}: cannot write feature cache entry ({exc})") from exc
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """Results of :func:`extract_many`: features per path (input order) and failures per path."""
+
+    files: dict[str, FileFeatures]
+    errors: dict[str, VoxmeterError]
+
+
+def _worker_init(threads: int) -> None:
+    """Each worker process uses ``threads`` torch threads (cores are shared by the pool)."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _extract_or_error(path: str, features: tuple[str, ...]) -> FileFeatures | tuple[str, str]:
+    """extract_file for a worker: user errors come back as (source, problem), picklable."""
+    try:
+        return extract_file(path, features)
+    except InputError as error:
+        return (error.source, error.problem)
+
+
+def extract_many(
+    paths: Iterable[str | os.PathLike[str]],
+    cache: FeatureCache | None = None,
+    *,
+    features: Sequence[str] = FEATURE_NAMES,
+    jobs: int = 1,
+    progress: Progress | None = None,
+) -> Extraction:
+    """Features of every file, from ``cache`` where valid, else extracted (and then cached).
+
+    Files that cannot be read are collected in ``errors`` with their InputError, never dropped
+    silently. ``jobs`` > 1 extracts in that many worker processes (spawned, one torch thread
+    each); the parent alone writes the cache.
+    """
+    names = _check_features(features)
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    order = [str(Path(p).absolute()) for p in paths]
+    total = len(order)
+    files: dict[str, FileFeatures] = {}
+    errors: dict[str, VoxmeterError] = {}
+    done = 0
+
+    def finish(path: str, outcome: FileFeatures | tuple[str, str]) -> None:
+        nonlocal done
+        if isinstance(outcome, FileFeatures):
+            files[path] = outcome
+            if cache is not None and not outcome.cached:
+                cache.put(outcome)
+        else:
+            errors[path] = InputError(*outcome)
+        done += 1
+        if progress is not None:
+            progress(done, total, path)
+
+    todo: list[str] = []
+    for path in order:
+        hit = cache.get(path, names) if cache is not None else None
+        if hit is not None:
+            finish(path, hit)
+        else:
+            todo.append(path)
+
+    if jobs == 1 or len(todo) <= 1:
+        for path in todo:
+            finish(path, _extract_or_error(path, names))
+    else:
+        threads = 1
+        with ProcessPoolExecutor(
+            max_workers=min(jobs, len(todo)),
+            mp_context=get_context("spawn"),
+            initializer=_worker_init,
+            initargs=(threads,),
+        ) as pool:
+            futures = {pool.submit(_extract_or_error, path, names): path for path in todo}
+            for future in as_completed(futures):
+                finish(futures[future], future.result())
+
+    ordered = {path: files[path] for path in order if path in files}
+    failed = {path: errors[path] for path in order if path in errors}
+    return Extraction(ordered, failed)
