@@ -49,3 +49,57 @@ __all__ = [
     "true_rank_counts",
     "znorm_rows",
 ]
+
+# zebra, baselines, similarity matrices, composition
+from monitor.disclosure.baselines import (
+    cllr,
+    eer_rocch,
+    eer_sweep,
+    linkability,
+    min_cllr,
+    split_mated,
+    top1_linkage,
+)
+from monitor.disclosure.composition import (
+    basic,
+    dp_disclosure_cap_bits,
+    drv,
+    kairouz_advanced,
+    nats_to_bits,
+    optimal,
+    theorem33_points,
+)
+from monitor.disclosure.similarity_matrices import (
+    deid,
+    diagonal_dominance,
+    gvd,
+    oracle_pair_llr,
+    speaker_similarity_matrix,
+)
+from monitor.disclosure.zebra import ZebraResult, ece_curve, pav_llr, zebra
+
+__all__ += [
+    "ZebraResult",
+    "basic",
+    "cllr",
+    "deid",
+    "diagonal_dominance",
+    "dp_disclosure_cap_bits",
+    "drv",
+    "ece_curve",
+    "eer_rocch",
+    "eer_sweep",
+    "gvd",
+    "kairouz_advanced",
+    "linkability",
+    "min_cllr",
+    "nats_to_bits",
+    "optimal",
+    "oracle_pair_llr",
+    "pav_llr",
+    "speaker_similarity_matrix",
+    "split_mated",
+    "theorem33_points",
+    "top1_linkage",
+    "zebra",
+]
