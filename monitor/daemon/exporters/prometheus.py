@@ -1,0 +1,383 @@
+"""Every Prometheus instrument of voxmeter (DESIGN §15), on a registry passed in.
+
+:class:`Metrics` creates the instruments; :class:`PrometheusExporter` turns daemon events into
+``set``/``inc``/``observe`` calls and serves ``/metrics`` (HTTP or HTTPS with client
+certificates) from prometheus_client's server thread. Figures that live in SQLite (alerts
+waiting in the outbox) are read at scrape time by :class:`OutboxCollector`, so they are never
+stale. Label values are aliases only; the series of an expired track are removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from monitor.daemon.config import PrometheusSettings
+from monitor.daemon.events import (
+    BOUNDS,
+    STATES,
+    DaemonEvent,
+    DaemonStarted,
+    DaemonStopping,
+    PipelineStats,
+    StateChanged,
+    TrackExpired,
+    WindowScored,
+)
+from monitor.errors import ConfigError
+from monitor.store.database import open_store
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 39217
+
+STAGE_BUCKETS_SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+LATENCY_BUCKETS_SECONDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0)
+
+
+class Metrics:
+    """The instruments of DESIGN §15 except those read at scrape time (see OutboxCollector)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def gauge(name: str, doc: str, labels: Iterable[str] = ()) -> Gauge:
+            return Gauge(name, doc, list(labels), registry=registry)
+
+        def counter(name: str, doc: str, labels: Iterable[str] = ()) -> Counter:
+            return Counter(name, doc, list(labels), registry=registry)
+
+        self.disclosure_bits = gauge(
+            "voxmeter_disclosure_bits",
+            "Cumulative disclosure of the speaker's pooled speech this period, in bits.",
+            ("speaker", "feature", "measure"),
+        )
+        self.window_disclosure_bits = gauge(
+            "voxmeter_window_disclosure_bits",
+            "Disclosure of the speaker's last window alone, in bits.",
+            ("speaker", "feature", "measure"),
+        )
+        self.composition_bound_bits = gauge(
+            "voxmeter_composition_bound_bits",
+            "DP composition bound on the speaker's cumulative disclosure, in bits.",
+            ("speaker", "bound"),
+        )
+        self.disclosure_ceiling_bits = gauge(
+            "voxmeter_disclosure_ceiling_bits",
+            "Largest possible disclosure, log2 of the number of templates N, in bits.",
+        )
+        self.budget_bits = gauge(
+            "voxmeter_budget_bits",
+            "Disclosure budget of the speaker per period, in bits.",
+            ("speaker",),
+        )
+        self.budget_state = gauge(
+            "voxmeter_budget_state",
+            "1 for the speaker's current budget state, 0 otherwise.",
+            ("speaker", "state"),
+        )
+        self.information_gain_bits = gauge(
+            "voxmeter_information_gain_bits",
+            "Information gain log2 N - H(P) about an unknown voice, in bits.",
+            ("track", "top_candidate"),
+        )
+        self.speech_seconds = counter(
+            "voxmeter_speech_seconds",
+            "Seconds of speech attributed to the speaker since the daemon started.",
+            ("speaker",),
+        )
+        self.frames = counter(
+            "voxmeter_frames",
+            "Audio frames: total seen, speech, dropped (queue full).",
+            ("kind",),
+        )
+        self.stage_seconds = Histogram(
+            "voxmeter_stage_seconds",
+            "Processing time of one item by one pipeline stage.",
+            ["stage"],
+            buckets=STAGE_BUCKETS_SECONDS,
+            registry=registry,
+        )
+        self.window_latency_seconds = Histogram(
+            "voxmeter_window_latency_seconds",
+            "Time from the end of a window to its metrics.",
+            buckets=LATENCY_BUCKETS_SECONDS,
+            registry=registry,
+        )
+        self.realtime_factor = gauge(
+            "voxmeter_realtime_factor", "Busy CPU seconds of the heavy stages per audio second."
+        )
+        self.queue_depth = gauge(
+            "voxmeter_queue_depth", "Items waiting in a pipeline queue.", ("queue",)
+        )
+        self.templates = gauge(
+            "voxmeter_templates",
+            "Identity templates measured against, per feature.",
+            ("feature",),
+        )
+        self.calibration_extrapolated = gauge(
+            "voxmeter_calibration_extrapolated",
+            "1 when the evidence is longer than the last calibration bucket.",
+            ("feature",),
+        )
+        self.alerts = counter(
+            "voxmeter_alerts", "Budget alerts raised, by the state entered.", ("state",)
+        )
+        self.mqtt_connected = gauge(
+            "voxmeter_mqtt_connected", "1 while the MQTT broker connection is up."
+        )
+        self.audio_device_errors = counter(
+            "voxmeter_audio_device_errors", "Audio device failures since the daemon started."
+        )
+        for kind in ("total", "speech", "dropped"):
+            self.frames.labels(kind)  # export 0 before the first stats, so rate() works
+        for state in STATES:
+            self.alerts.labels(state)
+
+    @property
+    def per_speaker(self) -> tuple[Gauge | Counter, ...]:
+        """Instruments with a ``speaker`` label: cleared when a track expires."""
+        return (
+            self.disclosure_bits,
+            self.window_disclosure_bits,
+            self.composition_bound_bits,
+            self.budget_bits,
+            self.budget_state,
+            self.speech_seconds,
+        )
+
+
+class OutboxCollector(Collector):
+    """``voxmeter_alerts_pending`` read from the store's outbox at scrape time.
+
+    ``pending_count`` runs on the scrape thread, so it must open its own database connection.
+    A failure leaves the metric out of that scrape (logged) rather than exporting a false 0.
+    """
+
+    name = "voxmeter_alerts_pending"
+    documentation = "Alerts in the outbox not yet acknowledged by the MQTT broker."
+
+    def __init__(self, pending_count: Callable[[], int]) -> None:
+        self._pending_count = pending_count
+
+    def describe(self) -> list[Metric]:
+        return [GaugeMetricFamily(self.name, self.documentation)]
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            value = self._pending_count()
+        except Exception:
+            logger.exception("cannot count pending alerts for %s", self.name)
+            return
+        yield GaugeMetricFamily(self.name, self.documentation, value=float(value))
+
+
+class PrometheusExporter:
+    """Daemon events → instruments; serves them on ``host:port`` (TLS when certfile is set).
+
+    Clock and registry are arguments so tests drive :meth:`apply` directly and assert through
+    ``registry.get_sample_value``.
+    """
+
+    name = "prometheus"
+
+    def __init__(
+        self,
+        settings: PrometheusSettings,
+        *,
+        db_path: Path | None = None,
+        registry: CollectorRegistry | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        tls = _tls_options(settings)
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = Metrics(self.registry)
+        if db_path is not None:
+            self.registry.register(OutboxCollector(partial(_count_pending, Path(db_path))))
+        self.host = settings.host
+        self.port = settings.port
+        self._tls = tls
+        self._monotonic = monotonic
+        self._top_candidate: dict[str, str] = {}  # unknown track → top candidate label now set
+        self._last_stats: PipelineStats | None = None
+        self._server: WSGIServer | None = None
+
+    # ---- I/O ----------------------------------------------------------------------------
+
+    def start_server(self) -> WSGIServer:
+        """Listen now (prometheus_client's daemon thread); ConfigError names the address."""
+        try:
+            server, _thread = start_http_server(
+                self.port, addr=self.host, registry=self.registry, **self._tls
+            )
+        except OSError as error:
+            raise ConfigError(
+                "prometheus.listen", f"cannot serve metrics on {self.host}:{self.port}: {error}"
+            ) from error
+        self.port = int(server.server_address[1])  # the real port when 0 was asked for
+        self._server = server
+        logger.info("serving metrics on %s:%d", self.host, self.port)
+        return server
+
+    def stop_server(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    async def run(self) -> None:
+        """Serve /metrics until cancelled."""
+        if self._server is None:
+            self.start_server()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.to_thread(self.stop_server)
+
+    async def handle(self, event: DaemonEvent) -> None:
+        self.apply(event)
+
+    def set_mqtt_connected(self, connected: bool) -> None:
+        """Connection listener for the MQTT exporter."""
+        self.metrics.mqtt_connected.set(1.0 if connected else 0.0)
+
+    # ---- events → instruments ------------------------------------------------------------
+
+    def apply(self, event: DaemonEvent) -> None:
+        """Update the instruments for one event (synchronous: no I/O)."""
+        match event:
+            case DaemonStarted():
+                self._started(event)
+            case WindowScored():
+                self._scored(event)
+            case StateChanged():
+                self.metrics.alerts.labels(event.to_state).inc()
+                self._set_state(event.track, event.to_state)
+                self.metrics.budget_bits.labels(event.track).set(event.budget_bits)
+            case TrackExpired():
+                self._expire(event.track)
+            case PipelineStats():
+                self._stats(event)
+            case DaemonStopping():
+                pass
+
+    def _started(self, event: DaemonStarted) -> None:
+        m = self.metrics
+        m.disclosure_ceiling_bits.set(event.ceiling_bits)
+        for feature, count in event.templates.items():
+            m.templates.labels(feature).set(count)
+        for track, state in event.states.items():
+            self._set_state(track, state)
+            m.budget_bits.labels(track).set(event.budget_bits)
+
+    def _scored(self, event: WindowScored) -> None:
+        m = self.metrics
+        speaker = event.track
+        for item in event.disclosures:
+            m.disclosure_bits.labels(speaker, item.feature, item.measure).set(item.cumulative_bits)
+            m.window_disclosure_bits.labels(speaker, item.feature, item.measure).set(
+                item.window_bits
+            )
+        bounds = event.bounds
+        for bound, value in zip(
+            BOUNDS, (bounds.basic_bits, bounds.advanced_bits, bounds.optimal_bits), strict=True
+        ):
+            m.composition_bound_bits.labels(speaker, bound).set(value)
+        m.disclosure_ceiling_bits.set(event.ceiling_bits)
+        m.budget_bits.labels(speaker).set(event.budget_bits)
+        self._set_state(speaker, event.state)
+        m.speech_seconds.labels(speaker).inc(max(0.0, event.window_speech_seconds))
+        if event.information_gain_bits is not None:
+            candidate = event.top_candidate or ""
+            previous = self._top_candidate.get(speaker)
+            if previous is not None and previous != candidate:
+                m.information_gain_bits.remove(speaker, previous)
+            m.information_gain_bits.labels(speaker, candidate).set(event.information_gain_bits)
+            self._top_candidate[speaker] = candidate
+        for feature, extrapolated in event.extrapolated.items():
+            m.calibration_extrapolated.labels(feature).set(1.0 if extrapolated else 0.0)
+        for stage, seconds in event.stage_seconds.items():
+            m.stage_seconds.labels(stage).observe(seconds)
+        m.window_latency_seconds.observe(
+            max(0.0, self._monotonic() - event.window_closed_monotonic)
+        )
+
+    def _set_state(self, speaker: str, current: str) -> None:
+        for state in STATES:
+            self.metrics.budget_state.labels(speaker, state).set(1.0 if state == current else 0.0)
+
+    def _expire(self, track: str) -> None:
+        for instrument in self.metrics.per_speaker:
+            instrument.remove_by_labels({"speaker": track})
+        self.metrics.information_gain_bits.remove_by_labels({"track": track})
+        self._top_candidate.pop(track, None)
+
+    def _stats(self, event: PipelineStats) -> None:
+        m = self.metrics
+        last = self._last_stats
+        totals = {
+            "total": event.frames_total,
+            "speech": event.frames_speech,
+            "dropped": event.frames_dropped,
+        }
+        previous = {
+            "total": last.frames_total if last else 0,
+            "speech": last.frames_speech if last else 0,
+            "dropped": last.frames_dropped if last else 0,
+        }
+        for kind, value in totals.items():
+            m.frames.labels(kind).inc(max(0, value - previous[kind]))
+        previous_errors = last.audio_device_errors if last else 0
+        m.audio_device_errors.inc(max(0, event.audio_device_errors - previous_errors))
+        m.realtime_factor.set(event.realtime_factor)
+        _set_all(m.queue_depth, event.queue_depths)
+        self._last_stats = event
+
+
+def _count_pending(db_path: Path) -> int:
+    """Outbox rows not yet acknowledged, on a connection of the calling (scrape) thread."""
+    with open_store(db_path, create=False) as store:
+        return store.pending_count()
+
+
+def _tls_options(settings: PrometheusSettings) -> dict[str, Any]:
+    """prometheus_client's TLS arguments; ConfigError for half a configuration."""
+    # getattr: the TLS keys are requested from daemon core (docs/architecture.md) and may be absent.
+    certfile = getattr(settings, "certfile", "") or None
+    keyfile = getattr(settings, "keyfile", "") or None
+    client_cafile = getattr(settings, "client_cafile", "") or None
+    client_auth_required = bool(getattr(settings, "client_auth_required", False))
+    if (certfile is None) != (keyfile is None):
+        raise ConfigError("prometheus.certfile", "TLS needs both prometheus.certfile and .keyfile")
+    if client_auth_required and (certfile is None or client_cafile is None):
+        raise ConfigError(
+            "prometheus.client_auth_required",
+            "needs prometheus.certfile, .keyfile and .client_cafile",
+        )
+    for key, path in (
+        ("certfile", certfile),
+        ("keyfile", keyfile),
+        ("client_cafile", client_cafile),
+    ):
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(f"prometheus.{key}", f"no such file: {path}")
+    return {
+        "certfile": certfile,
+        "keyfile": keyfile,
+        "client_cafile": client_cafile,
+        "client_auth_required": client_auth_required,
+    }
+
+
+def _set_all(gauge: Gauge, values: Mapping[str, float]) -> None:
+    for label, value in values.items():
+        gauge.labels(label).set(value)
