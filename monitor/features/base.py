@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -102,6 +102,10 @@ class Feature(Protocol):
 
     def similarities(self, tests: np.ndarray, templates: TemplateBatch) -> np.ndarray:
         """(T, D) test values against (N, D) templates -> (T, N) similarities."""
+        ...
+
+    def describe(self, observation: Observation) -> dict[str, Any]:
+        """A JSON-ready summary of an observation (what ``voxmeter features`` prints)."""
         ...
 
 

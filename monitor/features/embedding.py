@@ -92,3 +92,6 @@ class EmbeddingFeature:
 
     def similarities(self, tests: np.ndarray, templates: TemplateBatch) -> np.ndarray:
         return cosine(check_batch(tests, templates, self.name), templates.matrix)
+
+    def describe(self, observation: Observation) -> dict[str, Any]:
+        return {"vector": observation.values.tolist()}

@@ -257,3 +257,16 @@ def extract_many(
     ordered = {path: files[path] for path in order if path in files}
     failed = {path: errors[path] for path in order if path in errors}
     return Extraction(ordered, failed)
+
+
+def describe(result: FileFeatures) -> dict[str, Any]:
+    """JSON-ready summary of one file: durations, each feature's description, stage timings."""
+    report: dict[str, Any] = {
+        "path": result.path,
+        "duration_seconds": result.duration_seconds,
+        "speech_seconds": result.speech_seconds,
+    }
+    for name, observation in result.observations.items():
+        report[name] = get_feature(name).describe(observation)
+    report["timing_seconds"] = dict(result.timing_seconds)
+    return report

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import soxr
@@ -154,3 +155,12 @@ class F0Feature:
 
     def similarities(self, tests: np.ndarray, templates: TemplateBatch) -> np.ndarray:
         return neg_js_divergence(check_batch(tests, templates, self.name), templates.matrix)
+
+    def describe(self, observation: Observation) -> dict[str, Any]:
+        counts = observation.values
+        return {
+            "median_hz": median_hz(counts),
+            "voiced_frames": int(counts.sum()),
+            "lags": LAG_MIN,
+            "histogram": [int(c) for c in counts],
+        }

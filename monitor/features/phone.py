@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -98,3 +99,6 @@ class PhoneFeature:
 
     def similarities(self, tests: np.ndarray, templates: TemplateBatch) -> np.ndarray:
         return neg_js_divergence(check_batch(tests, templates, self.name), templates.matrix)
+
+    def describe(self, observation: Observation) -> dict[str, Any]:
+        return {"counts": {p: int(c) for p, c in zip(CMU_PHONES, observation.values, strict=True)}}
