@@ -15,6 +15,9 @@ from scipy.special import expit
 
 from monitor.disclosure.zebra import pav_llr
 
+#: D_diag at or below this counts as zero (a constant matrix up to rounding).
+ZERO_DOMINANCE = 1e-12
+
 
 def _speaker_codes(speaker_of: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     speaker_of = np.asarray(speaker_of)
@@ -95,10 +98,8 @@ def diagonal_dominance(M: np.ndarray) -> float:
     M = np.asarray(M, dtype=np.float64)
     if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] < 2:
         raise ValueError(f"D_diag needs a square matrix with N >= 2, got shape {M.shape}")
-    N = M.shape[0]
-    diagonal = np.trace(M) / N
-    off = (M.sum() - np.trace(M)) / (N * (N - 1))
-    return float(abs(diagonal - off))
+    off_diagonal = ~np.eye(M.shape[0], dtype=bool)
+    return float(abs(np.mean(np.diag(M)) - np.mean(M[off_diagonal])))
 
 
 def deid(M_oo: np.ndarray, M_op: np.ndarray) -> float:
@@ -108,7 +109,7 @@ def deid(M_oo: np.ndarray, M_op: np.ndarray) -> float:
     """
     d_oo = diagonal_dominance(M_oo)
     d_op = diagonal_dominance(M_op)
-    if d_oo == 0.0:
+    if d_oo <= ZERO_DOMINANCE:
         warnings.warn("DeID undefined: D_diag(M_OO) = 0", RuntimeWarning, stacklevel=2)
         return math.nan
     value = 1.0 - d_op / d_oo
@@ -126,9 +127,9 @@ def gvd(M_oo: np.ndarray, M_pp: np.ndarray) -> float:
     """
     d_oo = diagonal_dominance(M_oo)
     d_pp = diagonal_dominance(M_pp)
-    if d_oo == 0.0:
+    if d_oo <= ZERO_DOMINANCE:
         warnings.warn("GVD undefined: D_diag(M_OO) = 0", RuntimeWarning, stacklevel=2)
         return math.nan
-    if d_pp == 0.0:
+    if d_pp <= ZERO_DOMINANCE:
         return -math.inf
     return 10.0 * math.log10(d_pp / d_oo)
