@@ -1,0 +1,292 @@
+"""Budget alerts, per-speaker state and daemon status over MQTT (DESIGN §15), via aiomqtt 2.x.
+
+Topics under ``<prefix>`` (default ``voxmeter/<device_id>``):
+
+- ``<prefix>/status`` (retained): ``{"state": "online"|"offline", "version", "started"}``; the
+  broker's last will publishes ``offline`` if the daemon vanishes without saying goodbye.
+- ``<prefix>/speakers/<alias>/state`` (retained): the speaker's latest figures; cleared (empty
+  retained message) when an ``unknown-N`` track expires.
+- ``<prefix>/alerts``: one JSON object per budget transition, read from the store's outbox.
+
+Alerts are never held only in memory: the budget stage writes each to the outbox in the same
+transaction as the state change, and this exporter deletes it (``ack``) only after the broker's
+PUBACK (QoS ≥ 1). Across broker outages and daemon restarts every alert is therefore delivered
+at least once and in ``seq`` order. The connection is retried with random capped backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import aiomqtt
+
+from monitor import __version__
+from monitor.daemon.config import MqttSettings
+from monitor.daemon.events import (
+    DaemonEvent,
+    DaemonStarted,
+    DaemonStopping,
+    PipelineStats,
+    StateChanged,
+    TrackExpired,
+    WindowScored,
+)
+from monitor.errors import StoreError
+from monitor.store.outbox import OutboxMessage
+
+logger = logging.getLogger(__name__)
+
+PUBLISH_TIMEOUT_SECONDS = 10.0
+"""Longest wait for a PUBACK before the connection is considered dead and retried."""
+
+OUTBOX_BATCH = 100
+
+
+class Outbox(Protocol):
+    """The part of :class:`monitor.store.Store` this exporter uses (monitor/store/outbox.py)."""
+
+    def pending(self, limit: int = 100) -> list[OutboxMessage]: ...
+
+    def ack(self, seq: int) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Every topic of one device."""
+
+    prefix: str
+
+    @property
+    def status(self) -> str:
+        return f"{self.prefix}/status"
+
+    @property
+    def alerts(self) -> str:
+        return f"{self.prefix}/alerts"
+
+    def speaker_state(self, alias: str) -> str:
+        return f"{self.prefix}/speakers/{alias}/state"
+
+
+def topics_for(settings: MqttSettings, device_id: str) -> Topics:
+    """``settings.prefix``, or ``voxmeter/<device_id>`` when it is empty."""
+    return Topics((settings.prefix or f"voxmeter/{device_id}").rstrip("/"))
+
+
+def iso_utc(unix: float) -> str:
+    """Wall-clock seconds → ISO 8601 UTC with milliseconds (what every payload uses)."""
+    return datetime.fromtimestamp(unix, UTC).isoformat(timespec="milliseconds")
+
+
+def speaker_state_payload(event: WindowScored, *, updated_unix: float) -> dict[str, Any]:
+    """The retained state of one speaker after a window (all figures cumulative, bits)."""
+    features: dict[str, dict[str, float]] = {}
+    for item in event.disclosures:
+        features.setdefault(item.feature, {})[item.measure] = item.cumulative_bits
+    payload: dict[str, Any] = {
+        "alias": event.track,
+        "kind": event.kind,
+        "state": event.state,
+        "bits": event.budget_figure_bits,
+        "budget": event.budget_bits,
+        "measure": event.budget_measure,
+        "features": features,
+        "bounds": {
+            "basic": event.bounds.basic_bits,
+            "advanced": event.bounds.advanced_bits,
+            "optimal": event.bounds.optimal_bits,
+        },
+        "ceiling": event.ceiling_bits,
+        "windows": event.windows,
+        "speech_seconds": event.pooled_speech_seconds,
+        "period_start": iso_utc(event.period_start_unix),
+        "updated": iso_utc(updated_unix),
+    }
+    if event.information_gain_bits is not None:
+        payload["information_gain"] = event.information_gain_bits
+        payload["top_candidate"] = event.top_candidate
+        payload["top_candidate_bits"] = event.top_candidate_bits
+    return payload
+
+
+class MqttExporter:
+    """Publishes status, speaker states and the outbox; see the module docstring.
+
+    ``handle`` only updates memory and wakes ``run``; ``run`` owns the connection. Clock and
+    random source are arguments so tests control time and backoff.
+    """
+
+    name = "mqtt"
+
+    def __init__(
+        self,
+        settings: MqttSettings,
+        *,
+        store: Outbox,
+        device_id: str,
+        on_connection: Callable[[bool], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        if settings.reconnect_max_seconds < settings.reconnect_min_seconds:
+            raise ValueError(
+                f"mqtt.reconnect_max_seconds {settings.reconnect_max_seconds} < "
+                f"mqtt.reconnect_min_seconds {settings.reconnect_min_seconds}"
+            )
+        self.settings = settings
+        self.topics = topics_for(settings, device_id)
+        self.client_id = settings.client_id or f"voxmeter-{device_id}"
+        self._outbox = store
+        self._on_connection = on_connection
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._version = __version__
+        self._started_unix = clock()
+        self._states: dict[str, dict[str, Any]] = {}  # alias → latest retained payload
+        self._dirty: dict[str, dict[str, Any] | None] = {}  # to publish; None clears
+        self._status_dirty = True
+        self._wake = asyncio.Event()
+        self.connected = False
+        self.alerts_published = 0
+
+    # ---- events (no network) -------------------------------------------------------------
+
+    async def handle(self, event: DaemonEvent) -> None:
+        match event:
+            case DaemonStarted():
+                self._version = event.version
+                self._started_unix = event.started_unix
+                self._status_dirty = True
+            case WindowScored():
+                payload = speaker_state_payload(event, updated_unix=self._clock())
+                self._states[event.track] = payload
+                self._dirty[event.track] = payload
+            case StateChanged():
+                pass  # the alert is already in the outbox: just wake the drain
+            case TrackExpired():
+                self._states.pop(event.track, None)
+                self._dirty[event.track] = None
+            case PipelineStats() | DaemonStopping():
+                return
+        self._wake.set()
+
+    # ---- connection ------------------------------------------------------------------------
+
+    def status_payload(self, state: str) -> bytes:
+        return json.dumps(
+            {"state": state, "version": self._version, "started": iso_utc(self._started_unix)}
+        ).encode()
+
+    def _client(self) -> aiomqtt.Client:
+        s = self.settings
+        return aiomqtt.Client(
+            s.host,
+            s.port,
+            username=s.username or None,
+            password=s.password or None,
+            identifier=self.client_id,
+            keepalive=s.keepalive_seconds,
+            timeout=PUBLISH_TIMEOUT_SECONDS,
+            will=aiomqtt.Will(
+                self.topics.status, self.status_payload("offline"), qos=1, retain=True
+            ),
+        )
+
+    def _set_connected(self, connected: bool) -> None:
+        if connected == self.connected:
+            return
+        self.connected = connected
+        if self._on_connection is not None:
+            self._on_connection(connected)
+
+    async def run(self) -> None:
+        """Connect, publish, and reconnect with random capped backoff until cancelled."""
+        s = self.settings
+        ceiling = s.reconnect_min_seconds
+        while True:
+            try:
+                async with self._client() as client:
+                    self._set_connected(True)
+                    logger.info("connected to MQTT broker %s:%d", s.host, s.port)
+                    ceiling = s.reconnect_min_seconds
+                    await self._session(client)
+            except aiomqtt.MqttError as error:
+                level = logging.WARNING if self.connected else logging.INFO
+                logger.log(level, "MQTT broker %s:%d: %s", s.host, s.port, error)
+            except StoreError:
+                logger.exception("cannot read the alert outbox; retrying")
+            finally:
+                self._set_connected(False)
+            delay = self._rng.uniform(s.reconnect_min_seconds, ceiling)
+            ceiling = min(s.reconnect_max_seconds, ceiling * 2)
+            await asyncio.sleep(delay)
+
+    async def _session(self, client: aiomqtt.Client) -> None:
+        """One connection's life: a watcher for disconnection and the publisher, together."""
+        self._status_dirty = True
+        self._dirty.update(self._states)  # a restarted broker has forgotten retained messages
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(_watch(client), name="voxmeter.exporter.mqtt.watch")
+                tasks.create_task(self._publisher(client), name="voxmeter.exporter.mqtt.publish")
+        except asyncio.CancelledError:
+            await self._say_offline(client)
+            raise
+        except ExceptionGroup as group:  # the first failure decides: broker, store, or a bug
+            raise group.exceptions[0] from group
+
+    async def _say_offline(self, client: aiomqtt.Client) -> None:
+        """On a clean stop the broker sends no will: publish ``offline`` ourselves."""
+        try:
+            await client.publish(
+                self.topics.status, self.status_payload("offline"), qos=1, retain=True, timeout=2
+            )
+        except aiomqtt.MqttError as error:
+            logger.info("could not publish offline status: %s", error)
+
+    async def _publisher(self, client: aiomqtt.Client) -> None:
+        while True:
+            self._wake.clear()
+            if self._status_dirty:
+                self._status_dirty = False
+                await client.publish(
+                    self.topics.status, self.status_payload("online"), qos=1, retain=True
+                )
+            await self._drain_outbox(client)
+            await self._publish_states(client)
+            await self._wake.wait()
+
+    async def _drain_outbox(self, client: aiomqtt.Client) -> None:
+        """Publish pending alerts in seq order; ack each only after its PUBACK."""
+        qos = max(1, self.settings.qos)  # at-least-once needs an acknowledgement
+        while messages := self._outbox.pending(OUTBOX_BATCH):
+            for message in messages:
+                payload = {**message.payload, "seq": message.seq, "sent": iso_utc(self._clock())}
+                await client.publish(message.topic, json.dumps(payload).encode(), qos=qos)
+                self._outbox.ack(message.seq)
+                self.alerts_published += 1
+
+    async def _publish_states(self, client: aiomqtt.Client) -> None:
+        for alias in list(self._dirty):
+            payload = self._dirty[alias]
+            body = b"" if payload is None else json.dumps(payload).encode()
+            await client.publish(
+                self.topics.speaker_state(alias), body, qos=self.settings.qos, retain=True
+            )
+            if self._dirty.get(alias, ...) is payload:  # unchanged while we published
+                del self._dirty[alias]
+
+
+async def _watch(client: aiomqtt.Client) -> None:
+    """Return never; raise MqttError when the connection drops (aiomqtt's public signal)."""
+    async for _message in client.messages:
+        pass
+    raise aiomqtt.MqttError("message stream ended")
