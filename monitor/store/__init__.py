@@ -1,1 +1,32 @@
+"""One SQLite file (WAL, mode 0600) for templates, calibrations, ledger, budgets and alerts.
 
+``open_store(path)`` returns a :class:`Store`; see ``docs/architecture.md`` for the API.
+"""
+
+from monitor.store.database import MIGRATIONS, SCHEMA_VERSION, Store, open_store
+from monitor.store.ledger import TrackPeriod, WindowRecord
+from monitor.store.outbox import BUDGET_STATES, BudgetState, OutboxMessage
+from monitor.store.templates import (
+    CalibrationRecord,
+    Enrolment,
+    Identity,
+    LocalProfile,
+    TemplateInfo,
+)
+
+__all__ = [
+    "BUDGET_STATES",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "BudgetState",
+    "CalibrationRecord",
+    "Enrolment",
+    "Identity",
+    "LocalProfile",
+    "OutboxMessage",
+    "Store",
+    "TemplateInfo",
+    "TrackPeriod",
+    "WindowRecord",
+    "open_store",
+]
