@@ -412,6 +412,7 @@ class MicrophoneSource:
         self._started = 0.0
         self._generation = 0
         self._resample: _Resampler | None = None
+        self._early: list[tuple[np.ndarray, bool]] = []
         self._next_start = 0.0
         self._last_block = 0.0
 
@@ -426,8 +427,11 @@ class MicrophoneSource:
 
     def _on_block(self, generation: int, block: np.ndarray, overflowed: bool) -> None:
         """Runs on the event loop: resample, stamp, queue (dropping the oldest when full)."""
-        if generation != self._generation or self._resample is None:
+        if generation != self._generation:
             return  # a late block from a stream already closed
+        if self._resample is None:  # the stream started before open() returned
+            self._early.append((block, overflowed))
+            return
         self._last_block = self._clock()
         if overflowed:
             self.stats.overflows += 1
@@ -472,6 +476,9 @@ class MicrophoneSource:
             self._resample = _Resampler(handle.rate_hz)
             self._next_start = self._clock() - self._started
             self._last_block = self._clock()
+            early, self._early = self._early, []
+            for block, overflowed in early:
+                self._on_block(self._generation, block, overflowed)
             logger.info("capturing from %s at %d Hz", self.device or "default", handle.rate_hz)
             try:
                 lost = False
@@ -481,6 +488,9 @@ class MicrophoneSource:
                         self.stats.frames_total += 1
                         yield self._queue.popleft()
                     if not handle.active() or self._clock() - self._last_block > self.stall_seconds:
+                        await asyncio.sleep(0)  # let blocks sent before the loss arrive
+                        if self._queue:
+                            continue
                         lost = True
                         break
                     self._wake.clear()
@@ -489,6 +499,7 @@ class MicrophoneSource:
             finally:
                 self._generation += 1
                 self._resample = None
+                self._early = []
                 await asyncio.to_thread(handle.close)
             if lost:
                 failures += 1

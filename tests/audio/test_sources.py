@@ -1,0 +1,393 @@
+"""Sources: offline reading, file and stdin streaming, the microphone's queue and retries."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from monitor.audio.sources import (
+    RATE_HZ,
+    AudioFrame,
+    FileSource,
+    MicrophoneSource,
+    SoundDeviceBackend,
+    StdinSource,
+    open_source,
+    read_audio,
+)
+from monitor.errors import AudioDeviceError, InputError
+
+
+def tone(rate: int, seconds: float, hz: float, amplitude: float = 0.5) -> np.ndarray:
+    t = np.arange(round(rate * seconds)) / rate
+    return (amplitude * np.sin(2 * np.pi * hz * t)).astype(np.float32)
+
+
+def peak_hz(x: np.ndarray, rate: int) -> float:
+    spectrum = np.abs(np.fft.rfft(x * np.hanning(x.shape[0])))
+    return float(np.fft.rfftfreq(x.shape[0], 1 / rate)[np.argmax(spectrum)])
+
+
+async def collect(source: object) -> list[AudioFrame]:
+    return [frame async for frame in source.frames()]  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------------------ read_audio
+def test_read_audio_converts_rate_and_channels(tmp_path: Path) -> None:
+    left = tone(44100, 1.5, 440.0)
+    path = tmp_path / "stereo.wav"
+    sf.write(path, np.stack([left, np.zeros_like(left)], axis=1), 44100, subtype="PCM_16")
+    audio, duration = read_audio(path)
+    assert audio.dtype == np.float32
+    assert duration == pytest.approx(1.5)
+    assert audio.shape[0] == pytest.approx(1.5 * RATE_HZ, abs=2)
+    assert peak_hz(audio, RATE_HZ) == pytest.approx(440.0, abs=1.0)
+    # The two channels are averaged: half the amplitude of the left one.
+    assert np.abs(audio[1000:-1000]).max() == pytest.approx(0.25, abs=0.01)
+
+
+@pytest.mark.corpus
+def test_read_audio_corpus_flac_is_exact(corpus_root: Path) -> None:
+    path = next(iter(sorted(corpus_root.glob("*/*.flac"))))
+    expected, rate = sf.read(path, dtype="float32")
+    assert rate == RATE_HZ
+    audio, duration = read_audio(path)
+    np.testing.assert_array_equal(audio, expected)
+    assert duration == pytest.approx(expected.shape[0] / RATE_HZ)
+
+
+def bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    good = tmp_path / "good.flac"
+    sf.write(good, tone(16000, 2.0, 200.0), 16000, format="FLAC")
+    blob = good.read_bytes()
+    truncated = tmp_path / "truncated.flac"
+    truncated.write_bytes(blob[: len(blob) // 2])
+    header_only = tmp_path / "header.flac"
+    header_only.write_bytes(blob[:30])
+    text = tmp_path / "notes.wav"
+    text.write_text("this is not audio at all\n")
+    empty = tmp_path / "empty.wav"
+    empty.write_bytes(b"")
+    return {
+        "missing": (tmp_path / "missing.wav", "no such file"),
+        "empty": (empty, "empty file"),
+        "text": (text, "not readable as audio"),
+        "header": (header_only, "not readable as audio"),
+        "truncated": (truncated, "audio"),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "text", "header", "truncated"])
+def test_read_audio_bad_files_name_file_and_problem(tmp_path: Path, case: str) -> None:
+    path, problem = bad_files(tmp_path)[case]
+    with pytest.raises(InputError) as info:
+        read_audio(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ")
+    assert problem in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "text", "header"])
+def test_file_source_bad_files_fail_at_construction(tmp_path: Path, case: str) -> None:
+    path, problem = bad_files(tmp_path)[case]
+    with pytest.raises(InputError, match=problem):
+        FileSource(path)
+
+
+def test_file_source_truncated_fails_with_name(tmp_path: Path) -> None:
+    path, _ = bad_files(tmp_path)["truncated"]
+    with pytest.raises(InputError, match=str(path)):
+        asyncio.run(collect(FileSource(path, realtime=False)))
+
+
+# ------------------------------------------------------------------------------ FileSource
+def test_file_source_fast_matches_read_audio(tmp_path: Path, rng: np.random.Generator) -> None:
+    data = (0.3 * rng.standard_normal((48000 * 2 + 123, 2))).clip(-1, 1).astype(np.float32)
+    path = tmp_path / "noise.wav"
+    sf.write(path, data, 48000, subtype="FLOAT")
+    frames = asyncio.run(collect(FileSource(path, realtime=False, frame_ms=20)))
+    streamed = np.concatenate([f.samples for f in frames]).astype(np.float32) / 32768
+    offline, _ = read_audio(path)
+    assert streamed.shape == offline.shape
+    assert np.abs(streamed - offline).max() < 2e-3  # streaming vs one-shot HQ resampling
+    starts = np.array([f.start_seconds for f in frames])
+    ends = np.array([f.end_seconds for f in frames])
+    np.testing.assert_allclose(starts[1:], ends[:-1])
+    assert starts[0] == 0.0
+    assert all(f.samples.dtype == np.int16 and f.rate_hz == RATE_HZ for f in frames)
+
+
+class FakeClock:
+    """Time that only moves when the code under test sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+def test_file_source_realtime_paces_to_the_clock(tmp_path: Path) -> None:
+    path = tmp_path / "tone.wav"
+    sf.write(path, tone(16000, 1.0, 300.0), 16000)
+    clock = FakeClock()
+    source = FileSource(path, realtime=True, frame_ms=100, clock=clock, sleep=clock.sleep)
+    frames: list[tuple[float, float]] = []
+
+    async def run() -> None:
+        async for frame in source.frames():
+            frames.append((clock.now - 100.0, frame.start_seconds))
+
+    asyncio.run(run())
+    assert len(frames) == 10
+    # Each frame leaves when the clock reaches its start time, never earlier.
+    for now, start in frames:
+        assert now == pytest.approx(start)
+    assert sum(clock.sleeps) == pytest.approx(0.9)
+
+
+def test_file_source_close_stops_early(tmp_path: Path) -> None:
+    path = tmp_path / "tone.wav"
+    sf.write(path, tone(16000, 2.0, 300.0), 16000)
+    source = FileSource(path, realtime=False)
+
+    async def run() -> int:
+        count = 0
+        async for _ in source.frames():
+            count += 1
+            if count == 3:
+                source.close()
+        return count
+
+    assert asyncio.run(run()) == 3
+
+
+# ----------------------------------------------------------------------------- StdinSource
+class DribblingStream:
+    """A pipe that hands out a few bytes at a time (odd counts split samples across reads)."""
+
+    def __init__(self, data: bytes, step: int = 7) -> None:
+        self._data = io.BytesIO(data)
+        self._step = step
+
+    def read(self, n: int) -> bytes:
+        return self._data.read(min(n, self._step))
+
+
+@pytest.mark.parametrize(("rate", "channels"), [(16000, 1), (48000, 2), (8000, 1)])
+def test_stdin_source_decodes_resamples_and_downmixes(rate: int, channels: int) -> None:
+    signal = tone(rate, 0.5, 500.0, amplitude=0.4)
+    pcm = np.repeat((signal * 32767).astype("<i2")[:, None], channels, axis=1)
+    source = StdinSource(rate, DribblingStream(pcm.tobytes(), step=333), channels=channels)  # type: ignore[arg-type]
+    frames = asyncio.run(collect(source))
+    audio = np.concatenate([f.samples for f in frames]).astype(np.float32) / 32768
+    assert audio.shape[0] == pytest.approx(0.5 * RATE_HZ, abs=2)
+    assert peak_hz(audio, RATE_HZ) == pytest.approx(500.0, abs=2.5)
+    assert np.abs(audio[800:-800]).max() == pytest.approx(0.4, abs=0.01)
+    assert source.stats.frames_total == len(frames)
+
+
+def test_stdin_source_exact_at_16k() -> None:
+    pcm = np.arange(-5000, 5000, dtype="<i2")
+    frames = asyncio.run(collect(StdinSource(16000, DribblingStream(pcm.tobytes()))))  # type: ignore[arg-type]
+    np.testing.assert_array_equal(np.concatenate([f.samples for f in frames]), pcm)
+
+
+@pytest.mark.parametrize("rate", [0, -16000, 10, 10**9])
+def test_stdin_source_rejects_absurd_rates(rate: int) -> None:
+    with pytest.raises(InputError, match=rf"^stdin: unsupported sample rate {rate} Hz"):
+        StdinSource(rate)
+
+
+@pytest.mark.parametrize("channels", [0, 65])
+def test_stdin_source_rejects_bad_channel_counts(channels: int) -> None:
+    with pytest.raises(InputError, match="unsupported channel count"):
+        StdinSource(16000, io.BytesIO(b""), channels=channels)
+
+
+# ----------------------------------------------------------------------------- open_source
+def test_open_source_spellings(tmp_path: Path) -> None:
+    path = tmp_path / "a.wav"
+    sf.write(path, tone(16000, 0.1, 300.0), 16000)
+    mic = open_source("mic")
+    assert isinstance(mic, MicrophoneSource) and mic.device is None
+    assert open_source("mic:3").device == 3  # type: ignore[attr-defined]
+    assert open_source("mic:pulse").device == "pulse"  # type: ignore[attr-defined]
+    paced = open_source(f"file:{path}")
+    fast = open_source(f"file:{path}?fast")
+    assert isinstance(paced, FileSource) and paced.realtime and paced.path == str(path)
+    assert isinstance(fast, FileSource) and not fast.realtime and fast.path == str(path)
+    stdin = open_source("stdin:48000:2")
+    assert isinstance(stdin, StdinSource) and (stdin.rate_hz, stdin.channels) == (48000, 2)
+    assert open_source("stdin").rate_hz == RATE_HZ  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("spec", ["speaker", "file:", "stdin:fast", "stdin:1:2:3", "http://x"])
+def test_open_source_unknown_spec(spec: str) -> None:
+    with pytest.raises(InputError, match=r"source|stream spec"):
+        open_source(spec)
+
+
+def test_open_source_bad_stdin_rate_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="unsupported sample rate 0"):
+        open_source("stdin:0")
+    with pytest.raises(InputError, match="no such file"):
+        open_source(f"file:{tmp_path / 'nope.flac'}")
+
+
+# ------------------------------------------------------------------------------ microphone
+class FakeStream:
+    """A capture stream fed by a real thread, as PortAudio's callback thread would."""
+
+    def __init__(self, rate_hz: int, blocks: list[np.ndarray], callback: Callable, lose: bool):
+        self.rate_hz = rate_hz
+        self.closed = False
+        self._alive = True
+        self._thread = threading.Thread(target=self._run, args=(blocks, callback, lose))
+        self._thread.start()
+
+    def _run(self, blocks: list[np.ndarray], callback: Callable, lose: bool) -> None:
+        for i, block in enumerate(blocks):
+            if self.closed:
+                return
+            callback(block.copy(), i == 1)  # the second block reports a driver overflow
+            time.sleep(0.001)
+        if lose:
+            self._alive = False
+
+    def active(self) -> bool:
+        return self._alive and not self.closed
+
+    def close(self) -> None:
+        self.closed = True
+        self._thread.join()
+
+
+class FakeBackend:
+    """A device that is missing for ``missing`` opens, then streams ``blocks`` per open."""
+
+    def __init__(self, blocks: list[np.ndarray], *, rate_hz: int, missing: int, lose: bool):
+        self.blocks = blocks
+        self.rate_hz = rate_hz
+        self.missing = missing
+        self.lose = lose
+        self.opens = 0
+        self.reinitialised = 0
+        self.streams: list[FakeStream] = []
+
+    def open(self, device: str | int | None, callback: Callable) -> FakeStream:
+        self.opens += 1
+        if self.opens <= self.missing:
+            raise AudioDeviceError(f"audio device {device!r}: not found")
+        stream = FakeStream(self.rate_hz, self.blocks, callback, self.lose)
+        self.streams.append(stream)
+        return stream
+
+    def reinitialise(self) -> None:
+        self.reinitialised += 1
+
+
+def test_microphone_resamples_counts_and_retries_missing_device() -> None:
+    signal = tone(48000, 0.6, 250.0, amplitude=0.3)
+    blocks = np.split((signal * 32767).astype(np.int16)[:, None], 20)
+    backend = FakeBackend(blocks, rate_hz=48000, missing=3, lose=False)
+    clock = FakeClock()
+    mic = MicrophoneSource(
+        "kitchen", backend=backend, clock=clock, sleep=clock.sleep, backoff_max_seconds=1.0
+    )
+
+    async def run() -> list[AudioFrame]:
+        got: list[AudioFrame] = []
+        async for frame in mic.frames():
+            got.append(frame)
+            if sum(f.samples.shape[0] for f in got) >= 0.5 * RATE_HZ:
+                mic.close()
+        return got
+
+    frames = asyncio.run(asyncio.wait_for(run(), 10))
+    assert backend.opens == 4 and backend.reinitialised == 3
+    assert mic.stats.device_errors == 3
+    assert mic.stats.overflows == 1
+    assert mic.stats.frames_total == len(frames)
+    # Random capped backoff: doubling caps (0.5, 1, 1) with jitter in [cap/2, cap].
+    retry_sleeps = clock.sleeps[:3]
+    for delay, cap in zip(retry_sleeps, [0.5, 1.0, 1.0], strict=True):
+        assert cap / 2 <= delay <= cap
+    audio = np.concatenate([f.samples for f in frames]).astype(np.float32) / 32768
+    assert peak_hz(audio, RATE_HZ) == pytest.approx(250.0, abs=3.0)
+    assert backend.streams[-1].closed
+
+
+def test_microphone_gives_up_after_max_retries() -> None:
+    backend = FakeBackend([], rate_hz=16000, missing=10, lose=False)
+    clock = FakeClock()
+    mic = MicrophoneSource("ghost", backend=backend, clock=clock, sleep=clock.sleep, max_retries=2)
+    with pytest.raises(AudioDeviceError, match="'ghost': not found"):
+        asyncio.run(collect(mic))
+    assert mic.stats.device_errors == 3
+
+
+def test_microphone_reopens_a_lost_stream() -> None:
+    blocks = [np.full((480, 1), i, dtype=np.int16) for i in range(5)]
+    backend = FakeBackend(blocks, rate_hz=16000, missing=0, lose=True)
+    clock = FakeClock()
+    mic = MicrophoneSource("usb", backend=backend, clock=clock, sleep=clock.sleep)
+
+    async def run() -> list[AudioFrame]:
+        got: list[AudioFrame] = []
+        async for frame in mic.frames():
+            got.append(frame)
+            if len(got) == 15:
+                mic.close()
+        return got
+
+    frames = asyncio.run(asyncio.wait_for(run(), 10))
+    assert backend.opens >= 3
+    assert mic.stats.device_errors >= 2
+    values = [int(f.samples[0]) for f in frames]
+    assert values == [0, 1, 2, 3, 4] * 3
+
+
+def test_microphone_drops_oldest_when_consumer_lags() -> None:
+    blocks = [np.full((160, 1), i, dtype=np.int16) for i in range(50)]
+    backend = FakeBackend(blocks, rate_hz=16000, missing=0, lose=False)
+    mic = MicrophoneSource("usb", backend=backend, queue_frames=8)
+
+    async def run() -> list[AudioFrame]:
+        frames = mic.frames()
+        first = await anext(frames)
+        await asyncio.to_thread(backend.streams[0]._thread.join)  # all blocks delivered
+        await asyncio.sleep(0.05)  # and scheduled on the loop
+        rest = [await anext(frames) for _ in range(8)]
+        mic.close()
+        await frames.aclose()
+        return [first, *rest]
+
+    frames = asyncio.run(asyncio.wait_for(run(), 10))
+    values = [int(f.samples[0]) for f in frames]
+    assert values[1:] == list(range(42, 50))  # the newest 8 survive
+    assert mic.stats.dropped == 50 - 1 - 8 - (values[0])
+    # Timestamps keep the dropped audio as a gap rather than closing it up.
+    assert frames[1].start_seconds == pytest.approx(
+        frames[0].start_seconds + (values[1] - values[0]) * 0.01
+    )
+
+
+def test_sounddevice_backend_names_a_missing_device() -> None:
+    with pytest.raises(AudioDeviceError, match=r"audio device 'no-such-mic-42': not found"):
+        SoundDeviceBackend().open("no-such-mic-42", lambda block, overflowed: None)
