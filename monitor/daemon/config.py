@@ -198,6 +198,10 @@ class PrometheusSettings:
     enabled: bool = _setting(True, "serve /metrics")
     host: str = _setting("127.0.0.1", "address to listen on")
     port: int = _setting(39217, "TCP port; 0 = any free port", _port)
+    certfile: str = _setting("", "TLS certificate (PEM); empty = plain HTTP")
+    keyfile: str = _setting("", "TLS private key (PEM) for certfile")
+    client_cafile: str = _setting("", "CA file to verify client certificates; empty = none")
+    client_auth_required: bool = _setting(False, "refuse clients without a valid certificate")
 
 
 @dataclass(frozen=True)
