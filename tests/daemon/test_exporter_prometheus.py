@@ -173,8 +173,6 @@ def test_unreadable_outbox_leaves_the_gauge_out_rather_than_zero(tmp_path: Path)
 def test_half_a_tls_configuration_names_the_key(tmp_path: Path) -> None:
     certfile = tmp_path / "server.pem"
     certfile.write_text("x")
-    if "certfile" not in PrometheusSettings.__dataclass_fields__:
-        pytest.skip("PrometheusSettings has no TLS keys yet (requested from daemon core)")
     with pytest.raises(ConfigError, match=r"prometheus\.certfile"):
         make_exporter(certfile=str(certfile))
 
@@ -280,8 +278,6 @@ def certificates(tmp_path: Path) -> Path:
 
 
 def test_https_with_required_client_certificate(certificates: Path) -> None:
-    if "certfile" not in PrometheusSettings.__dataclass_fields__:
-        pytest.skip("PrometheusSettings has no TLS keys yet (requested from daemon core)")
     d = certificates
     exporter, _ = make_exporter(
         certfile=str(d / "server.pem"),
@@ -326,3 +322,29 @@ def _families(registry: CollectorRegistry) -> list[str]:
     from prometheus_client import generate_latest
 
     return generate_latest(registry).decode().splitlines()
+
+
+def test_build_exporters_wires_the_mqtt_connection_into_prometheus(tmp_path: Path) -> None:
+    import dataclasses
+
+    from monitor.daemon.config import Config, MqttSettings
+    from monitor.daemon.exporters import build_exporters
+
+    config = dataclasses.replace(
+        Config(), mqtt=MqttSettings(enabled=True), prometheus=PrometheusSettings(port=0)
+    )
+    with open_store(tmp_path / "v.db") as store:
+        prometheus, mqtt = build_exporters(
+            config, store=store, db_path=tmp_path / "v.db", device_id="dev"
+        )
+        assert (prometheus.name, mqtt.name) == ("prometheus", "mqtt")
+        assert isinstance(prometheus, PrometheusExporter)
+        get = prometheus.registry.get_sample_value
+        assert get("voxmeter_mqtt_connected") == 0.0
+        mqtt._set_connected(True)  # type: ignore[attr-defined]
+        assert get("voxmeter_mqtt_connected") == 1.0
+        assert get("voxmeter_alerts_pending") == 0.0
+    only_prometheus = build_exporters(
+        Config(), store=store, db_path=tmp_path / "v.db", device_id="dev"
+    )
+    assert [e.name for e in only_prometheus] == ["prometheus"]

@@ -1,1 +1,51 @@
+"""Exporters: Prometheus metrics and MQTT alerts (DESIGN §15).
 
+:func:`build_exporters` builds the enabled ones from the config and wires them together
+(``voxmeter_mqtt_connected`` is a Prometheus instrument fed by the MQTT connection).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from monitor.daemon.config import Config
+from monitor.daemon.events import Exporter
+from monitor.daemon.exporters.mqtt import MqttExporter, Outbox, Topics, topics_for
+from monitor.daemon.exporters.prometheus import Metrics, PrometheusExporter
+
+__all__ = [
+    "Metrics",
+    "MqttExporter",
+    "PrometheusExporter",
+    "Topics",
+    "build_exporters",
+    "topics_for",
+]
+
+
+def build_exporters(
+    config: Config,
+    *,
+    store: Outbox,
+    db_path: Path,
+    device_id: str,
+    registry: CollectorRegistry | None = None,
+) -> list[Exporter]:
+    """The exporters ``config`` enables, Prometheus first; the MQTT one reports its connection."""
+    exporters: list[Exporter] = []
+    prometheus: PrometheusExporter | None = None
+    if config.prometheus.enabled:
+        prometheus = PrometheusExporter(config.prometheus, db_path=db_path, registry=registry)
+        exporters.append(prometheus)
+    if config.mqtt.enabled:
+        exporters.append(
+            MqttExporter(
+                config.mqtt,
+                store=store,
+                device_id=device_id,
+                on_connection=prometheus.set_mqtt_connected if prometheus else None,
+            )
+        )
+    return exporters

@@ -351,11 +351,10 @@ def _count_pending(db_path: Path) -> int:
 
 def _tls_options(settings: PrometheusSettings) -> dict[str, Any]:
     """prometheus_client's TLS arguments; ConfigError for half a configuration."""
-    # getattr: the TLS keys are requested from daemon core (docs/architecture.md) and may be absent.
-    certfile = getattr(settings, "certfile", "") or None
-    keyfile = getattr(settings, "keyfile", "") or None
-    client_cafile = getattr(settings, "client_cafile", "") or None
-    client_auth_required = bool(getattr(settings, "client_auth_required", False))
+    certfile = settings.certfile or None
+    keyfile = settings.keyfile or None
+    client_cafile = settings.client_cafile or None
+    client_auth_required = settings.client_auth_required
     if (certfile is None) != (keyfile is None):
         raise ConfigError("prometheus.certfile", "TLS needs both prometheus.certfile and .keyfile")
     if client_auth_required and (certfile is None or client_cafile is None):
