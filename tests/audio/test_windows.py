@@ -1,0 +1,94 @@
+"""Windower: windows hold exactly ``window_seconds`` of speech, cut across chunks and pauses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from monitor.audio.sources import RATE_HZ
+from monitor.audio.vad import SpeechChunk
+from monitor.audio.windows import SpeechWindow, Windower
+
+
+def make_chunks(lengths: list[int], pauses: list[int]) -> list[SpeechChunk]:
+    """Chunks of consecutive sample values (so every sample is identifiable) with pauses."""
+    chunks, value, time_samples = [], 0, 0
+    for length, pause in zip(lengths, pauses, strict=True):
+        time_samples += pause
+        samples = (np.arange(value, value + length) % 30000).astype(np.int16)
+        chunks.append(
+            SpeechChunk(samples, time_samples / RATE_HZ, (time_samples + length) / RATE_HZ)
+        )
+        value += length
+        time_samples += length
+    return chunks
+
+
+def reference_times(chunks: list[SpeechChunk], first: int, n: int) -> tuple[float, float]:
+    """Stream time of speech sample ``first`` and just after sample ``first + n - 1``."""
+    times = np.concatenate(
+        [c.start_seconds + np.arange(c.samples.shape[0]) / RATE_HZ for c in chunks]
+    )
+    return float(times[first]), float(times[first + n - 1] + 1 / RATE_HZ)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 9000), min_size=1, max_size=25),
+    pause=st.integers(0, 4000),
+    window_seconds=st.sampled_from([0.1, 0.25, 0.5]),
+)
+def test_windows_partition_the_speech(
+    lengths: list[int], pause: int, window_seconds: float
+) -> None:
+    chunks = make_chunks(lengths, [pause] * len(lengths))
+    windower = Windower(window_seconds)
+    windows: list[SpeechWindow] = []
+    for chunk in chunks:
+        windows += windower.process(chunk)
+    n = round(window_seconds * RATE_HZ)
+    total = sum(lengths)
+    assert len(windows) == total // n
+    assert windower.pending_seconds == pytest.approx((total % n) / RATE_HZ)
+    windows += windower.flush()
+    speech = np.concatenate([c.samples for c in chunks]).astype(np.float32) / 32768
+    np.testing.assert_array_equal(np.concatenate([w.samples for w in windows]), speech)
+    first = 0
+    for w in windows:
+        size = w.samples.shape[0]
+        assert w.samples.dtype == np.float32
+        assert w.speech_seconds == pytest.approx(size / RATE_HZ)
+        start, end = reference_times(chunks, first, size)
+        assert w.start_seconds == pytest.approx(start)
+        assert w.end_seconds == pytest.approx(end)
+        assert w.end_seconds - w.start_seconds >= w.speech_seconds - 1e-9
+        first += size
+    assert all(w.samples.shape[0] == n for w in windows[:-1])
+
+
+def test_one_long_chunk_gives_several_windows() -> None:
+    chunk = make_chunks([RATE_HZ * 7 + 5], [RATE_HZ])[0]
+    windower = Windower(3.0)
+    windows = windower.process(chunk)
+    assert [(w.start_seconds, w.end_seconds) for w in windows] == [(1.0, 4.0), (4.0, 7.0)]
+    assert windower.pending_seconds == pytest.approx(1 + 5 / RATE_HZ)
+
+
+def test_flush_minimum_and_reset() -> None:
+    windower = Windower(3.0)
+    windower.process(make_chunks([RATE_HZ // 2], [0])[0])
+    assert windower.flush(min_seconds=1.0) == []
+    assert windower.pending_seconds == 0
+    windower.process(make_chunks([RATE_HZ * 2], [0])[0])
+    (short,) = windower.flush(min_seconds=1.0)
+    assert short.speech_seconds == pytest.approx(2.0)
+    windower.process(make_chunks([RATE_HZ], [0])[0])
+    windower.reset()
+    assert windower.flush() == []
+
+
+def test_bad_window_length() -> None:
+    with pytest.raises(ValueError, match="window_seconds"):
+        Windower(0)
