@@ -71,6 +71,7 @@ def _print_features(report: dict[str, Any]) -> None:
         f"{report['speech_seconds']:.2f} s speech",
         markup=False,
         highlight=False,
+        soft_wrap=True,
     )
     timing = report["timing_seconds"]
     for name, fields in report.items():
@@ -92,9 +93,12 @@ def _print_features(report: dict[str, Any]) -> None:
             f"  {name:<10} {', '.join(parts)}  ({timing.get(name, 0.0):.3f} s)",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
     stages = ", ".join(f"{stage} {seconds:.3f}" for stage, seconds in timing.items())
-    console.print(f"  {'timing':<10} {stages} (seconds)", markup=False, highlight=False)
+    console.print(
+        f"  {'timing':<10} {stages} (seconds)", markup=False, highlight=False, soft_wrap=True
+    )
 
 
 @app.command("features")
@@ -108,6 +112,7 @@ def features_command(
 
     All files are processed in one process (models load once). A file that cannot be read gets
     one error line on stderr; the others are still printed, and the exit status is 2 at the end.
+    The first file's times include loading the models.
     """
     from monitor.features.extract import describe, extract_file
 
@@ -129,6 +134,97 @@ def features_command(
         typer.echo(json.dumps(payload))
     if status:
         raise typer.Exit(status)
+
+
+# ---- voxmeter score / compose (owner: zebra-baselines-composition) ----------------------------
+
+
+@app.command("score")
+@user_errors
+def score_command(
+    scores: Annotated[
+        Path | None, typer.Option("--scores", help="Score file: 'enroll trial score' lines.")
+    ] = None,
+    key: Annotated[
+        Path | None, typer.Option("--key", help="Key file: 'enroll trial target|nontarget' lines.")
+    ] = None,
+    matrix: Annotated[
+        Path | None, typer.Option("--matrix", help="Score matrix, trials × identities (.npy/.csv).")
+    ] = None,
+    truth: Annotated[
+        Path | None, typer.Option("--truth", help="True identity index per trial (.npy/.csv/.txt).")
+    ] = None,
+    dev_matrix: Annotated[
+        Path | None, typer.Option("--dev-matrix", help="Dev score matrix for the LID calibration.")
+    ] = None,
+    dev_truth: Annotated[
+        Path | None, typer.Option("--dev-truth", help="True identity per dev trial.")
+    ] = None,
+    lid_weight: Annotated[
+        float | None,
+        typer.Option("--lid-weight", help="LID calibration weight w (with --lid-bias)."),
+    ] = None,
+    lid_bias: Annotated[
+        float | None, typer.Option("--lid-bias", help="LID calibration bias b (nats).")
+    ] = None,
+    fit_loss: Annotated[
+        str, typer.Option("--fit-loss", help="Beta-binomial fit loss: ll, ms, wms, rwms or cll.")
+    ] = "cll",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Disclosure and baseline metrics of a score file (ZEBRA format) or a 1-to-N score matrix."""
+    from monitor.report_text import (
+        render_report,
+        report_json,
+        score_report_from_files,
+        to_json_text,
+    )
+
+    report = score_report_from_files(
+        scores=scores,
+        key=key,
+        matrix=matrix,
+        truth=truth,
+        dev_matrix=dev_matrix,
+        dev_truth=dev_truth,
+        lid_weight=lid_weight,
+        lid_bias=lid_bias,
+        fit_loss=fit_loss,
+    )
+    if as_json:
+        typer.echo(to_json_text(report_json(report)))
+    else:
+        render_report(report, console)
+
+
+@app.command("compose", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@user_errors
+def compose_command(
+    ctx: typer.Context,
+    epsilon: Annotated[float, typer.Option("--epsilon", help="ε of one release, in nats.")],
+    delta: Annotated[
+        float, typer.Option("--delta", help="Target δ of the composition, in (0, 1).")
+    ],
+    steps: Annotated[
+        str, typer.Option("--steps", help="Numbers of releases k: --steps 100 500 1000.")
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+) -> None:
+    """Composed ε after k releases: basic, advanced (Kairouz Thm 3.4) and optimal (Thm 3.3)."""
+    from monitor.report_text import (
+        compose_json,
+        compose_rows,
+        parse_steps,
+        render_composition,
+        to_json_text,
+    )
+
+    # click options take one value each; the further step counts arrive as extra arguments.
+    rows = compose_rows(epsilon, delta, parse_steps([steps, *ctx.args]))
+    if as_json:
+        typer.echo(to_json_text(compose_json(rows)))
+    else:
+        render_composition(rows, epsilon, delta, console)
 
 
 def main() -> None:
