@@ -1,0 +1,412 @@
+"""What ``voxmeter score`` and ``voxmeter compose`` compute and print: reports, JSON, rich tables.
+
+The CLI stays a thin parser: it calls :func:`score_report_from_files` or :func:`compose_rows`
+and hands the result to a ``render_*`` function or to :func:`to_json_text`. Units follow
+DESIGN §0: bits for disclosures, nats for ε, rates stored as fractions (printed as %).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from monitor.disclosure.baselines import (
+    cllr,
+    eer_rocch,
+    eer_sweep,
+    linkability,
+    min_cllr,
+    split_mated,
+    top1_linkage,
+)
+from monitor.disclosure.composition import basic, drv, kairouz_advanced, optimal
+from monitor.disclosure.lid import (
+    LidCalibration,
+    LidSummary,
+    calibrated_llr,
+    fit_lid_calibration,
+    lid_per_trial,
+    lid_summary,
+)
+from monitor.disclosure.ranks import rank_histogram
+from monitor.disclosure.srd import RankFit, SrdStats, fit_rank_model, srd_stats
+from monitor.disclosure.zebra import ZebraResult, zebra
+from monitor.errors import InputError
+from monitor.scorefiles import PairScores, read_matrix_trials, read_scores_key
+
+FIT_LOSSES = ("ll", "ms", "wms", "rwms", "cll")
+#: Where the LID calibration came from, as printed.
+LID_SOURCES = {
+    "dev": "fitted on the dev matrix",
+    "given": "given weight and bias",
+    "eval": "fitted on the EVALUATION matrix itself (no dev data: optimistic)",
+}
+
+
+@dataclass(frozen=True)
+class ScoreReport:
+    """Every figure of one ``voxmeter score`` run; SRD/LID/top-1 exist only for a matrix."""
+
+    n_tar: int
+    n_non: int
+    zebra: ZebraResult
+    EER: float  # threshold sweep, fraction
+    EER_rocch: float  # ROC convex hull, fraction
+    Cllr: float  # bits
+    min_Cllr: float  # bits
+    linkability: float  # D<->sys, fraction; NaN with fewer than 10 mated scores
+    srd: SrdStats | None = None
+    fit: RankFit | None = None
+    lid: LidSummary | None = None
+    lid_source: str | None = None  # key of LID_SOURCES
+    top1_linkage: float | None = None  # fraction
+    T: int | None = None
+    N: int | None = None
+    notes: tuple[str, ...] = ()
+
+
+def _pooled_metrics(tar: np.ndarray, non: np.ndarray) -> dict[str, Any]:
+    return {
+        "n_tar": int(tar.size),
+        "n_non": int(non.size),
+        "zebra": zebra(tar, non),
+        "EER": eer_sweep(tar, non),
+        "EER_rocch": eer_rocch(tar, non),
+        "min_Cllr": min_cllr(tar, non),
+        "linkability": linkability(tar, non),
+    }
+
+
+def _collect_notes(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(str(w.message) for w in caught))
+
+
+def pairs_report(pairs: PairScores) -> ScoreReport:
+    """Pooled-trial report: scores are read as natural-log LLRs for Cllr (DESIGN §6.2)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        metrics = _pooled_metrics(pairs.tar, pairs.non)
+        value = cllr(pairs.tar, pairs.non)
+    return ScoreReport(Cllr=value, notes=_collect_notes(caught), **metrics)
+
+
+def matrix_report(
+    S: np.ndarray,
+    m: np.ndarray,
+    *,
+    dev: tuple[np.ndarray, np.ndarray] | None = None,
+    lid_weight: float | None = None,
+    lid_bias: float | None = None,
+    fit_loss: str = "cll",
+) -> ScoreReport:
+    """1-to-N report of a (T, N) matrix with truth (T,): SRD, LID, and ZEBRA/baselines on the
+    mated/non-mated split. The LID calibration comes from ``dev``, from the given weight and
+    bias, or else from the evaluation matrix itself (reported as such)."""
+    if fit_loss not in FIT_LOSSES:
+        raise ValueError(f"fit_loss {fit_loss!r} is not one of {FIT_LOSSES}")
+    T, N = S.shape
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hist = rank_histogram(S, m)
+        fit = fit_rank_model(hist, loss=fit_loss)  # type: ignore[arg-type]
+        if lid_weight is not None and lid_bias is not None:
+            source = "given"
+            cal = LidCalibration(lid_weight, lid_bias, -math.log(N - 1))
+        elif dev is not None:
+            source = "dev"
+            cal = fit_lid_calibration(*dev)
+        else:
+            source = "eval"
+            cal = fit_lid_calibration(S, m)
+        lid = lid_summary(lid_per_trial(S, m, cal.weight), cal)
+        llr_tar, llr_non = split_mated(calibrated_llr(S, cal), m)
+        mated, nonmated = split_mated(S, m)
+        metrics = _pooled_metrics(mated, nonmated)
+        value = cllr(llr_tar, llr_non)
+    notes = list(_collect_notes(caught))
+    if fit.at_bound:
+        notes.append(
+            f"beta-binomial fit ({fit_loss}) stopped at the parameter bound: the histogram is "
+            "degenerate (e.g. every trial at rank 1)"
+        )
+    if source == "eval":
+        notes.append("LID calibration " + LID_SOURCES["eval"])
+    return ScoreReport(
+        Cllr=value,
+        srd=srd_stats(hist),
+        fit=fit,
+        lid=lid,
+        lid_source=source,
+        top1_linkage=top1_linkage(S, m),
+        T=T,
+        N=N,
+        notes=tuple(notes),
+        **metrics,
+    )
+
+
+def score_report_from_files(
+    *,
+    scores: Path | None = None,
+    key: Path | None = None,
+    matrix: Path | None = None,
+    truth: Path | None = None,
+    dev_matrix: Path | None = None,
+    dev_truth: Path | None = None,
+    lid_weight: float | None = None,
+    lid_bias: float | None = None,
+    fit_loss: str = "cll",
+) -> ScoreReport:
+    """Check which inputs were given, read them, and build the report (InputError on misuse)."""
+    pair_mode = scores is not None or key is not None
+    matrix_mode = matrix is not None or truth is not None
+    if pair_mode and matrix_mode:
+        raise InputError("--scores/--key", "cannot be combined with --matrix/--truth")
+    if not pair_mode and not matrix_mode:
+        raise InputError("voxmeter score", "give --scores S --key K, or --matrix M --truth T")
+    if fit_loss not in FIT_LOSSES:
+        raise InputError("--fit-loss", f"{fit_loss!r} is not one of {', '.join(FIT_LOSSES)}")
+    if pair_mode:
+        if scores is None or key is None:
+            raise InputError("--scores" if scores is None else "--key", "missing: give both")
+        extras = [dev_matrix, dev_truth, lid_weight, lid_bias]
+        if any(x is not None for x in extras):
+            raise InputError("--scores/--key", "dev data and LID options need --matrix/--truth")
+        return pairs_report(read_scores_key(scores, key))
+    if matrix is None or truth is None:
+        raise InputError("--matrix" if matrix is None else "--truth", "missing: give both")
+    if (dev_matrix is None) != (dev_truth is None):
+        raise InputError("--dev-matrix/--dev-truth", "give both or neither")
+    if (lid_weight is None) != (lid_bias is None):
+        raise InputError("--lid-weight/--lid-bias", "give both or neither")
+    if lid_weight is not None and dev_matrix is not None:
+        raise InputError("--lid-weight", "give either a dev matrix or a weight and bias, not both")
+    for name, value in (("--lid-weight", lid_weight), ("--lid-bias", lid_bias)):
+        if value is not None and not math.isfinite(value):
+            raise InputError(name, f"must be a finite number, got {value}")
+    S, m = read_matrix_trials(matrix, truth)
+    dev = read_matrix_trials(dev_matrix, dev_truth) if dev_matrix and dev_truth else None
+    return matrix_report(S, m, dev=dev, lid_weight=lid_weight, lid_bias=lid_bias, fit_loss=fit_loss)
+
+
+# ---- JSON ------------------------------------------------------------------------------------
+
+
+def _clean(value: Any) -> Any:
+    """NaN and ±inf become None (JSON null); numpy scalars become Python numbers."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _srd_stats_json(stats: SrdStats) -> dict[str, Any]:
+    return {k: v for k, v in asdict(stats).items() if k != "N"}
+
+
+def report_json(report: ScoreReport) -> dict[str, Any]:
+    """The ``--json`` object: keys srd, lid, zebra, EER, EER_rocch, Cllr, min_Cllr, linkability
+    (plus top1_linkage and notes); srd and lid are null for pooled trials."""
+    srd = None
+    if report.srd is not None and report.fit is not None:
+        fit = report.fit
+        srd = {
+            **_srd_stats_json(report.srd),
+            "N": report.srd.N,
+            "fit": {
+                "loss": fit.loss,
+                "alpha": fit.alpha,
+                "beta": fit.beta,
+                "KL_bits": fit.KL_bits,
+                "rank1_match_bits": fit.rank1_match_bits,
+                **_srd_stats_json(fit.stats),
+            },
+        }
+    lid = None
+    if report.lid is not None:
+        lid = {**asdict(report.lid), "calibrated_on": report.lid_source}
+    out = {
+        "srd": srd,
+        "lid": lid,
+        "zebra": asdict(report.zebra),
+        "EER": report.EER,
+        "EER_rocch": report.EER_rocch,
+        "Cllr": report.Cllr,
+        "min_Cllr": report.min_Cllr,
+        "linkability": report.linkability,
+        "top1_linkage": report.top1_linkage,
+        "notes": list(report.notes),
+    }
+    return _clean(out)
+
+
+def to_json_text(obj: Any) -> str:
+    """Strict JSON (no NaN tokens) with NaN/inf already turned into null."""
+    return json.dumps(_clean(obj), indent=2, allow_nan=False)
+
+
+# ---- human output ----------------------------------------------------------------------------
+
+
+def _bits(x: float | None) -> str:
+    if x is None or math.isnan(x):
+        return "n/a"
+    return f"{x:.3f} bits" if math.isfinite(x) else ("+∞" if x > 0 else "−∞")
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{100.0 * x:.2f} %"
+
+
+def _num(x: float | None, digits: int = 4) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x:.{digits}g}"
+
+
+def render_report(report: ScoreReport, console: Console) -> None:
+    """Print the report as rich tables (percentages for rates, bits for disclosures)."""
+    if report.srd is not None and report.fit is not None:
+        fit = report.fit
+        table = Table(
+            title=f"SRD: rank of the true identity (N = {report.N}, T = {report.T}, "
+            f"ceiling log2 N = {math.log2(report.N or 1):.3f} bits)"
+        )
+        table.add_column("statistic")
+        table.add_column("histogram", justify="right")
+        table.add_column(f"beta-binomial ({fit.loss})", justify="right")
+        hist, model = report.srd, fit.stats
+        table.add_row("MeanD", _bits(hist.MeanD), _bits(model.MeanD))
+        table.add_row("IdR", _pct(hist.IdR), _pct(model.IdR))
+        table.add_row("MaxD", _bits(hist.MaxD), _bits(model.MaxD))
+        table.add_row("StDD", _bits(hist.StDD), _bits(model.StDD))
+        table.add_row("Spread", _pct(hist.Spread), _pct(model.Spread))
+        table.add_row("α, β", "", f"{_num(fit.alpha)}, {_num(fit.beta)}")
+        table.add_row("KL(hist ‖ model)", "", _bits(fit.KL_bits))
+        table.add_row("rank-1 match", "", _bits(fit.rank1_match_bits))
+        console.print(table)
+    if report.lid is not None:
+        lid = report.lid
+        table = Table(title=f"LID: calibration {LID_SOURCES[report.lid_source or 'eval']}")
+        table.add_column("statistic")
+        table.add_column("value", justify="right")
+        table.add_row("ALID", _bits(lid.ALID))
+        table.add_row("PDR", _pct(lid.PDR))
+        table.add_row("NDR", _pct(lid.NDR))
+        table.add_row("LID+", _bits(lid.LID_plus))
+        table.add_row("LID−", _bits(lid.LID_minus))
+        table.add_row("LIDmax", _bits(lid.LID_max))
+        table.add_row("weight w, bias b", f"{_num(lid.weight)}, {_num(lid.bias)}")
+        console.print(table)
+    split = "mated / non-mated split" if report.srd is not None else "pooled trials"
+    table = Table(title=f"ZEBRA and baselines ({split}: {report.n_tar} / {report.n_non})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    z = report.zebra
+    table.add_row("ZEBRA expected disclosure D_ECE", _bits(z.D_ECE))
+    table.add_row("ZEBRA worst case log10 LR, tag", f"{z.log10_lr_max:.3f}  ({z.tag})")
+    table.add_row("EER (threshold sweep)", _pct(report.EER))
+    table.add_row("EER (ROC convex hull)", _pct(report.EER_rocch))
+    on = "calibrated LLRs" if report.srd is not None else "scores read as LLRs"
+    table.add_row(f"Cllr ({on})", _bits(report.Cllr))
+    table.add_row("min Cllr", _bits(report.min_Cllr))
+    table.add_row("linkability D↔sys", _pct(report.linkability))
+    if report.top1_linkage is not None:
+        table.add_row("top-1 linkage (strict)", _pct(report.top1_linkage))
+    console.print(table)
+    for note in report.notes:
+        console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
+
+
+# ---- composition -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompositionRow:
+    """Composed ε (nats) after ``steps`` releases of an (ε, 0)-DP mechanism at target δ."""
+
+    steps: int
+    basic: float
+    drv: float
+    advanced: float  # Kairouz Thm 3.4 (min of its three terms)
+    optimal: float  # Kairouz Thm 3.3, continuous in δ
+
+
+def parse_steps(tokens: Sequence[str]) -> list[int]:
+    """Step counts from the command line; a token that is not an integer >= 1 is an InputError."""
+    steps = []
+    for token in tokens:
+        try:
+            value = int(token)
+        except ValueError:
+            raise InputError("--steps", f"{token!r} is not an integer number of steps") from None
+        steps.append(value)
+    return steps
+
+
+def compose_rows(epsilon: float, delta: float, steps: Sequence[int]) -> list[CompositionRow]:
+    """Validate the options (InputError naming the bad one) and compute every bound."""
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise InputError("--epsilon", f"must be a finite number > 0, got {epsilon}")
+    if not (0.0 < delta < 1.0):
+        raise InputError("--delta", f"must lie in (0, 1), got {delta}")
+    if not steps:
+        raise InputError("--steps", "give at least one step count")
+    for value in steps:
+        if value < 1:
+            raise InputError("--steps", f"must be integers >= 1, got {value}")
+    k = np.asarray(steps, dtype=np.int64)
+    columns = (
+        basic(epsilon, k),
+        drv(epsilon, k, delta),
+        kairouz_advanced(epsilon, k, delta),
+        optimal(epsilon, k, delta),
+    )
+    return [
+        CompositionRow(int(s), float(b), float(d), float(a), float(o))
+        for s, b, d, a, o in zip(k, *columns, strict=True)
+    ]
+
+
+def compose_json(rows: Sequence[CompositionRow]) -> list[dict[str, Any]]:
+    """The ``compose --json`` list: {steps, basic, advanced, optimal} per step count (nats)."""
+    return [
+        {"steps": r.steps, "basic": r.basic, "advanced": r.advanced, "optimal": r.optimal}
+        for r in rows
+    ]
+
+
+def render_composition(
+    rows: Sequence[CompositionRow], epsilon: float, delta: float, console: Console
+) -> None:
+    """Composed ε per step count, in nats (and the optimal bound in bits, DESIGN §5.7)."""
+    table = Table(title=f"Composition of ε = {epsilon:g} nats per step at δ = {delta:g}")
+    table.add_column("steps", justify="right")
+    table.add_column("basic k·ε", justify="right")
+    table.add_column("DRV", justify="right")
+    table.add_column("advanced (Thm 3.4)", justify="right")
+    table.add_column("optimal (Thm 3.3)", justify="right")
+    table.add_column("optimal in bits", justify="right")
+    for r in rows:
+        table.add_row(
+            str(r.steps),
+            f"{r.basic:.3f}",
+            f"{r.drv:.3f}",
+            f"{r.advanced:.3f}",
+            f"{r.optimal:.3f}",
+            f"{r.optimal / math.log(2):.3f}",
+        )
+    console.print(table)
+    console.print("ε in nats; a release that is ε-DP discloses at most ε·log2(e) bits (§5.7).")
