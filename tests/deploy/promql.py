@@ -1,0 +1,71 @@
+"""Every PromQL expression shipped in deploy/ (dashboard panels and alert rules), ready to run.
+
+Shared by the deploy tests (syntax through promtool) and the end-to-end test (each expression
+against a real Prometheus that scraped a running daemon).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "voxmeter.json"
+RULES = DEPLOY / "prometheus" / "rules.yml"
+
+# Dashboard variables → what "All" / the default selects.
+VARIABLES = {"$speaker": ".*", "$measure": "lid"}
+
+
+def dashboard() -> dict:
+    return json.loads(DASHBOARD.read_text())
+
+
+def dashboard_expressions() -> dict[str, str]:
+    """``"<panel title> / <refId>"`` → expression with the dashboard variables substituted."""
+    found: dict[str, str] = {}
+    for panel in dashboard()["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for name, value in VARIABLES.items():
+                expr = expr.replace(name, value)
+            found[f"{panel['title']} / {target['refId']}"] = expr
+    return found
+
+
+def rule_expressions() -> dict[str, str]:
+    """Alert name → ``expr`` from rules.yml (a deliberately small reader: our own file's layout)."""
+    text = RULES.read_text()
+    found: dict[str, str] = {}
+    pattern = re.compile(
+        r"- alert: (\w+)\n\s+expr: (?:>-\n((?:\s{10,}.*\n)+)|(.*)\n)", re.MULTILINE
+    )
+    for match in pattern.finditer(text):
+        folded = match.group(2)
+        expr = " ".join(line.strip() for line in folded.splitlines()) if folded else match.group(3)
+        found[match.group(1)] = expr.strip()
+    return found
+
+
+def without_threshold(expr: str) -> str:
+    """The operand an alert compares: ``A > 6`` → ``A`` (the last comparison outside (), {})."""
+    depth = 0
+    cut = None
+    i = 0
+    while i < len(expr):
+        c = expr[i]
+        if c in "({[":
+            depth += 1
+        elif c in ")}]":
+            depth -= 1
+        elif depth == 0 and expr.startswith(("==", "!=", ">=", "<="), i):
+            cut = i
+            i += 1
+        elif depth == 0 and c in "<>":
+            cut = i
+        i += 1
+    if cut is None:
+        raise ValueError(f"no comparison at the top level of {expr!r}")
+    return expr[:cut].strip()
