@@ -1,0 +1,141 @@
+"""Score-file readers: the join of the ZEBRA format, matrix/truth formats, and their errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monitor.errors import InputError
+from monitor.scorefiles import read_matrix, read_matrix_trials, read_scores_key, read_truth
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_join_on_enroll_and_trial_ignores_unkeyed_scores(tmp_path):
+    scores = write(
+        tmp_path / "s.txt",
+        "spk1 utt1 2.5\nspk1 utt2 -1.0\n\nspk2 utt1 0.25\nspk9 uttX 99\n",
+    )
+    key = write(
+        tmp_path / "k.txt",
+        "spk2 utt1 nontarget\nspk1 utt1 target\nspk1 utt2 nontarget\n",
+    )
+    pairs = read_scores_key(scores, key)
+    np.testing.assert_array_equal(pairs.tar, [2.5])
+    np.testing.assert_array_equal(np.sort(pairs.non), [-1.0, 0.25])
+
+
+@pytest.mark.parametrize(
+    ("scores", "key", "where", "problem"),
+    [
+        ("a b 1\n", "a b target\na c nontarget\n", "k.txt:2", "no score for pair a c"),
+        ("a b 1\na c 2\n", "a b target\na c nontraget\n", "k.txt:2", "label 'nontraget'"),
+        ("a b nan\na c 2\n", "a b target\na c nontarget\n", "s.txt:1", "not a finite number"),
+        ("a b x\na c 2\n", "a b target\na c nontarget\n", "s.txt:1", "'x' is not a number"),
+        ("a b 1 7\n", "a b target\n", "s.txt:1", "expected 3 fields"),
+        ("a b 1\na c 2\n", "a b target\na c target\n", "k.txt", "no nontarget trials"),
+        ("a b 1\na b 2\na c 2\n", "a b target\na c nontarget\n", "s.txt:2", "repeats line 1"),
+        ("a b 1\na c 2\n", "a b target\na b nontarget\n", "k.txt:2", "repeats line 1"),
+        ("", "a b target\n", "s.txt", "empty"),
+    ],
+)
+def test_pair_errors_name_file_and_line(tmp_path, scores, key, where, problem):
+    s = write(tmp_path / "s.txt", scores)
+    k = write(tmp_path / "k.txt", key)
+    with pytest.raises(InputError) as info:
+        read_scores_key(s, k)
+    message = str(info.value)
+    assert message.startswith(str(tmp_path / where)), message
+    assert problem in message
+    assert "\n" not in message
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        read_scores_key(tmp_path / "nope.txt", write(tmp_path / "k.txt", "a b target\n"))
+    with pytest.raises(InputError, match="no such file"):
+        read_matrix(tmp_path / "nope.npy")
+    (tmp_path / "dir.txt").mkdir()
+    with pytest.raises(InputError, match="directory"):
+        read_truth(tmp_path / "dir.txt")
+
+
+def test_matrix_formats_agree(tmp_path):
+    M = np.array([[0.9, 0.1, 0.3], [0.2, 0.8, -1.5]])
+    np.save(tmp_path / "m.npy", M)
+    write(tmp_path / "m.csv", "0.9, 0.1, 0.3\n0.2,0.8,-1.5\n")
+    np.testing.assert_array_equal(read_matrix(tmp_path / "m.npy"), M)
+    np.testing.assert_array_equal(read_matrix(tmp_path / "m.csv"), M)
+
+
+def test_truth_formats_agree(tmp_path):
+    np.save(tmp_path / "t.npy", np.array([2, 0, 1]))
+    np.save(tmp_path / "f.npy", np.array([2.0, 0.0, 1.0]))
+    write(tmp_path / "t.txt", "2\n0\n1\n")
+    write(tmp_path / "t.csv", "2,0,1\n")
+    for name in ("t.npy", "f.npy", "t.txt", "t.csv"):
+        np.testing.assert_array_equal(read_truth(tmp_path / name), [2, 0, 1])
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "problem"),
+    [
+        ("1,2\n3\n", 2, "ragged row"),
+        ("1,2\n3,nan\n", 2, "not a finite number"),
+        ("1,2\n3,abc\n", 2, "'abc' is not a number"),
+    ],
+)
+def test_matrix_csv_errors(tmp_path, text, line, problem):
+    path = write(tmp_path / "m.csv", text)
+    with pytest.raises(InputError, match=problem) as info:
+        read_matrix(path)
+    assert str(info.value).startswith(f"{path}:{line}:")
+
+
+def test_matrix_npy_errors(tmp_path):
+    bad = np.ones((3, 4))
+    bad[2, 1] = np.nan
+    np.save(tmp_path / "nan.npy", bad)
+    with pytest.raises(InputError, match="row 2, column 1"):
+        read_matrix(tmp_path / "nan.npy")
+    np.save(tmp_path / "vec.npy", np.ones(4))
+    with pytest.raises(InputError, match="2-D"):
+        read_matrix(tmp_path / "vec.npy")
+    np.save(tmp_path / "empty.npy", np.ones((0, 4)))
+    with pytest.raises(InputError, match="empty"):
+        read_matrix(tmp_path / "empty.npy")
+    write(tmp_path / "garbage.npy", "not numpy")
+    with pytest.raises(InputError, match="not a readable"):
+        read_matrix(tmp_path / "garbage.npy")
+    write(tmp_path / "empty.csv", "\n\n")
+    with pytest.raises(InputError, match="empty"):
+        read_matrix(tmp_path / "empty.csv")
+    with pytest.raises(InputError, match="unsupported file type"):
+        read_matrix(write(tmp_path / "m.json", "[]"))
+
+
+def test_truth_errors(tmp_path):
+    np.save(tmp_path / "m.npy", np.ones((3, 4)))
+    write(tmp_path / "frac.txt", "0\n1.5\n2\n")
+    with pytest.raises(InputError, match=r"'1\.5' is not an integer") as info:
+        read_truth(tmp_path / "frac.txt")
+    assert str(info.value).startswith(f"{tmp_path / 'frac.txt'}:2:")
+    np.save(tmp_path / "frac.npy", np.array([0.0, 0.5, 1.0]))
+    with pytest.raises(InputError, match=r"entry 1: 0\.5 is not an integer"):
+        read_truth(tmp_path / "frac.npy")
+    write(tmp_path / "range.txt", "0\n1\n\n4\n")
+    with pytest.raises(InputError, match=r"identity index 4 is outside \[0, 4\)") as info:
+        read_matrix_trials(tmp_path / "m.npy", tmp_path / "range.txt")
+    assert str(info.value).startswith(f"{tmp_path / 'range.txt'}:4:")
+    write(tmp_path / "short.txt", "0 1\n")
+    with pytest.raises(InputError, match="2 truth indices for 3 trials"):
+        read_matrix_trials(tmp_path / "m.npy", tmp_path / "short.txt")
+    np.save(tmp_path / "one.npy", np.ones((3, 1)))
+    write(tmp_path / "zeros.txt", "0 0 0")
+    with pytest.raises(InputError, match="need at least 2"):
+        read_matrix_trials(tmp_path / "one.npy", tmp_path / "zeros.txt")
