@@ -122,7 +122,9 @@ def features_command(
         try:
             report = describe(extract_file(path))
         except VoxmeterError as error:
-            err_console.print(f"voxmeter: error: {error}", markup=False, highlight=False)
+            err_console.print(
+                f"voxmeter: error: {error}", markup=False, highlight=False, soft_wrap=True
+            )
             status = max(status, error.exit_code)
             continue
         if as_json:
@@ -225,6 +227,220 @@ def compose_command(
         typer.echo(to_json_text(compose_json(rows)))
     else:
         render_composition(rows, epsilon, delta, console)
+
+
+# ---- voxmeter enroll / db (owner: store) -----------------------------------------------------
+
+_DB_HELP = "Template database (default: $VOXMETER_DB or ./voxmeter.db)."
+
+
+def _db_path(db: Path | None) -> Path:
+    from monitor.enroll import default_db_path
+
+    return db if db is not None else default_db_path()
+
+
+@app.command("enroll")
+@user_errors
+def enroll_command(
+    corpus: Annotated[Path, typer.Argument(help="Corpus root: <root>/<speaker>/<utt>.wav|flac.")],
+    db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
+    utterances: Annotated[
+        int | None,
+        typer.Option("--utterances", min=1, help="Use each speaker's first K usable utterances."),
+    ] = None,
+    seconds: Annotated[
+        float | None,
+        typer.Option("--seconds", min=0.0, help="Use each speaker's first S seconds of speech."),
+    ] = None,
+    local: Annotated[
+        bool, typer.Option("--local", help="Also register every speaker as a device user.")
+    ] = False,
+    split: Annotated[
+        str | None,
+        typer.Option("--split", help="Only speakers of this original_split (train|test)."),
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Worker processes.")] = 1,
+    features: Annotated[
+        str, typer.Option("--features", help="Comma-separated features to enrol.")
+    ] = "f0,phone,embedding",
+    cache: Annotated[
+        Path | None,
+        typer.Option("--cache", help="Feature cache (default $VOXMETER_CACHE, ~/.cache/voxmeter)."),
+    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Do not read or write the feature cache.")
+    ] = False,
+) -> None:
+    """Build one template per speaker and feature from a corpus (replacing old templates)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from monitor.corpus import scan_corpus
+    from monitor.enroll import default_cache_dir, enroll_corpus
+    from monitor.features.base import FEATURE_NAMES
+    from monitor.features.extract import FeatureCache
+    from monitor.store import open_store
+
+    if utterances is not None and seconds is not None:
+        raise VoxmeterError("--utterances and --seconds exclude each other: give one")
+    if seconds is not None and seconds <= 0:
+        raise VoxmeterError(f"--seconds must be positive, got {seconds:g}")
+    names = tuple(name.strip() for name in features.split(",") if name.strip())
+    unknown = [name for name in names if name not in FEATURE_NAMES]
+    if unknown or not names:
+        raise VoxmeterError(
+            f"--features {features!r}: unknown {unknown or 'empty list'}; "
+            f"known: {','.join(FEATURE_NAMES)}"
+        )
+    if local and "embedding" not in names:
+        raise VoxmeterError("--local needs the embedding feature (local profiles track voices)")
+    scanned = scan_corpus(corpus, split=split)
+    path = _db_path(db)
+    feature_cache = None if no_cache else FeatureCache(cache or default_cache_dir())
+    with open_store(path) as store:
+        store.check_writable()  # fail now, not after minutes of extraction
+        with Progress(
+            TextColumn("[bold]enrolling[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=err_console,
+        ) as bar:
+            task = bar.add_task("", total=None)
+
+            def progress(done: int, total: int, file: str) -> None:
+                speaker_file = "/".join(Path(file).parts[-2:])
+                bar.update(task, completed=done, total=total, description=speaker_file)
+
+            report = enroll_corpus(
+                store,
+                scanned,
+                features=names,
+                utterances=utterances,
+                seconds=seconds,
+                local=local,
+                jobs=jobs,
+                cache=feature_cache,
+                progress=progress,
+            )
+    out = {"markup": False, "highlight": False, "soft_wrap": True}
+    for file, reason in report.skipped_files:
+        err_console.print(f"voxmeter: skipped file {file}: {reason}", **out)
+    for alias, reason in report.skipped_speakers:
+        err_console.print(f"voxmeter: skipped speaker {alias}: {reason}", **out)
+    for speaker in report.enrolled:
+        if speaker.short:
+            asked = f"{utterances} utterances" if utterances else f"{seconds:g} s"
+            err_console.print(
+                f"voxmeter: speaker {speaker.alias}: only {len(speaker.files)} usable file(s), "
+                f"{speaker.speech_seconds:.1f} s of speech (asked for {asked})",
+                **out,
+            )
+    speech = sum(s.speech_seconds for s in report.enrolled)
+    console.print(
+        f"enrolled {len(report.enrolled)} speakers ({', '.join(report.features)}; "
+        f"{speech:.0f} s of speech from {sum(len(s.files) for s in report.enrolled)} files) "
+        f"into {path}; {report.files_extracted} files processed ({report.cache_hits} cached), "
+        f"{len(report.skipped_files)} files and {len(report.skipped_speakers)} speakers skipped"
+        + (f"; {len(report.local_profiles)} local profiles" if report.local_profiles else ""),
+        **out,
+    )
+
+
+def _identity_json(identity: Any) -> dict[str, Any]:
+    return {
+        "alias": identity.alias,
+        "metadata": identity.metadata,
+        "created": identity.created,
+        "templates": {
+            f: {"dimension": t.dimension, "seconds": t.seconds, "updated": t.updated}
+            for f, t in identity.templates.items()
+        },
+        "local_profiles": list(identity.local_profiles),
+    }
+
+
+@db_app.command("list")
+@user_errors
+def db_list_command(
+    db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+) -> None:
+    """List identities: alias, features with templates, speech seconds, local profile."""
+    from rich.table import Table
+
+    from monitor.store import open_store
+
+    path = _db_path(db)
+    with open_store(path, create=False) as store:
+        identities = store.identities()
+    if as_json:
+        typer.echo(json.dumps([_identity_json(i) for i in identities]))
+        return
+    table = Table(title=f"{path}: {len(identities)} identities", title_justify="left")
+    for column in ("alias", "features", "seconds", "local profile"):
+        table.add_column(column, justify="right" if column == "seconds" else "left")
+    for identity in identities:
+        seconds = max((t.seconds for t in identity.templates.values()), default=0.0)
+        table.add_row(
+            identity.alias,
+            " ".join(identity.templates) or "-",
+            f"{seconds:.1f}",
+            ", ".join(identity.local_profiles) or "-",
+        )
+    console.print(table)
+
+
+@db_app.command("show")
+@user_errors
+def db_show_command(
+    alias: Annotated[str, typer.Argument(help="Identity alias.")],
+    db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Show one identity: metadata, templates (dimension, seconds, updated), local profiles."""
+    from monitor.store import open_store
+
+    with open_store(_db_path(db), create=False) as store:
+        identity = store.identity(alias)
+    document = _identity_json(identity)
+    if as_json:
+        typer.echo(json.dumps(document))
+        return
+    out = {"markup": False, "highlight": False, "soft_wrap": True}
+    console.print(f"identity {identity.alias} (created {identity.created})", **out)
+    for key, value in identity.metadata.items():
+        console.print(f"  {key}: {value}", **out)
+    for feature, info in identity.templates.items():
+        console.print(
+            f"  template {feature}: {info.dimension} values, {info.seconds:.1f} s of speech, "
+            f"updated {info.updated}",
+            **out,
+        )
+    console.print(f"  local profiles: {', '.join(identity.local_profiles) or '-'}", **out)
+
+
+@db_app.command("remove")
+@user_errors
+def db_remove_command(
+    alias: Annotated[str, typer.Argument(help="Identity alias.")],
+    db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
+) -> None:
+    """Delete an identity with its templates and local profiles."""
+    from monitor.store import open_store
+
+    path = _db_path(db)
+    with open_store(path, create=False) as store:
+        identity = store.identity(alias)
+        store.remove_identity(alias)
+    profiles = f", local profiles {', '.join(identity.local_profiles)}"
+    console.print(
+        f"removed {alias} from {path} ({len(identity.templates)} templates"
+        f"{profiles if identity.local_profiles else ''})",
+        markup=False,
+        highlight=False,
+    )
 
 
 def main() -> None:

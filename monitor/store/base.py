@@ -68,6 +68,11 @@ class Database:
         with self._read() as conn:
             return current_version(conn)
 
+    def check_writable(self) -> None:
+        """Raise StoreError now if another process holds the write lock (before long work)."""
+        with self._transaction():
+            pass
+
     # ---- transactions ------------------------------------------------------------------------
     def _error(self, error: sqlite3.Error) -> StoreError:
         """Translate an SQLite failure into a one-line StoreError naming the file."""

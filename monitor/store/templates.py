@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from monitor.calibration.fit import CalibrationSet
 
 __all__ = [
+    "LOCAL_PROFILE_FEATURE",
     "CalibrationRecord",
     "Enrolment",
     "Identity",
@@ -31,6 +32,10 @@ __all__ = [
     "TemplateInfo",
     "TemplatesMixin",
 ]
+
+
+LOCAL_PROFILE_FEATURE = "embedding"
+"""The feature the daemon's tracker follows voices with: what a local profile stores."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class Enrolment:
     alias: str
     observations: Mapping[str, Observation]
     metadata: Mapping[str, Any] | None = None  # None keeps an existing identity's metadata
+    local_profile: str | None = None  # also register this device user, with the embedding
 
 
 @dataclass(frozen=True)
@@ -228,6 +234,14 @@ class TemplatesMixin(Database):
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (identity_id, feature, dimension, float(observation.seconds), blob, now),
             )
+        if enrolment.local_profile is not None:
+            embedding = enrolment.observations.get(LOCAL_PROFILE_FEATURE)
+            if embedding is None:
+                raise ValueError(
+                    f"identity {enrolment.alias!r}: a local profile needs an "
+                    f"{LOCAL_PROFILE_FEATURE!r} template"
+                )
+            self._upsert_local_profile(conn, enrolment.local_profile, identity_id, embedding, now)
 
     def replace_templates(
         self,
@@ -305,34 +319,42 @@ class TemplatesMixin(Database):
             )
 
     # ---- local profiles ----------------------------------------------------------------------
+    def _upsert_local_profile(
+        self,
+        conn: sqlite3.Connection,
+        profile_alias: str,
+        identity_id: int,
+        embedding: Observation,
+        now: str,
+    ) -> None:
+        _check_alias(profile_alias, "profile alias")
+        blob, dimension = vector_blob(embedding.values, f"local profile {profile_alias!r}")
+        conn.execute(
+            "INSERT INTO local_profiles "
+            "(alias, identity_id, feature, dimension, seconds, vector, updated) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (alias) DO UPDATE SET "
+            "identity_id = excluded.identity_id, feature = excluded.feature, "
+            "dimension = excluded.dimension, seconds = excluded.seconds, "
+            "vector = excluded.vector, updated = excluded.updated",
+            (
+                profile_alias,
+                identity_id,
+                embedding.feature,
+                dimension,
+                embedding.seconds,
+                blob,
+                now,
+            ),
+        )
+
     def add_local_profile(
         self, profile_alias: str, identity_alias: str, embedding: Observation
     ) -> None:
         """Register (or update) a device user linked to an enrolled identity."""
         _check_alias(profile_alias, "profile alias")
-        what = f"local profile {profile_alias!r}"
-        blob, dimension = vector_blob(embedding.values, what)
-        if not (np.isfinite(embedding.seconds) and embedding.seconds >= 0):
-            raise ValueError(f"{what}: seconds must be finite and ≥ 0, got {embedding.seconds}")
         with self._transaction() as conn:
             identity_id = self._identity_id(conn, identity_alias)
-            conn.execute(
-                "INSERT INTO local_profiles "
-                "(alias, identity_id, feature, dimension, seconds, vector, updated) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (alias) DO UPDATE SET "
-                "identity_id = excluded.identity_id, feature = excluded.feature, "
-                "dimension = excluded.dimension, seconds = excluded.seconds, "
-                "vector = excluded.vector, updated = excluded.updated",
-                (
-                    profile_alias,
-                    identity_id,
-                    embedding.feature,
-                    dimension,
-                    float(embedding.seconds),
-                    blob,
-                    utc_now(),
-                ),
-            )
+            self._upsert_local_profile(conn, profile_alias, identity_id, embedding, utc_now())
 
     def local_profiles(self) -> list[LocalProfile]:
         """Every device user, in profile-alias order."""

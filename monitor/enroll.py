@@ -1,0 +1,250 @@
+"""Enrolment: turn a speaker corpus into one template per speaker and feature in the store.
+
+Each audio file is read and observed once for all features (``extract_many`` with its on-disk
+cache); a speaker's template is the feature's own pool of the first K usable utterances, or of
+the fewest first utterances that reach S seconds of speech. With S, files are extracted in
+rounds — a first utterance per speaker, then as many as the observed speech rate says are still
+needed — so no more audio is processed than the templates use. Every file or speaker left out
+is reported with its reason; nothing is dropped silently. All templates are written in one
+transaction: an interrupted enrolment leaves the database as it was.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from monitor.corpus import Corpus
+from monitor.features.base import FEATURE_NAMES, Observation, get_feature
+from monitor.features.extract import FeatureCache, FileFeatures, extract_many
+from monitor.store import Enrolment, Store
+from monitor.store.templates import LOCAL_PROFILE_FEATURE
+
+__all__ = [
+    "MIN_SPEECH_SECONDS",
+    "EnrolledSpeaker",
+    "EnrolmentReport",
+    "default_cache_dir",
+    "default_db_path",
+    "enroll_corpus",
+]
+
+MIN_SPEECH_SECONDS = 0.3
+"""A file with less speech than this (after VAD) adds nothing reliable to a template."""
+
+Progress = Callable[[int, int, str], None]
+"""progress(done, total, path): total grows when a later round needs more files."""
+
+
+def default_db_path() -> Path:
+    """``$VOXMETER_DB`` or ``./voxmeter.db``."""
+    return Path(os.environ.get("VOXMETER_DB") or "voxmeter.db")
+
+
+def default_cache_dir() -> Path:
+    """``$VOXMETER_CACHE`` or ``$XDG_CACHE_HOME/voxmeter/features`` (``~/.cache/...``)."""
+    if os.environ.get("VOXMETER_CACHE"):
+        return Path(os.environ["VOXMETER_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "voxmeter" / "features"
+
+
+@dataclass(frozen=True)
+class EnrolledSpeaker:
+    """One enrolled identity: which files went into its templates."""
+
+    alias: str
+    files: tuple[str, ...]
+    speech_seconds: float
+    short: bool  # fewer utterances / seconds than asked for: enrolled with what there was
+
+
+@dataclass(frozen=True)
+class EnrolmentReport:
+    """What ``enroll_corpus`` did, including everything it left out and why."""
+
+    enrolled: tuple[EnrolledSpeaker, ...]
+    skipped_files: tuple[tuple[str, str], ...]  # (path, reason)
+    skipped_speakers: tuple[tuple[str, str], ...]  # (alias, reason)
+    local_profiles: tuple[str, ...]
+    features: tuple[str, ...]
+    files_extracted: int  # files processed (from cache or extracted)
+    cache_hits: int
+
+
+def _file_problem(result: FileFeatures, features: Sequence[str]) -> str | None:
+    """Why a file cannot go into a template, or None if it can."""
+    if result.speech_seconds < MIN_SPEECH_SECONDS:
+        return f"no usable speech ({result.speech_seconds:.2f} s after VAD)"
+    empty = [f for f in features if not np.any(result.observations[f].values != 0)]
+    if empty:
+        return f"speech gives no {'/'.join(empty)} evidence"
+    return None
+
+
+@dataclass
+class _Speaker:
+    """Enrolment state of one speaker across extraction rounds."""
+
+    alias: str
+    paths: list[str]  # all readable files, in corpus order
+    next_index: int = 0  # first file not yet asked for
+    usable: list[FileFeatures] | None = None
+
+    def remaining(self) -> int:
+        return len(self.paths) - self.next_index
+
+    def take(self, count: int) -> list[str]:
+        chosen = self.paths[self.next_index : self.next_index + max(0, count)]
+        self.next_index += len(chosen)
+        return chosen
+
+
+def _selection(
+    usable: list[FileFeatures], *, utterances: int | None, seconds: float | None
+) -> tuple[list[FileFeatures], bool]:
+    """The first usable files that satisfy the request, and whether the request is met."""
+    if utterances is not None:
+        return usable[:utterances], len(usable) >= utterances
+    if seconds is not None:
+        cumulative = np.cumsum([u.speech_seconds for u in usable])
+        reached = np.flatnonzero(cumulative >= seconds)
+        if reached.size:
+            return usable[: int(reached[0]) + 1], True
+        return usable, False
+    return usable, True
+
+
+def enroll_corpus(
+    store: Store,
+    corpus: Corpus,
+    *,
+    features: Sequence[str] = FEATURE_NAMES,
+    utterances: int | None = None,
+    seconds: float | None = None,
+    local: bool = False,
+    jobs: int = 1,
+    cache: FeatureCache | None = None,
+    progress: Progress | None = None,
+) -> EnrolmentReport:
+    """Enrol every speaker of ``corpus`` into ``store`` (replacing their old templates).
+
+    ``utterances`` = K first usable utterances, or ``seconds`` = first S seconds of speech
+    (at most one; neither means every utterance). ``local`` also registers each speaker as a
+    device user (local profile) under the same alias. Raises ``ValueError`` for bad options
+    and ``InputError`` when no speaker has usable speech.
+    """
+    from monitor.errors import InputError
+
+    names = tuple(dict.fromkeys(features))
+    if not names:
+        raise ValueError("features: at least one feature is needed")
+    if utterances is not None and seconds is not None:
+        raise ValueError("give utterances or seconds, not both")
+    if utterances is not None and utterances < 1:
+        raise ValueError(f"utterances must be ≥ 1, got {utterances}")
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"seconds must be a positive number, got {seconds}")
+    if local and LOCAL_PROFILE_FEATURE not in names:
+        raise ValueError(f"local profiles need the {LOCAL_PROFILE_FEATURE!r} feature")
+
+    speakers = {
+        alias: _Speaker(alias, [str(u.path) for u in corpus.utterances_of(alias)])
+        for alias in corpus.speakers
+    }
+    skipped_files: list[tuple[str, str]] = [(str(p), reason) for p, reason in corpus.unreadable]
+    results: dict[str, FileFeatures] = {}
+    done = 0
+    total = 0
+    hits = 0
+
+    def round_progress(_done: int, _total: int, path: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, path)
+
+    # First round: K files, or one file (S), or everything.
+    wanted = {
+        alias: s.take(utterances if utterances is not None else 1 if seconds else len(s.paths))
+        for alias, s in speakers.items()
+    }
+    while any(wanted.values()):
+        paths = [p for chosen in wanted.values() for p in chosen]
+        total += len(paths)
+        extraction = extract_many(paths, cache, features=names, jobs=jobs, progress=round_progress)
+        hits += sum(r.cached for r in extraction.files.values())
+        results.update(extraction.files)
+        skipped_files += [(p, getattr(e, "problem", str(e))) for p, e in extraction.errors.items()]
+        for path, result in extraction.files.items():
+            problem = _file_problem(result, names)
+            if problem is not None:
+                skipped_files.append((path, problem))
+        wanted = {}
+        speech_rates = [
+            r.speech_seconds for r in results.values() if _file_problem(r, names) is None
+        ]
+        mean_speech = float(np.mean(speech_rates)) if speech_rates else 1.0
+        for alias, speaker in speakers.items():
+            usable = [
+                results[p]
+                for p in speaker.paths[: speaker.next_index]
+                if p in results and _file_problem(results[p], names) is None
+            ]
+            speaker.usable = usable
+            chosen, met = _selection(usable, utterances=utterances, seconds=seconds)
+            if met or not speaker.remaining():
+                continue
+            if utterances is not None:
+                need = utterances - len(usable)
+            else:
+                missing = float(seconds or 0.0) - sum(u.speech_seconds for u in usable)
+                need = max(1, math.ceil(missing / max(mean_speech, MIN_SPEECH_SECONDS)))
+            wanted[alias] = speaker.take(need)
+
+    enrolments: list[Enrolment] = []
+    enrolled: list[EnrolledSpeaker] = []
+    skipped_speakers: list[tuple[str, str]] = []
+    pools = {name: get_feature(name) for name in names}
+    for alias, speaker in speakers.items():
+        chosen, met = _selection(speaker.usable or [], utterances=utterances, seconds=seconds)
+        if not chosen:
+            tried = speaker.next_index
+            skipped_speakers.append((alias, f"no usable speech in {tried} file(s)"))
+            continue
+        templates: dict[str, Observation] = {
+            name: feature.pool([r.observations[name] for r in chosen])
+            for name, feature in pools.items()
+        }
+        metadata = {k: v for k, v in corpus.metadata.get(alias, {}).items() if k != "speaker"}
+        metadata["corpus"] = corpus.root.name
+        enrolments.append(
+            Enrolment(alias, templates, metadata, local_profile=alias if local else None)
+        )
+        enrolled.append(
+            EnrolledSpeaker(
+                alias=alias,
+                files=tuple(r.path for r in chosen),
+                speech_seconds=float(sum(r.speech_seconds for r in chosen)),
+                short=not met,
+            )
+        )
+    unreadable_only = sorted({Path(p).parent.name for p, _ in corpus.unreadable} - set(speakers))
+    skipped_speakers += [(alias, "no readable audio file") for alias in unreadable_only]
+    if not enrolments:
+        raise InputError(str(corpus.root), "no speaker has usable speech; nothing enrolled")
+    store.bulk_replace_templates(enrolments)
+    return EnrolmentReport(
+        enrolled=tuple(enrolled),
+        skipped_files=tuple(skipped_files),
+        skipped_speakers=tuple(skipped_speakers),
+        local_profiles=tuple(e.alias for e in enrolled) if local else (),
+        features=names,
+        files_extracted=done,
+        cache_hits=hits,
+    )
