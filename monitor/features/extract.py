@@ -181,11 +181,13 @@ class Extraction:
     errors: dict[str, VoxmeterError]
 
 
-def _worker_init(threads: int) -> None:
-    """Each worker process uses ``threads`` torch threads (cores are shared by the pool)."""
-    import torch
+def _worker_init(threads: int, features: tuple[str, ...]) -> None:
+    """Each worker uses ``threads`` torch threads (cores are shared by the pool); torch is
+    imported only when the embedding is among the features."""
+    if "embedding" in features:
+        import torch
 
-    torch.set_num_threads(threads)
+        torch.set_num_threads(threads)
 
 
 def _extract_or_error(path: str, features: tuple[str, ...]) -> FileFeatures | tuple[str, str]:
@@ -243,12 +245,11 @@ def extract_many(
         for path in todo:
             finish(path, _extract_or_error(path, names))
     else:
-        threads = 1
         with ProcessPoolExecutor(
             max_workers=min(jobs, len(todo)),
             mp_context=get_context("spawn"),
             initializer=_worker_init,
-            initargs=(threads,),
+            initargs=(1, names),
         ) as pool:
             futures = {pool.submit(_extract_or_error, path, names): path for path in todo}
             for future in as_completed(futures):
