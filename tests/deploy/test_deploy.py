@@ -233,3 +233,32 @@ def test_a_real_prometheus_loads_the_rules_healthy(
         assert rule["health"] in ("ok", "unknown"), (name, rule.get("lastError"))
         # Our small YAML reader in tests/deploy/promql.py agrees with Prometheus's parser.
         assert re.sub(r"\s+", "", rule["query"]) == re.sub(r"\s+", "", expected[name]), name
+
+
+def test_backup_procedure_of_operations_md_copies_a_live_wal_database(tmp_path: Path) -> None:
+    """docs/operations.md §6: `sqlite3 DB ".backup FILE"` while the daemon holds the database."""
+    if shutil.which("sqlite3") is None:
+        pytest.skip("sqlite3 is not installed")
+    from monitor.store.database import open_store
+
+    assert ".backup" in (REPO / "docs" / "operations.md").read_text()
+    live = tmp_path / "voxmeter.db"
+    backup = tmp_path / "backup.db"
+    with open_store(live) as store:  # stays open, like the running daemon
+        seqs = [
+            store.transition("alias-a", "warning", 4.2, {"alias": "alias-a"}, "v/alerts"),
+            store.transition("alias-a", "exceeded", 5.1, {"alias": "alias-a"}, "v/alerts"),
+        ]
+        store.ack(seqs[0])
+        assert Path(f"{live}-wal").exists()  # the recent writes sit in the WAL
+        result = subprocess.run(
+            ["sqlite3", str(live), f".backup '{backup}'"], capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+    check = subprocess.run(
+        ["sqlite3", str(backup), "PRAGMA integrity_check"], capture_output=True, text=True
+    )
+    assert check.stdout.strip() == "ok"
+    with open_store(backup, create=False) as restored:
+        assert [m.seq for m in restored.pending()] == seqs[1:]
+        assert restored.budget_state("alias-a").state == "exceeded"
