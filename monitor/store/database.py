@@ -240,7 +240,9 @@ def connect(
         conn.close()
         if is_locked(error):
             raise StoreError(locked_message(path, busy_timeout_seconds)) from error
-        raise StoreError(f"{path}: not an SQLite database ({error})") from error
+        if "not a database" in str(error) or "encrypted" in str(error):
+            raise StoreError(f"{path}: not an SQLite database ({error})") from error
+        raise StoreError(f"{path}: cannot open database: {error}") from error
     except BaseException:
         conn.close()
         raise
