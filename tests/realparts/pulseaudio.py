@@ -8,7 +8,8 @@ Fixtures (registered by tests/conftest.py):
 
 - ``pulseaudio`` (session-scoped): one daemon for the whole run; tests that only record share it.
   The test process gets ``PULSE_SERVER`` pointing at it and PortAudio is re-initialised so the
-  ``pulse`` device is listed. Skips only when the ``pulseaudio`` binary is missing.
+  ``pulse`` device is listed; one short recording warms the daemon up, so a test's stream starts
+  at once. Skips only when the PulseAudio binaries are missing.
 - :func:`start_pulseaudio` (context manager): a private daemon for a test that must kill or
   restart it (device loss); it does not touch the session daemon's directories.
 
@@ -24,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -149,6 +151,21 @@ class PulseAudio:
             start_new_session=True,
         )
 
+    def warm_up(self, timeout: float = START_TIMEOUT_SECONDS) -> None:
+        """Record until the first block arrives: a new daemon's first capture takes ~2 s."""
+        import sounddevice as sd
+
+        arrived = threading.Event()
+        with sd.InputStream(
+            device=self.device,
+            samplerate=RATE_HZ,
+            channels=1,
+            dtype="int16",
+            callback=lambda *_: arrived.set(),
+        ):
+            if not arrived.wait(timeout):
+                raise RuntimeError(f"no audio from {self.device!r}: {self.log_tail()}")
+
     def kill(self) -> None:
         """Stop players, keep-alive stream and daemon (SIGKILL for the daemon: a lost device)."""
         for proc in [*self.players, self.keepalive]:
@@ -197,6 +214,7 @@ def start_pulseaudio() -> Iterator[PulseAudio]:
         pulse.start()
         os.environ["PULSE_SERVER"] = pulse.server
         reinitialise_portaudio()
+        pulse.warm_up()
         yield pulse
     finally:
         pulse.kill()
