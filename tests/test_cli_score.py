@@ -261,3 +261,23 @@ def test_compose_json_and_table():
 def test_compose_bad_parameters(args, expected):
     line = _error_line(run("compose", *args))
     assert expected in line, line
+
+
+def test_demo_script_runs_the_cli_on_a_simulation():
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "demo_score.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--identities", "40", "--trials", "3", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout[result.stdout.index("{") :])
+    assert out["srd"]["N"] == 40
+    assert out["lid"]["calibrated_on"] == "dev"
+    assert 0 < out["srd"]["MeanD"] <= math.log2(40)
+    assert out["top1_linkage"] == pytest.approx(out["srd"]["IdR"])
