@@ -75,6 +75,14 @@ class WindowFeatures:
     def observe(self, name: str, samples: np.ndarray) -> Observation:
         return self.features[name].observe(samples, RATE_HZ)
 
+    def warm_up(self) -> None:
+        """Load every model now (torch, pocketsphinx) so the first window is not late."""
+        noise = np.random.default_rng(0).normal(0.0, 0.05, RATE_HZ).astype(np.float32)
+        for feature in self.features.values():
+            # noise may hold no voiced frame: the model is loaded anyway
+            with contextlib.suppress(ValueError):
+                feature.observe(noise, RATE_HZ)
+
 
 @dataclass
 class TrackEvidence:
@@ -786,6 +794,7 @@ class Pipeline:
             max_workers=self.config.features.workers, thread_name_prefix="voxmeter-work"
         )
         started_unix = self.wall_clock()
+        await loop.run_in_executor(executor, self.window_features.warm_up)
         startup = self.restore()
         opening = DaemonStarted(
             device_id=self.device_id,
