@@ -1,0 +1,98 @@
+"""config.toml and --set overrides: every key documented, every mistake named."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from monitor.daemon.config import Config, documented_defaults, load_config
+from monitor.errors import ConfigError, InputError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_config_toml_documents_every_key_with_its_default() -> None:
+    document = tomllib.loads((REPO / "config.toml").read_text())
+    expected = documented_defaults()
+    assert set(document) == set(expected)
+    for section, keys in expected.items():
+        assert set(document[section]) == set(keys), section
+        for key, (default, _doc) in keys.items():
+            value = document[section][key]
+            assert (tuple(value) if isinstance(value, list) else value) == default, key
+    assert load_config(REPO / "config.toml") == Config()
+
+
+def test_every_key_has_a_comment_in_config_toml() -> None:
+    lines = (REPO / "config.toml").read_text().splitlines()
+    settings = [line for line in lines if "=" in line and not line.startswith(("#", "["))]
+    assert settings
+    assert all("  # " in line for line in settings)
+
+
+def test_overrides_parse_toml_values_and_bare_strings() -> None:
+    config = load_config(
+        None,
+        [
+            "budget.bits=7",
+            "daemon.source=file:/tmp/x.flac",
+            'audio.pace="fast"',
+            'features.enabled=["f0", "embedding"]',
+            "mqtt.enabled=true",
+        ],
+    )
+    assert config.budget.bits == 7.0 and isinstance(config.budget.bits, float)
+    assert config.daemon.source == "file:/tmp/x.flac"
+    assert config.audio.pace == "fast"
+    assert config.features.enabled == ("f0", "embedding")
+    assert config.mqtt.enabled is True
+
+
+def test_file_then_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[budget]\nbits = 3\nwarn_fraction = 0.5\n[daemon]\nsource = "stdin"\n')
+    config = load_config(path, ["budget.bits=4.5"])
+    assert (config.budget.bits, config.budget.warn_fraction) == (4.5, 0.5)
+    assert config.daemon.source == "stdin"
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "problem"),
+    [
+        ("budget.bitz=1", "budget.bitz", "unknown key"),
+        ("nosuch.key=1", "nosuch.key", "unknown section"),
+        ("budget.bits=abc", "budget.bits", "must be a number"),
+        ("prometheus.port=true", "prometheus.port", "must be an integer"),
+        ("mqtt.enabled=1", "mqtt.enabled", "must be a boolean"),
+        ("prometheus.port=70000", "prometheus.port", "TCP port"),
+        ("budget.warn_fraction=1.5", "budget.warn_fraction", "between 0 and 1"),
+        ("budget.bits=-1", "budget.bits", "> 0"),
+        ("audio.pace=slow", "audio.pace", "realtime, fast"),
+        ("daemon.source=tape", "daemon.source", "mic, mic:DEVICE"),
+        ('features.enabled=["f0"]', "features.enabled", "embedding"),
+        ("budget.measure=combined.xyz", "budget.measure", "FEATURE.MEASURE"),
+        ("budget.hysteresis_bits=10", "budget.hysteresis_bits", "below the warning"),
+        ("budget", "budget", "section.key=value"),
+    ],
+)
+def test_bad_values_name_the_key(override: str, key: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, [override])
+    assert caught.value.key == key
+    assert problem in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_bad_file_names_the_key_or_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[tracker]\nprofile_threshold = 2.0\n")
+    with pytest.raises(ConfigError, match=r"tracker\.profile_threshold"):
+        load_config(path)
+    path.write_text("[budget\n")
+    with pytest.raises(InputError, match=re.escape(str(path))):
+        load_config(path)
+    with pytest.raises(InputError, match=r"missing\.toml"):
+        load_config(tmp_path / "missing.toml")

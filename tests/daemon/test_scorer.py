@@ -1,0 +1,142 @@
+"""Scorer figures against a direct computation with monitor.disclosure (slow but obvious)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from monitor.calibration.fit import COMBINED, fuse_scores
+from monitor.daemon.scorer import Scorer, score_track
+from monitor.disclosure.composition import basic, kairouz_advanced, optimal
+from monitor.disclosure.lid import lid_per_trial, lid_posteriors
+from monitor.disclosure.srd import betabinom_pmf, identity_posterior
+from monitor.features.base import FEATURE_NAMES, Observation, TemplateBatch, get_feature
+from tests.daemon.conftest import hand_calibration
+
+N = 40
+DIMS = {"f0": 107, "phone": 39, "embedding": 256}
+
+
+def random_observation(rng: np.random.Generator, name: str, seconds: float) -> Observation:
+    if name == "embedding":
+        v = rng.normal(size=DIMS[name])
+        return Observation(name, v / np.linalg.norm(v), seconds)
+    return Observation(name, rng.poisson(3.0, size=DIMS[name]).astype(float), seconds)
+
+
+@pytest.fixture
+def setup(rng: np.random.Generator):
+    features = {name: get_feature(name) for name in FEATURE_NAMES}
+    templates = {
+        name: TemplateBatch(
+            name, np.stack([random_observation(rng, name, 20).values for _ in range(N)])
+        )
+        for name in FEATURE_NAMES
+    }
+    # identities 5 and 6 share every template: tied scores must share rank mass
+    for name in FEATURE_NAMES:
+        m = templates[name].matrix.copy()
+        m[6] = m[5]
+        templates[name] = TemplateBatch(name, m)
+    aliases = tuple(f"id{i:02d}" for i in range(N))
+    calibration = hand_calibration(N)
+    scorer = Scorer(aliases, templates, calibration, features, delta=1e-6)
+    return scorer, features, templates, calibration
+
+
+def direct(features, templates, calibration, observations, seconds, index):
+    """(feature, measure) → bits, computed with the library's batch functions."""
+    out = {}
+    raw = {}
+    for name, feature in features.items():
+        s = feature.similarities(observations[name].values[None, :], templates[name])
+        raw[name] = s
+    weights = {name: calibration.lookup(name, seconds)[0].lid_weight for name in features}
+    raw[COMBINED] = fuse_scores(raw, weights)
+    for name, s in raw.items():
+        bucket = calibration.lookup(name, seconds)[0]
+        p = identity_posterior(s[0], betabinom_pmf(N, bucket.alpha, bucket.beta))
+        out[(name, "srd")] = math.log2(N * p[index])
+        out[(name, "lid")] = float(lid_per_trial(s, np.array([index]), bucket.lid_weight)[0])
+    return out, raw
+
+
+@pytest.mark.parametrize("index", [0, 5, 6, 17])
+@pytest.mark.parametrize("seconds", [3.0, 9.0, 40.0])
+def test_local_figures_match_direct_computation(setup, rng, index, seconds) -> None:
+    scorer, features, templates, calibration = setup
+    pooled = {name: random_observation(rng, name, seconds) for name in FEATURE_NAMES}
+    window = {name: random_observation(rng, name, 3.0) for name in FEATURE_NAMES}
+    result = score_track(
+        scorer,
+        identity=f"id{index:02d}",
+        pooled=pooled,
+        pooled_seconds=seconds,
+        window=window,
+        window_seconds=3.0,
+        windows=4,
+        max_window_bits=0.5,
+        measure=("combined", "lid"),
+    )
+    expected, _ = direct(features, templates, calibration, pooled, seconds, index)
+    alone, _ = direct(features, templates, calibration, window, 3.0, index)
+    assert len(result.disclosures) == 8
+    for d in result.disclosures:
+        assert d.cumulative_bits == pytest.approx(expected[(d.feature, d.measure)], abs=1e-9)
+        assert d.window_bits == pytest.approx(alone[(d.feature, d.measure)], abs=1e-9)
+    assert result.window_bits == pytest.approx(alone[("combined", "lid")])
+    assert result.extrapolated["embedding"] is (seconds > 24.0)
+    assert result.information_gain_bits is None and result.top_candidate is None
+
+
+def test_unknown_track_information_gain_and_top_candidate(setup, rng) -> None:
+    scorer, features, templates, calibration = setup
+    pooled = {name: random_observation(rng, name, 12.0) for name in FEATURE_NAMES}
+    result = score_track(
+        scorer,
+        identity=None,
+        pooled=pooled,
+        pooled_seconds=12.0,
+        window=pooled,
+        window_seconds=12.0,
+        windows=1,
+        max_window_bits=-math.inf,
+        measure=("combined", "lid"),
+    )
+    _, raw = direct(features, templates, calibration, pooled, 12.0, 0)
+    weight = calibration.lookup(COMBINED, 12.0)[0].lid_weight
+    p = lid_posteriors(raw[COMBINED], weight)[0]
+    top = int(np.argmax(p))
+    gain = math.log2(N) + float(np.sum(p * np.log2(p)))
+    assert result.information_gain_bits == pytest.approx(gain, abs=1e-9)
+    assert result.top_candidate == f"id{top:02d}" == result.subject
+    assert result.top_candidate_bits == pytest.approx(math.log2(N * p[top]))
+    expected, _ = direct(features, templates, calibration, pooled, 12.0, top)
+    for d in result.disclosures:
+        assert d.cumulative_bits == pytest.approx(expected[(d.feature, d.measure)], abs=1e-9)
+    assert 0.0 <= result.information_gain_bits <= math.log2(N)
+
+
+def test_composition_bounds_in_bits(setup) -> None:
+    scorer = setup[0]
+    bounds = scorer.bounds(25, 0.8)
+    eps = 0.8 * math.log(2)
+    assert bounds.epsilon_nats == pytest.approx(eps)
+    assert bounds.basic_bits == pytest.approx(25 * 0.8)
+    assert bounds.basic_bits == pytest.approx(float(basic(eps, 25)) / math.log(2))
+    advanced = min(25 * eps, float(kairouz_advanced(eps, 25, 1e-6)))
+    assert bounds.advanced_bits == pytest.approx(advanced / math.log(2))
+    assert bounds.optimal_bits == pytest.approx(float(optimal(eps, 25, 1e-6)) / math.log(2))
+    assert bounds.optimal_bits <= bounds.advanced_bits + 1e-9 <= bounds.basic_bits + 2e-9
+    # no positive window disclosure: nothing to compose
+    zero = scorer.bounds(3, -0.2)
+    assert (zero.basic_bits, zero.advanced_bits, zero.optimal_bits) == (0.0, 0.0, 0.0)
+    assert scorer.ceiling_bits == pytest.approx(math.log2(N))
+
+
+def test_scorer_refuses_mismatched_templates(setup) -> None:
+    _, features, templates, calibration = setup
+    with pytest.raises(ValueError, match="templates but"):
+        Scorer(("a", "b"), templates, calibration, features)

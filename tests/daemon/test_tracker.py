@@ -1,0 +1,130 @@
+"""The speaker tracker with a fake clock: local profiles, unknown-N clustering, idle expiry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monitor.daemon.config import TrackerSettings
+from monitor.daemon.events import FeatureWindow
+from monitor.daemon.tracker import SpeakerTracker
+from monitor.features.base import Observation
+from monitor.store.templates import LocalProfile
+
+D = 16
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def unit(v: np.ndarray) -> np.ndarray:
+    return v / np.linalg.norm(v)
+
+
+def voices(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n orthogonal unit vectors: clearly different voices."""
+    q, _ = np.linalg.qr(rng.normal(size=(D, D)))
+    return q[:n]
+
+
+def window(vector: np.ndarray, index: int = 0, seconds: float = 3.0) -> FeatureWindow:
+    return FeatureWindow(
+        index=index,
+        start_seconds=index * 3.0,
+        end_seconds=index * 3.0 + seconds,
+        speech_seconds=seconds,
+        observations={"embedding": Observation("embedding", unit(vector), seconds)},
+        closed_monotonic=0.0,
+        closed_unix=0.0,
+        feature_seconds=0.0,
+    )
+
+
+def tracker(profiles: list[LocalProfile], clock: FakeClock, **overrides: float) -> SpeakerTracker:
+    settings = TrackerSettings(**{"track_idle_seconds": 60.0, **overrides})  # type: ignore[arg-type]
+    return SpeakerTracker(profiles, settings, clock=clock, wall_clock=clock)
+
+
+def profile(alias: str, identity: str, vector: np.ndarray) -> LocalProfile:
+    return LocalProfile(alias, identity, Observation("embedding", unit(vector), 30.0), "")
+
+
+def test_local_profile_matched_by_cosine(rng: np.random.Generator) -> None:
+    v = voices(rng, 3)
+    t = tracker([profile("home-1", "0001", v[0]), profile("home-2", "0002", v[1])], FakeClock())
+    noisy = v[1] + 0.1 * rng.normal(size=D) / np.sqrt(D)
+    tracked, expired = t.process(window(noisy))
+    assert (tracked.track, tracked.kind, tracked.identity) == ("home-2", "local", "0002")
+    assert tracked.similarity > 0.9 and expired == []
+
+
+def test_no_profile_match_opens_unknown_tracks_and_clusters(rng: np.random.Generator) -> None:
+    v = voices(rng, 4)
+    t = tracker([profile("home-1", "0001", v[0])], FakeClock())
+    first, _ = t.process(window(v[2], 0))
+    again, _ = t.process(window(v[2] + 0.05 * v[3], 1))
+    other, _ = t.process(window(v[3], 2))
+    assert (first.track, first.kind, first.identity, first.new_track) == (
+        "unknown-1",
+        "unknown",
+        None,
+        True,
+    )
+    assert (again.track, again.new_track) == ("unknown-1", False)
+    assert (other.track, other.new_track) == ("unknown-2", True)
+    # the centroid is the seconds-weighted mean, re-normalised
+    centroid = t.clusters["unknown-1"].centroid
+    assert np.linalg.norm(centroid) == pytest.approx(1.0)
+    expected = unit(unit(v[2]) * 3 + unit(v[2] + 0.05 * v[3]) * 3)
+    np.testing.assert_allclose(centroid, expected, atol=1e-12)
+
+
+def test_profile_threshold_is_respected(rng: np.random.Generator) -> None:
+    v = voices(rng, 2)
+    halfway = unit(v[0]) * 0.7 + unit(v[1]) * np.sqrt(1 - 0.49)  # cosine 0.7 to home-1
+    t = tracker([profile("home-1", "0001", v[0])], FakeClock(), profile_threshold=0.75)
+    assert t.process(window(halfway))[0].kind == "unknown"
+    t = tracker([profile("home-1", "0001", v[0])], FakeClock(), profile_threshold=0.65)
+    assert t.process(window(halfway))[0].track == "home-1"
+
+
+def test_idle_unknown_tracks_expire_and_names_are_not_reused(rng: np.random.Generator) -> None:
+    v = voices(rng, 3)
+    clock = FakeClock()
+    t = tracker([profile("home-1", "0001", v[0])], clock)
+    t.process(window(v[1]))
+    clock.now += 30
+    t.process(window(v[2]))
+    clock.now += 45  # unknown-1 idle 75 s > 60 s, unknown-2 idle 45 s
+    assert [e.track for e in t.expire()] == ["unknown-1"]
+    clock.now += 20  # unknown-2 now idle 65 s: expires when the next window arrives
+    tracked, expired = t.process(window(v[1]))
+    assert [e.track for e in expired] == ["unknown-2"]
+    assert tracked.track == "unknown-3"  # a returning voice after expiry is a new track
+    assert t.process(window(v[0]))[1] == []  # local profiles never expire
+
+
+def test_oldest_unknown_track_expires_beyond_the_maximum(rng: np.random.Generator) -> None:
+    v = voices(rng, 4)
+    clock = FakeClock()
+    t = tracker([], clock, max_unknown_tracks=2)
+    for i in range(3):
+        clock.now += 1
+        tracked, expired = t.process(window(v[i], i))
+    assert tracked.track == "unknown-3"
+    assert [e.track for e in expired] == ["unknown-1"]
+    assert set(t.clusters) == {"unknown-2", "unknown-3"}
+
+
+def test_restart_continues_numbering(rng: np.random.Generator) -> None:
+    v = voices(rng, 3)
+    t = tracker([], FakeClock())
+    t.skip_numbers(["home-1", "unknown-4", "unknown-2"])
+    t.restore("unknown-4", v[0], 12.0)
+    assert t.process(window(v[0]))[0].track == "unknown-4"
+    assert t.process(window(v[1]))[0].track == "unknown-5"
