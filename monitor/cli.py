@@ -443,6 +443,401 @@ def db_remove_command(
     )
 
 
+# ---- voxmeter calibrate / evaluate (owner: calibration-evaluate) -----------------------------
+
+
+def _seconds_list(text: str, option: str, *, allow_rest: bool = False) -> list[float | None]:
+    """'3,6,12' -> [3.0, 6.0, 12.0]; 'rest' (templates only) means all remaining speech."""
+    values: list[float | None] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if allow_rest and part == "rest":
+            values.append(None)
+            continue
+        try:
+            value = float(part)
+        except ValueError:
+            raise VoxmeterError(f"{option} {text!r}: {part!r} is not a number of seconds") from None
+        if not value > 0:
+            raise VoxmeterError(f"{option} {text!r}: lengths must be positive, got {part}")
+        values.append(value)
+    if not values:
+        raise VoxmeterError(f"{option} {text!r}: give at least one length")
+    return values
+
+
+def _feature_list(text: str) -> tuple[str, ...]:
+    from monitor.features.base import FEATURE_NAMES
+
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in FEATURE_NAMES]
+    if unknown or not names:
+        raise VoxmeterError(
+            f"--features {text!r}: unknown {unknown or 'empty list'}; "
+            f"known: {','.join(FEATURE_NAMES)}"
+        )
+    return names
+
+
+def _check_loss(loss: str) -> str:
+    from monitor.calibration.fit import LOSSES
+
+    if loss not in LOSSES:
+        raise VoxmeterError(f"--loss {loss!r}: expected one of {', '.join(LOSSES)}")
+    return loss
+
+
+def _extraction_bar(label: str) -> tuple[Any, Callable[[int, int, str], None]]:
+    """A rich progress bar on stderr and the extract_many callback that drives it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn(f"[bold]{label}[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=err_console,
+    )
+    task = bar.add_task("", total=None)
+
+    def progress(done: int, total: int, file: str) -> None:
+        bar.update(task, completed=done, total=total, description="/".join(Path(file).parts[-2:]))
+
+    return bar, progress
+
+
+def _print_skipped(skipped: Any) -> None:
+    for item, reason in skipped:
+        err_console.print(
+            f"voxmeter: skipped {item}: {reason}", markup=False, highlight=False, soft_wrap=True
+        )
+
+
+_CACHE_HELP = "Feature cache (default $VOXMETER_CACHE, ~/.cache/voxmeter/features)."
+
+
+@app.command("calibrate")
+@user_errors
+def calibrate_command(
+    corpus: Annotated[Path, typer.Argument(help="Labelled dev corpus <root>/<speaker>/<utt>.")],
+    split: Annotated[
+        str | None, typer.Option("--split", help="Only speakers of this original_split.")
+    ] = None,
+    db: Annotated[
+        Path | None,
+        typer.Option("--db", help="Also store the calibration in this database ($VOXMETER_DB)."),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", help="Calibration JSON to write.")] = Path(
+        "models/calibration.json"
+    ),
+    loss: Annotated[
+        str, typer.Option("--loss", help="Beta-binomial loss: ll (default), ms, wms, rwms, cll.")
+    ] = "ll",
+    buckets: Annotated[
+        str, typer.Option("--buckets", help="Test-speech seconds per bucket, as far as possible.")
+    ] = "3,6,12,24,48,96",
+    template_seconds: Annotated[
+        str, typer.Option("--template-seconds", help="Template speech seconds, or 'rest'.")
+    ] = "12",
+    features: Annotated[
+        str, typer.Option("--features", help="Comma-separated features.")
+    ] = "f0,phone,embedding",
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Extraction processes.")] = 1,
+    cache: Annotated[Path | None, typer.Option("--cache", help=_CACHE_HELP)] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not use the cache.")] = False,
+) -> None:
+    """Fit the per-feature, per-length calibration (beta-binomial and LID) on a dev corpus."""
+    import os
+
+    from monitor.calibration.fit import calibrate_corpus
+    from monitor.enroll import default_cache_dir
+
+    names = _feature_list(features)
+    loss = _check_loss(loss)
+    bucket_list = [b for b in _seconds_list(buckets, "--buckets") if b is not None]
+    template = _seconds_list(template_seconds, "--template-seconds", allow_rest=True)
+    if len(template) != 1:
+        raise VoxmeterError(f"--template-seconds {template_seconds!r}: give one length")
+    bar, extraction_progress = _extraction_bar("extracting")
+    with bar:
+        calibration, skipped = calibrate_corpus(
+            corpus,
+            split=split,
+            features=names,
+            buckets=bucket_list,
+            template_seconds=template[0],
+            loss=loss,
+            cache_dir=None if no_cache else (cache or default_cache_dir()),
+            jobs=jobs,
+            extraction_progress=extraction_progress,
+            progress=lambda text: err_console.print(f"fitting {text}", markup=False),
+        )
+    _print_skipped(skipped)
+    calibration.save(out)
+    db_path = (
+        db
+        if db is not None
+        else (Path(os.environ["VOXMETER_DB"]) if os.environ.get("VOXMETER_DB") else None)
+    )
+    stored = ""
+    if db_path is not None:
+        from monitor.store import open_store
+
+        with open_store(db_path) as store:
+            store.save_calibration(calibration)
+        stored = f" and {db_path}"
+    first = next(iter(calibration.features.values()))
+    console.print(
+        f"calibrated {', '.join(calibration.features)} for test lengths "
+        f"{', '.join(f'{b.seconds:g}' for b in first)} s on {calibration.metadata['speakers']} "
+        f"speakers (N per bucket {', '.join(str(b.n_identities) for b in first)}); "
+        f"{len(skipped)} items skipped; wrote {out}{stored}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@app.command("evaluate")
+@user_errors
+def evaluate_command(
+    corpus: Annotated[Path, typer.Argument(help="Evaluation corpus <root>/<speaker>/<utt>.")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.json, PNGs.")],
+    split: Annotated[
+        str | None, typer.Option("--split", help="Only speakers of this original_split.")
+    ] = None,
+    test_seconds: Annotated[
+        str, typer.Option("--test-seconds", help="Test speech seconds (grid), e.g. 3,6,12.")
+    ] = "3,6,12",
+    template_seconds: Annotated[
+        str, typer.Option("--template-seconds", help="Template speech seconds (grid) or 'rest'.")
+    ] = "12",
+    protected: Annotated[
+        Path | None,
+        typer.Option("--protected", help="Pseudonymised copy of the corpus (same file names)."),
+    ] = None,
+    loss: Annotated[
+        str, typer.Option("--loss", help="Loss of the reported model: ll, ms, wms, rwms, cll.")
+    ] = "ll",
+    calibration: Annotated[
+        Path | None,
+        typer.Option("--calibration", help="Calibration JSON for LID (default: the shipped one)."),
+    ] = None,
+    lid_from: Annotated[
+        str | None,
+        typer.Option(
+            "--lid-from",
+            help="'calibration' or 'crossfit' (default: calibration if it covers every feature).",
+        ),
+    ] = None,
+    features: Annotated[
+        str, typer.Option("--features", help="Comma-separated features.")
+    ] = "f0,phone,embedding",
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Extraction processes.")] = 1,
+    cache: Annotated[Path | None, typer.Option("--cache", help=_CACHE_HELP)] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not use the cache.")] = False,
+) -> None:
+    """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
+    from monitor.calibration.fit import DEFAULT_PATH, CalibrationSet
+    from monitor.enroll import default_cache_dir
+    from monitor.evaluate import evaluate_corpus
+
+    names = _feature_list(features)
+    loss = _check_loss(loss)
+    tests = [t for t in _seconds_list(test_seconds, "--test-seconds") if t is not None]
+    templates = _seconds_list(template_seconds, "--template-seconds", allow_rest=True)
+    if lid_from not in (None, "calibration", "crossfit"):
+        raise VoxmeterError(f"--lid-from {lid_from!r}: expected 'calibration' or 'crossfit'")
+    calibration_path = calibration if calibration is not None else DEFAULT_PATH
+    loaded = None
+    if calibration is not None or lid_from == "calibration" or DEFAULT_PATH.is_file():
+        loaded = CalibrationSet.load(calibration_path)
+    bar, extraction_progress = _extraction_bar("extracting")
+    with bar:
+        _, document = evaluate_corpus(
+            corpus,
+            out,
+            split=split,
+            test_seconds=tests,
+            template_seconds=templates,
+            features=names,
+            loss=loss,
+            calibration=loaded,
+            calibration_source=str(calibration_path) if loaded is not None else None,
+            lid_source=lid_from,
+            protected=protected,
+            cache_dir=None if no_cache else (cache or default_cache_dir()),
+            jobs=jobs,
+            extraction_progress=extraction_progress,
+            progress=lambda text: err_console.print(f"auditing {text}", markup=False),
+        )
+    _print_skipped([(s["item"], s["reason"]) for s in document["skipped"]])
+    summary = ", ".join(
+        f"{name} {f['histogram']['MeanD']:.2f}" for name, f in document["features"].items()
+    )
+    console.print(
+        f"N = {document['N']}: MeanD (bits) {summary}; wrote {out}/report.md, report.json and "
+        f"{len(document['plots'])} plots",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+# ---- voxmeter run / status (owner: daemon core) ----------------------------------------------
+
+
+@app.command("run")
+@user_errors
+def run_command(
+    config: Annotated[
+        Path | None, typer.Option("--config", help="config.toml (default: built-in defaults).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override one key: section.key=value (repeatable)."),
+    ] = None,
+    db: Annotated[Path | None, typer.Option("--db", help="Database (daemon.db).")] = None,
+    source: Annotated[
+        str | None,
+        typer.Option("--source", help="mic[:DEVICE], file:PATH or stdin (daemon.source)."),
+    ] = None,
+    fast: Annotated[
+        bool, typer.Option("--fast", help="Read a file source as fast as possible.")
+    ] = False,
+    duration: Annotated[
+        float | None,
+        typer.Option("--duration", min=0.0, help="Stop after this many seconds (0 = never)."),
+    ] = None,
+    exit_at_end: Annotated[
+        bool | None,
+        typer.Option("--exit-at-end/--keep-running", help="Stop when a file or stdin ends."),
+    ] = None,
+) -> None:
+    """Run the live monitor: per-speaker disclosure, budgets, metrics and alerts."""
+    from monitor.daemon.config import load_config
+    from monitor.daemon.pipeline import run_daemon
+
+    overrides = list(set_ or [])
+    if db is not None:
+        overrides.append(f"daemon.db={json.dumps(str(db))}")
+    if source is not None:
+        overrides.append(f"daemon.source={json.dumps(source)}")
+    if fast:
+        overrides.append('audio.pace="fast"')
+    if duration is not None:
+        overrides.append(f"daemon.duration_seconds={duration}")
+    if exit_at_end is not None:
+        overrides.append(f"daemon.exit_at_end={'true' if exit_at_end else 'false'}")
+    settings = load_config(config, overrides)
+    summary = run_daemon(settings)
+    out = {"markup": False, "highlight": False, "soft_wrap": True}
+    for track, event in sorted(summary.last.items()):
+        err_console.print(
+            f"{track}: {event.windows} windows, {event.pooled_speech_seconds:.0f} s of speech, "
+            f"{event.budget_measure} {event.budget_figure_bits:.2f} bits of "
+            f"{event.budget_bits:g} ({event.state}); ceiling {event.ceiling_bits:.2f} bits",
+            **out,
+        )
+    err_console.print(
+        f"stopped ({summary.stop_reason}): {summary.windows} windows from "
+        f"{summary.audio_seconds:.0f} s of audio, {len(summary.alerts)} alerts, "
+        f"{summary.frames_dropped} frames dropped, {summary.audio_device_errors} device errors",
+        **out,
+    )
+
+
+def _status_table(rows: list[Any], budget_bits: float) -> Any:
+    from rich.table import Table
+
+    table = Table(
+        title="voxmeter: disclosure per speaker (bits, this period)", title_justify="left"
+    )
+    for header in (
+        "track", "state", "windows", "speech s", "combined LID", "combined SRD",
+        "f0 LID", "phone LID", "emb LID", "basic", "advanced", "optimal", "ceiling", "unknown: top",
+    ):  # fmt: skip
+        table.add_column(header, justify="left" if header in ("track", "state") else "right")
+    style = {"ok": "green", "warning": "yellow", "exceeded": "bold red"}
+    for row in rows:
+        f = row.figures
+        d = f.get("disclosures", {})
+        b = f.get("bounds", {})
+
+        def bits(key: str, d: dict[str, Any] = d) -> str:
+            return f"{d[key][0]:.2f}" if key in d else "-"
+
+        top = "-"
+        if f.get("kind") == "unknown" and f.get("top_candidate"):
+            top = f"{f['top_candidate']} IG {f.get('information_gain_bits', 0):.2f}"
+        table.add_row(
+            row.track,
+            f"[{style.get(row.state, '')}]{row.state}[/]",
+            str(row.windows),
+            f"{row.speech_seconds:.0f}",
+            bits("combined.lid"),
+            bits("combined.srd"),
+            bits("f0.lid"),
+            bits("phone.lid"),
+            bits("embedding.lid"),
+            f"{b.get('basic', 0):.2f}",
+            f"{b.get('advanced', 0):.2f}",
+            f"{b.get('optimal', 0):.2f}",
+            f"{f.get('ceiling_bits', float('nan')):.2f}",
+            top,
+        )
+    table.caption = f"budget {budget_bits:g} bits per speaker ({len(rows)} tracks)"
+    return table
+
+
+@app.command("status")
+@user_errors
+def status_command(
+    db: Annotated[Path | None, typer.Option("--db", help="Database (daemon.db).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="config.toml.")] = None,
+    live: Annotated[bool, typer.Option("--live", help="Refresh until stopped.")] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.1, help="Seconds between refreshes.")
+    ] = 1.0,
+    seconds: Annotated[
+        float, typer.Option("--seconds", min=0.0, help="With --live: stop after this long.")
+    ] = 0.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Per-speaker disclosure of the current period, as the daemon stored it."""
+    import time
+
+    from rich.live import Live
+
+    from monitor.daemon.config import load_config
+    from monitor.daemon.pipeline import current_status
+    from monitor.store import open_store
+
+    settings = load_config(config, [f"daemon.db={json.dumps(str(db))}"] if db else [])
+    period = settings.budget.period_seconds
+    with open_store(settings.daemon.db, create=False) as store:
+        if as_json:
+            rows = current_status(store, period)
+            console.print_json(json.dumps([row.__dict__ for row in rows]))
+            return
+        if not live:
+            console.print(_status_table(current_status(store, period), settings.budget.bits))
+            return
+        ends = time.monotonic() + seconds if seconds > 0 else float("inf")
+        with Live(console=console, refresh_per_second=4) as screen:
+            try:
+                while True:
+                    rows = current_status(store, period)
+                    screen.update(_status_table(rows, settings.budget.bits))
+                    if time.monotonic() >= ends:
+                        break
+                    time.sleep(min(interval, max(0.0, ends - time.monotonic())))
+            except KeyboardInterrupt:
+                pass
+
+
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="voxmeter")

@@ -284,6 +284,8 @@ class LedgerWriter:
                 "optimal": score.bounds.optimal_bits,
                 "epsilon_nats": score.bounds.epsilon_nats,
             },
+            "ceiling_bits": math.log2(self.templates),
+            "templates": self.templates,
             "budget_bits": self.budget_bits,
             "budget_figure_bits": _finite(figure),
             "state": state,
@@ -998,3 +1000,44 @@ def run_daemon(config: Config) -> RunSummary:
         extra={"fields": {"reason": summary.stop_reason, "windows": summary.windows}},
     )
     return summary
+
+
+# ---- the daemon's state as stored (voxmeter status) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrackStatus:
+    """The latest figures of one track in the current period, read from the ledger."""
+
+    track: str
+    state: str
+    windows: int
+    speech_seconds: float
+    window_end_unix: float
+    figures: dict[str, Any]
+
+
+def current_status(
+    store: Store, period_seconds: float, *, now: float | None = None
+) -> list[TrackStatus]:
+    """Every track of the current period with its last window's figures (oldest track first)."""
+    period = period_start(time.time() if now is None else now, period_seconds)
+    states = store.budget_states()
+    rows = []
+    for track in store.tracks(period):
+        windows = store.windows(track, period)
+        if not windows:
+            continue
+        last = windows[-1]
+        stored = states.get(track)
+        rows.append(
+            TrackStatus(
+                track=track,
+                state=stored.state if stored else last.figures.get("state", "ok"),
+                windows=len(windows),
+                speech_seconds=sum(w.speech_seconds for w in windows),
+                window_end_unix=last.window_end,
+                figures=last.figures,
+            )
+        )
+    return rows
