@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from monitor.disclosure.zebra import LN2, pav_blocks, pav_llr
+from monitor.disclosure.zebra import LN2, block_llr, pav_blocks, pav_posterior, tie_blocks
 
 
 def _scores(values: np.ndarray | list[float], name: str) -> np.ndarray:
@@ -100,7 +100,14 @@ def cllr(llr_tar: np.ndarray, llr_non: np.ndarray) -> float:
 
 def min_cllr(tar: np.ndarray, non: np.ndarray) -> float:
     """Cllr of the PAV-calibrated (tie-pooled, no Laplace) LLRs of the scores [bits]."""
-    return cllr(*pav_llr(tar, non))
+    blocks = tie_blocks(tar, non)
+    llr = block_llr(blocks, pav_posterior(blocks))
+    # Weight-0 blocks may hold an infinite cost (e.g. a non-target-only block at LLR -inf).
+    tar_cost = np.where(blocks.n_tar > 0, np.logaddexp(0.0, -llr), 0.0)
+    non_cost = np.where(blocks.n_non > 0, np.logaddexp(0.0, llr), 0.0)
+    mean_tar = np.dot(blocks.n_tar, tar_cost) / blocks.n_tar.sum()
+    mean_non = np.dot(blocks.n_non, non_cost) / blocks.n_non.sum()
+    return float(0.5 * (mean_tar + mean_non) / LN2)
 
 
 def linkability(mated: np.ndarray, nonmated: np.ndarray, *, omega: float = 1.0) -> float:

@@ -38,12 +38,7 @@ class ZebraResult:
 
 @dataclass(frozen=True)
 class PavBlocks:
-    """PAV over tie-pooled blocks of the sorted pooled scores.
-
-    ``order`` sorts the pooled scores (targets first, then non-targets) ascending; ``block_of``
-    maps each sorted score to its tie block; ``n_tar``/``n_non`` count each block's classes and
-    ``posterior`` is the fitted P(target) of each block.
-    """
+    """Tie blocks (as :class:`TieBlocks`) with the fitted PAV P(target) of each block."""
 
     order: np.ndarray  # (n,) int
     block_of: np.ndarray  # (n,) int
@@ -61,35 +56,64 @@ def _as_scores(values: np.ndarray | list[float], name: str) -> np.ndarray:
     return array
 
 
-def pav_blocks(tar: np.ndarray, non: np.ndarray, *, laplace: bool = False) -> PavBlocks:
-    """Tie-pooled PAV posteriors; ``laplace`` adds the toolkit's 4 dummies (DESIGN §3.5).
+@dataclass(frozen=True)
+class TieBlocks:
+    """Pooled scores sorted ascending and grouped into blocks of exactly tied scores."""
 
-    The dummy pair [target, non-target] at each end always pools into one block of mean 1/2 and
-    weight 2 (a descending adjacent pair is equal in the isotonic solution), so it enters PAV as
-    that block; it is dropped from the returned blocks.
-    """
+    order: np.ndarray  # (n,) int: sorts the pooled scores (targets first, then non-targets)
+    block_of: np.ndarray  # (n,) int: block of each sorted score
+    n_tar: np.ndarray  # (B,) float: targets per block
+    n_non: np.ndarray  # (B,) float: non-targets per block
+
+
+def tie_blocks(tar: np.ndarray, non: np.ndarray) -> TieBlocks:
+    """Sort the pooled scores once and count each class per tie block (the shared core of
+    PAV, ROCCH, D_ECE and min Cllr). Order inside a tie block does not matter, so the sort
+    need not be stable."""
     tar = _as_scores(tar, "targets")
     non = _as_scores(non, "non-targets")
     scores = np.concatenate([tar, non])
-    is_tar = np.concatenate([np.ones(tar.size), np.zeros(non.size)])
-    order = np.argsort(scores, kind="stable")
+    order = np.argsort(scores)
     sorted_scores = scores[order]
     new_block = np.empty(sorted_scores.size, dtype=bool)
     new_block[0] = True
-    new_block[1:] = sorted_scores[1:] != sorted_scores[:-1]
+    np.not_equal(sorted_scores[1:], sorted_scores[:-1], out=new_block[1:])
     block_of = np.cumsum(new_block) - 1
     n_blocks = int(block_of[-1]) + 1
-    n_tar = np.bincount(block_of, weights=is_tar[order], minlength=n_blocks)
+    n_tar = np.bincount(block_of, weights=order < tar.size, minlength=n_blocks)
     n_all = np.bincount(block_of, minlength=n_blocks).astype(np.float64)
-    y = n_tar / n_all
-    weights = n_all
+    return TieBlocks(order, block_of, n_tar, n_all - n_tar)
+
+
+def pav_posterior(blocks: TieBlocks, *, laplace: bool = False) -> np.ndarray:
+    """PAV P(target) per tie block (B,); ``laplace`` adds the toolkit's 4 dummies (§3.5).
+
+    The dummy pair [target, non-target] at each end always pools into one block of mean 1/2 and
+    weight 2 (a descending adjacent pair is equal in the isotonic solution), so it enters PAV as
+    that block; it is dropped from the result.
+    """
+    weights = blocks.n_tar + blocks.n_non
+    y = blocks.n_tar / weights
     if laplace:
         y = np.concatenate([[0.5], y, [0.5]])
         weights = np.concatenate([[2.0], weights, [2.0]])
     posterior = isotonic_regression(y, weights=weights, increasing=True).x
     if laplace:
         posterior = posterior[1:-1]
-    return PavBlocks(order, block_of, n_tar, n_all - n_tar, np.clip(posterior, 0.0, 1.0))
+    return np.clip(posterior, 0.0, 1.0)
+
+
+def pav_blocks(tar: np.ndarray, non: np.ndarray, *, laplace: bool = False) -> PavBlocks:
+    """Tie blocks of the pooled scores with their PAV posteriors (DESIGN §3.3)."""
+    blocks = tie_blocks(tar, non)
+    posterior = pav_posterior(blocks, laplace=laplace)
+    return PavBlocks(blocks.order, blocks.block_of, blocks.n_tar, blocks.n_non, posterior)
+
+
+def block_llr(blocks: TieBlocks | PavBlocks, posterior: np.ndarray) -> np.ndarray:
+    """LLR per block (B,): logit(P) - ln(|A|/|B|) with the real class counts."""
+    prior = math.log(float(blocks.n_tar.sum()) / float(blocks.n_non.sum()))
+    return _logit(posterior) - prior
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
@@ -107,10 +131,10 @@ def pav_llr(
     """
     tar = _as_scores(tar, "targets")
     non = _as_scores(non, "non-targets")
-    blocks = pav_blocks(tar, non, laplace=laplace)
-    block_llr = _logit(blocks.posterior) - math.log(tar.size / non.size)
+    blocks = tie_blocks(tar, non)
+    per_block = block_llr(blocks, pav_posterior(blocks, laplace=laplace))
     llr = np.empty(tar.size + non.size)
-    llr[blocks.order] = block_llr[blocks.block_of]
+    llr[blocks.order] = per_block[blocks.block_of]
     return llr[: tar.size], llr[tar.size :]
 
 
@@ -139,9 +163,19 @@ def d_ece_from_llr(llr_tar: np.ndarray, llr_non: np.ndarray) -> float:
     return float((np.mean(z_of_log(llr_tar)) + np.mean(z_of_log(-llr_non))) / LN2)
 
 
+def _d_ece_blocks(blocks: TieBlocks) -> float:
+    llr = block_llr(blocks, pav_posterior(blocks))
+    # A block without targets may have LLR -inf (Z = -inf): weight 0 must give 0, not NaN.
+    z_tar = np.where(blocks.n_tar > 0, z_of_log(llr), 0.0)
+    z_non = np.where(blocks.n_non > 0, z_of_log(-llr), 0.0)
+    mean_tar = float(np.dot(blocks.n_tar, z_tar) / blocks.n_tar.sum())
+    mean_non = float(np.dot(blocks.n_non, z_non) / blocks.n_non.sum())
+    return (mean_tar + mean_non) / LN2
+
+
 def d_ece(tar: np.ndarray, non: np.ndarray) -> float:
     """Expected disclosure D_ECE [bits] of PAV-calibrated scores, without Laplace (DESIGN §3.4)."""
-    return d_ece_from_llr(*pav_llr(tar, non))
+    return _d_ece_blocks(tie_blocks(tar, non))
 
 
 def zebra_tag(log10_lr: float) -> str:
@@ -157,17 +191,21 @@ def zebra_tag(log10_lr: float) -> str:
     raise AssertionError("unreachable: value >= 0 always matches the last bound")
 
 
+def _worst_case_blocks(blocks: TieBlocks) -> float:
+    llr = block_llr(blocks, pav_posterior(blocks, laplace=True))
+    return float(np.max(np.abs(llr))) / LN10
+
+
 def worst_case_log10_lr(tar: np.ndarray, non: np.ndarray) -> float:
     """log10 of the largest |LLR'| over all trials with the Laplace-padded PAV (DESIGN §3.6)."""
-    llr_tar, llr_non = pav_llr(tar, non, laplace=True)
-    ln_l = max(float(np.max(np.abs(llr_tar))), float(np.max(np.abs(llr_non))))
-    return ln_l / LN10
+    return _worst_case_blocks(tie_blocks(tar, non))
 
 
 def zebra(tar: np.ndarray, non: np.ndarray) -> ZebraResult:
     """ZEBRA tuple (D_ECE bits, worst-case log10 l, tag) of target and non-target scores."""
-    log10_l = worst_case_log10_lr(tar, non)
-    return ZebraResult(D_ECE=d_ece(tar, non), log10_lr_max=log10_l, tag=zebra_tag(log10_l))
+    blocks = tie_blocks(tar, non)
+    log10_l = _worst_case_blocks(blocks)
+    return ZebraResult(D_ECE=_d_ece_blocks(blocks), log10_lr_max=log10_l, tag=zebra_tag(log10_l))
 
 
 def _ece(llr_tar: np.ndarray, llr_non: np.ndarray, prior_log_odds: np.ndarray) -> np.ndarray:
