@@ -203,30 +203,35 @@ class FileSource:
 
     async def frames(self) -> AsyncIterator[AudioFrame]:
         handle = _open_soundfile(self.path)
+        frame = RATE_HZ * self.frame_ms // 1000
         with handle:
             rate = int(handle.samplerate)
             resample = _Resampler(rate)
-            block = max(1, rate * self.frame_ms // 1000)
             emitted = 0
+            pending = np.zeros(0, dtype=np.int16)
             started = self._clock()
-            while not self._closed:
-                try:
-                    data = handle.read(block, dtype="float32", always_2d=True)
-                except sf.LibsndfileError as exc:
-                    raise InputError(self.path, f"unreadable audio ({exc.error_string})") from exc
-                last = data.shape[0] < block
-                samples = resample(data, last=last)
-                if samples.shape[0]:
-                    start = emitted / RATE_HZ
-                    if self.realtime:
-                        ahead = start - (self._clock() - started)
-                        if ahead > 0:
-                            await self._sleep(ahead)
-                    emitted += samples.shape[0]
-                    self.stats.frames_total += 1
-                    yield AudioFrame(samples, start)
-                if last:
-                    break
+            last = False
+            while not self._closed and not (last and pending.shape[0] == 0):
+                if pending.shape[0] < frame and not last:
+                    # Decode about a second at a time: per-call overhead, not per-frame.
+                    try:
+                        data = handle.read(rate, dtype="float32", always_2d=True)
+                    except sf.LibsndfileError as exc:
+                        raise InputError(
+                            self.path, f"unreadable audio ({exc.error_string})"
+                        ) from exc
+                    last = data.shape[0] < rate
+                    pending = np.concatenate([pending, resample(data, last=last)])
+                    continue
+                samples, pending = pending[:frame], pending[frame:]
+                start = emitted / RATE_HZ
+                if self.realtime:
+                    ahead = start - (self._clock() - started)
+                    if ahead > 0:
+                        await self._sleep(ahead)
+                emitted += samples.shape[0]
+                self.stats.frames_total += 1
+                yield AudioFrame(samples, start)
 
 
 class StdinSource:
@@ -430,6 +435,9 @@ class MicrophoneSource:
         if generation != self._generation:
             return  # a late block from a stream already closed
         if self._resample is None:  # the stream started before open() returned
+            if len(self._early) >= self._queue_frames:
+                self._early.pop(0)
+                self.stats.dropped += 1
             self._early.append((block, overflowed))
             return
         self._last_block = self._clock()
