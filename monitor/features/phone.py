@@ -33,7 +33,7 @@ _DECODER = None
 _LOCK = threading.Lock()  # a decoder is not re-entrant; the daemon may call from threads
 
 
-def _decoder():  # -> pocketsphinx.Decoder (imported lazily: a C extension with model loading)
+def _decoder() -> Any:  # pocketsphinx.Decoder, imported lazily (C extension, loads a model)
     global _DECODER
     if _DECODER is None:
         from pocketsphinx import Decoder, get_model_path

@@ -1,0 +1,49 @@
+"""The two model-backed extractors on edge cases and on real speech at other rates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soxr
+
+from monitor.audio.sources import read_audio
+from monitor.features import phone
+from monitor.features.embedding import EmbeddingFeature
+from monitor.features.phone import CMU_PHONES, PhoneFeature
+
+
+def test_cmu_phone_set_has_39_phones_and_no_fillers() -> None:
+    assert len(CMU_PHONES) == len(set(CMU_PHONES)) == 39
+    assert "SIL" not in CMU_PHONES and not any(p.startswith("+") for p in CMU_PHONES)
+
+
+def test_no_audio_means_no_phones_and_no_embedding() -> None:
+    silent = np.zeros(0, dtype=np.float32)
+    assert PhoneFeature().observe(silent, 16000).values.sum() == 0
+    short = EmbeddingFeature().observe(np.zeros(800, dtype=np.float32), 16000)  # 50 ms
+    assert np.all(short.values == 0) and short.seconds == pytest.approx(0.05)
+
+
+@pytest.mark.corpus
+def test_phones_decode_from_real_speech_at_any_rate(corpus_root: Path) -> None:
+    audio, _ = read_audio(sorted((corpus_root / "0120").glob("*.flac"))[0])
+    assert phone._decoder() is phone._decoder()  # one decoder per process
+    sequence = phone.decode_phones(audio, 16000)
+    assert len(sequence) >= 5 and set(sequence) <= set(CMU_PHONES)
+    counts = PhoneFeature().observe(audio, 16000).values
+    assert counts.sum() == len(sequence)
+    at_8k = PhoneFeature().observe(soxr.resample(audio, 16000, 8000), 8000)
+    assert at_8k.values.sum() > 0 and at_8k.seconds == pytest.approx(len(audio) / 16000, 1e-3)
+
+
+@pytest.mark.corpus
+def test_embedding_is_a_unit_vector_and_robust_to_the_input_rate(corpus_root: Path) -> None:
+    audio, _ = read_audio(sorted((corpus_root / "0120").glob("*.flac"))[1])
+    feature = EmbeddingFeature()
+    wide = feature.observe(audio, 16000)
+    assert wide.values.shape == (256,)
+    assert np.linalg.norm(wide.values) == pytest.approx(1.0)
+    resampled = feature.observe(soxr.resample(audio, 16000, 22050), 22050)
+    assert float(wide.values @ resampled.values) > 0.95
