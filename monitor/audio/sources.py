@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -267,22 +268,55 @@ class StdinSource:
         resample = _Resampler(self.rate_hz)
         bytes_per_frame = 2 * self.channels
         want = max(1, self.rate_hz * self.frame_ms // 1000) * bytes_per_frame
+        chunks = self._start_reader(stream, want)
         pending = b""
         emitted = 0
-        while not self._closed:
-            chunk = await asyncio.to_thread(stream.read, want)
-            data = pending + (chunk or b"")
-            usable = len(data) - len(data) % bytes_per_frame
-            pending = data[usable:]
-            last = not chunk
-            pcm = np.frombuffer(data[:usable], dtype="<i2").reshape(-1, self.channels)
-            samples = resample(pcm, last=last)
-            if samples.shape[0]:
-                self.stats.frames_total += 1
-                yield AudioFrame(samples, emitted / RATE_HZ)
-                emitted += samples.shape[0]
-            if last:
-                break
+        try:
+            while not self._closed:
+                chunk, room = await chunks.get()
+                room.release()
+                if isinstance(chunk, Exception):
+                    raise InputError(self.name, f"read failed ({chunk})") from chunk
+                data = pending + chunk
+                usable = len(data) - len(data) % bytes_per_frame
+                pending = data[usable:]
+                last = not chunk
+                pcm = np.frombuffer(data[:usable], dtype="<i2").reshape(-1, self.channels)
+                samples = resample(pcm, last=last)
+                if samples.shape[0]:
+                    self.stats.frames_total += 1
+                    yield AudioFrame(samples, emitted / RATE_HZ)
+                    emitted += samples.shape[0]
+                if last:
+                    break
+        finally:
+            self._closed = True
+
+    def _start_reader(
+        self, stream: BinaryIO, want: int
+    ) -> asyncio.Queue[tuple[bytes | Exception, threading.Semaphore]]:
+        """Read in a daemon thread: a pipe that stays open and quiet can never hold up exit
+        (a default-executor thread would keep ``asyncio.run`` waiting at shutdown)."""
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[tuple[bytes | Exception, threading.Semaphore]] = asyncio.Queue()
+        room = threading.Semaphore(8)  # at most 8 reads ahead of the consumer
+
+        def read() -> None:
+            while not self._closed:
+                room.acquire()
+                try:
+                    chunk: bytes | Exception = stream.read(want) or b""
+                except (OSError, ValueError) as exc:
+                    chunk = exc
+                try:
+                    loop.call_soon_threadsafe(chunks.put_nowait, (chunk, room))
+                except RuntimeError:  # the loop is gone
+                    return
+                if not chunk or isinstance(chunk, Exception):
+                    return
+
+        threading.Thread(target=read, name="voxmeter.stdin", daemon=True).start()
+        return chunks
 
 
 # ------------------------------------------------------------------------------ microphone
@@ -465,6 +499,7 @@ class MicrophoneSource:
 
     async def frames(self) -> AsyncIterator[AudioFrame]:
         loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()  # bound to this loop
         self._started = self._clock()
         failures = 0
         while not self._closed:

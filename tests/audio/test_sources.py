@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -391,3 +393,33 @@ def test_microphone_drops_oldest_when_consumer_lags() -> None:
 def test_sounddevice_backend_names_a_missing_device() -> None:
     with pytest.raises(AudioDeviceError, match=r"audio device 'no-such-mic-42': not found"):
         SoundDeviceBackend().open("no-such-mic-42", lambda block, overflowed: None)
+
+
+def test_stdin_source_quiet_open_pipe_does_not_hold_up_exit() -> None:
+    """The reader thread is a daemon: a process stops even while stdin stays open and silent."""
+    code = (
+        "import asyncio\n"
+        "from monitor.audio.sources import StdinSource\n"
+        "async def main():\n"
+        "    source = StdinSource(16000)\n"
+        "    frames = source.frames()\n"
+        "    frame = await anext(frames)\n"
+        "    source.close()\n"
+        "    print(frame.samples.shape[0], flush=True)\n"
+        "asyncio.run(main())\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[2],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write(np.zeros(480, "<i2").tobytes())
+    child.stdin.flush()
+    try:
+        assert child.wait(timeout=20) == 0  # stdin still open here
+        assert child.stdout.read().split() == [b"480"]
+    finally:
+        child.kill()
+        child.stdin.close()
