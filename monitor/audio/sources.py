@@ -146,10 +146,16 @@ class _Resampler:
             data = data.astype(np.float32) / 32768.0
         if data.ndim == 2:
             data = data.mean(axis=1, dtype=np.float32)
-        data = np.ascontiguousarray(data, dtype=np.float32)
+        data = np.nan_to_num(np.ascontiguousarray(data, dtype=np.float32), copy=False)
         if self._stream is not None:
             data = self._stream.resample_chunk(data, last=last)
         return np.clip(np.rint(data * 32768.0), -32768, 32767).astype(np.int16)
+
+
+def _check_frame_ms(frame_ms: int) -> int:
+    if not 1 <= frame_ms <= 1000:
+        raise ValueError(f"frame_ms must be 1..1000, got {frame_ms}")
+    return frame_ms
 
 
 def _open_soundfile(path: str) -> sf.SoundFile:
@@ -192,7 +198,7 @@ class FileSource:
     ) -> None:
         self.path = str(path)
         self.realtime = realtime
-        self.frame_ms = frame_ms
+        self.frame_ms = _check_frame_ms(frame_ms)
         self.stats = SourceStats()
         self._clock = clock
         self._sleep = sleep
@@ -255,7 +261,7 @@ class StdinSource:
         if not 1 <= channels <= 64:
             raise InputError(str(self.name), f"unsupported channel count {channels} (1..64)")
         self.channels = channels
-        self.frame_ms = frame_ms
+        self.frame_ms = _check_frame_ms(frame_ms)
         self.stats = SourceStats()
         self._stream = stream
         self._closed = False

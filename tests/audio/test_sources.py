@@ -98,6 +98,21 @@ def test_read_audio_bad_files_name_file_and_problem(tmp_path: Path, case: str) -
     assert "\n" not in message
 
 
+def test_read_audio_rejects_absurd_rate_and_nan(tmp_path: Path) -> None:
+    slow = tmp_path / "slow.wav"
+    sf.write(slow, tone(2000, 1.0, 100.0), 2000)
+    with pytest.raises(InputError, match=r"slow.wav: unsupported sample rate 2000 Hz"):
+        read_audio(slow)
+    with pytest.raises(InputError, match="unsupported sample rate"):
+        FileSource(slow)
+    broken = tmp_path / "nan.wav"
+    data = tone(16000, 0.5, 100.0)
+    data[100] = np.nan
+    sf.write(broken, data, 16000, subtype="FLOAT")
+    with pytest.raises(InputError, match=r"nan.wav: audio contains NaN"):
+        read_audio(broken)
+
+
 @pytest.mark.parametrize("case", ["missing", "empty", "text", "header"])
 def test_file_source_bad_files_fail_at_construction(tmp_path: Path, case: str) -> None:
     path, problem = bad_files(tmp_path)[case]
