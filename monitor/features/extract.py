@@ -62,7 +62,7 @@ def extract_file(
     Raises :class:`InputError` naming the file when it is missing, empty, truncated, not audio or
     at an unsupported rate. A file without speech gives empty observations with 0 seconds.
     """
-    from monitor.audio.sources import read_audio
+    from monitor.audio.sources import RATE_HZ, read_audio
     from monitor.audio.vad import speech_only
 
     names = _check_features(features)
@@ -71,18 +71,18 @@ def extract_file(
     audio, duration = read_audio(path)
     timing["read"] = time.perf_counter() - start
     mark = time.perf_counter()
-    speech = speech_only(audio, 16000)
+    speech = speech_only(audio, RATE_HZ)
     timing["vad"] = time.perf_counter() - mark
     observations: dict[str, Observation] = {}
     for name in names:
         mark = time.perf_counter()
-        observations[name] = get_feature(name).observe(speech, 16000)
+        observations[name] = get_feature(name).observe(speech, RATE_HZ)
         timing[name] = time.perf_counter() - mark
     timing["total"] = time.perf_counter() - start
     return FileFeatures(
         path=str(Path(path).absolute()),
         duration_seconds=float(duration),
-        speech_seconds=speech.shape[0] / 16000,
+        speech_seconds=speech.shape[0] / RATE_HZ,
         observations=observations,
         timing_seconds=timing,
     )

@@ -158,8 +158,9 @@ class F0Feature:
 
     def describe(self, observation: Observation) -> dict[str, Any]:
         counts = observation.values
+        median = median_hz(counts)
         return {
-            "median_hz": median_hz(counts),
+            "median_hz": None if np.isnan(median) else median,  # None: no voiced frame
             "voiced_frames": int(counts.sum()),
             "lags": LAG_MIN,
             "histogram": [int(c) for c in counts],

@@ -16,6 +16,10 @@ from monitor.features.phone import CMU_PHONES
 runner = CliRunner()
 
 
+def reject_nan(constant: str) -> None:
+    raise AssertionError(f"not strict JSON: {constant}")
+
+
 @pytest.fixture
 def utterances(corpus_root: Path) -> list[Path]:
     return sorted((corpus_root / "0036").glob("*.flac"))[:2]
@@ -80,3 +84,15 @@ def test_only_bad_inputs_exit_non_zero_without_traceback(tmp_path: Path) -> None
     assert len(lines) == 2 and "Traceback" not in result.stderr
     assert lines[0].startswith(f"voxmeter: error: {noise}: not readable as audio")
     assert lines[1].startswith(f"voxmeter: error: {slow}: unsupported sample rate 1000 Hz")
+
+
+def test_a_file_without_speech_gives_empty_observations_and_valid_json(tmp_path: Path) -> None:
+    silence = tmp_path / "silence.wav"
+    sf.write(silence, np.zeros(16000, dtype=np.float32), 16000)
+    result = runner.invoke(app, ["features", str(silence), "--json"])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout, parse_constant=reject_nan)
+    assert report["duration_seconds"] == 1.0 and report["speech_seconds"] == 0.0
+    assert report["f0"]["median_hz"] is None and report["f0"]["voiced_frames"] == 0
+    assert sum(report["phone"]["counts"].values()) == 0
+    assert not any(report["embedding"]["vector"])
