@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import soundfile as sf
@@ -39,9 +40,16 @@ class Corpus:
     metadata: dict[str, dict[str, str]] = field(default_factory=dict)  # speaker -> column -> value
     unreadable: tuple[tuple[Path, str], ...] = ()  # (file, reason)
 
+    @cached_property
+    def _by_speaker(self) -> dict[str, tuple[Utterance, ...]]:
+        grouped: dict[str, list[Utterance]] = {}
+        for utterance in self.utterances:
+            grouped.setdefault(utterance.speaker, []).append(utterance)
+        return {speaker: tuple(items) for speaker, items in grouped.items()}
+
     def utterances_of(self, speaker: str) -> tuple[Utterance, ...]:
-        """The utterances of ``speaker``, in file-name order."""
-        return tuple(u for u in self.utterances if u.speaker == speaker)
+        """The utterances of ``speaker``, in file-name order (empty for an unknown speaker)."""
+        return self._by_speaker.get(speaker, ())
 
     @property
     def paths(self) -> list[Path]:

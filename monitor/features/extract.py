@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from monitor.errors import InputError, StoreError, VoxmeterError
+from monitor.errors import InputError, StoreError
 from monitor.features.base import FEATURE_NAMES, Observation, get_feature
 
 logger = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ class Extraction:
     """Results of :func:`extract_many`: features per path (input order) and failures per path."""
 
     files: dict[str, FileFeatures]
-    errors: dict[str, VoxmeterError]
+    errors: dict[str, InputError]
 
 
 def _worker_init(threads: int, features: tuple[str, ...]) -> None:
@@ -218,7 +218,7 @@ def extract_many(
     order = [str(Path(p).absolute()) for p in paths]
     total = len(order)
     files: dict[str, FileFeatures] = {}
-    errors: dict[str, VoxmeterError] = {}
+    errors: dict[str, InputError] = {}
     done = 0
 
     def finish(path: str, outcome: FileFeatures | tuple[str, str]) -> None:
