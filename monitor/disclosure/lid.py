@@ -16,7 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit
 
-from monitor.disclosure.ranks import check_scores, check_truth, chunk_rows
+from monitor.disclosure.ranks import (
+    check_scores,
+    check_truth,
+    chunk_rows,
+    reject_non_finite,
+    single_threaded_blas,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,16 +46,16 @@ def _check_weight(weight: float) -> float:
     return w
 
 
-def _znorm_block(block: np.ndarray) -> np.ndarray:
+def _znorm_block(block: np.ndarray, row0: int) -> np.ndarray:
     """z-scores of each row (ddof 0); rows whose scores are all equal become 0."""
-    z = np.asarray(block, dtype=np.float64) - block.mean(axis=1, keepdims=True)
-    sigma = np.sqrt(np.mean(z * z, axis=1, keepdims=True))
-    constant = (block.max(axis=1) == block.min(axis=1))[:, None]
+    reject_non_finite(block, row0)
+    values = np.asarray(block, dtype=np.float64)  # a view when already float64
+    z = values - values.mean(axis=1, keepdims=True)
+    sigma = np.sqrt(np.einsum("ij,ij->i", z, z) / z.shape[1])[:, None]
+    constant = (values.max(axis=1) == values.min(axis=1))[:, None]
     sigma[constant] = 1.0
     z /= sigma
     z[np.broadcast_to(constant, z.shape)] = 0.0
-    if not np.isfinite(z).all():
-        raise ValueError("scores contain NaN/inf")
     return z
 
 
@@ -59,12 +65,12 @@ def znorm_rows(S: np.ndarray) -> np.ndarray:
     Z = np.empty(S.shape, dtype=np.float64)
     step = chunk_rows(S.shape[1])
     for r0 in range(0, S.shape[0], step):
-        Z[r0 : r0 + step] = _znorm_block(S[r0 : r0 + step])
+        Z[r0 : r0 + step] = _znorm_block(S[r0 : r0 + step], r0)
     return Z
 
 
-def _log_softmax_block(block: np.ndarray, weight: float) -> np.ndarray:
-    a = _znorm_block(block)
+def _log_softmax_block(block: np.ndarray, weight: float, row0: int) -> np.ndarray:
+    a = _znorm_block(block, row0)
     a *= weight
     a -= a.max(axis=1, keepdims=True)
     a -= np.log(np.exp(a).sum(axis=1, keepdims=True))
@@ -78,7 +84,7 @@ def lid_log_posteriors(S: np.ndarray, weight: float) -> np.ndarray:
     out = np.empty(S.shape, dtype=np.float64)
     step = chunk_rows(S.shape[1])
     for r0 in range(0, S.shape[0], step):
-        out[r0 : r0 + step] = _log_softmax_block(S[r0 : r0 + step], w)
+        out[r0 : r0 + step] = _log_softmax_block(S[r0 : r0 + step], w, r0)
     return out
 
 
@@ -105,7 +111,7 @@ def lid_per_trial(S: np.ndarray, m: np.ndarray, weight: float) -> np.ndarray:
     lid = np.empty(T, dtype=np.float64)
     step = chunk_rows(N)
     for r0 in range(0, T, step):
-        log_post = _log_softmax_block(S[r0 : r0 + step], w)
+        log_post = _log_softmax_block(S[r0 : r0 + step], w, r0)
         lid[r0 : r0 + step] = log_post[np.arange(log_post.shape[0]), truth[r0 : r0 + step]]
     lid += math.log(N)
     lid /= _LN2
@@ -117,6 +123,39 @@ def _penalised_nll(
 ) -> float:
     t = w * z + b
     return float(np.logaddexp(0.0, t).sum()) - (w * z_mated_sum + b * n_mated) + w * w / (2 * c)
+
+
+def _newton_logistic(
+    z: np.ndarray, n_mated: int, z_mated_sum: float, b0: float, c: float
+) -> tuple[float, float]:
+    """Damped Newton on the penalised logistic NLL in (w, b); strictly convex, so it converges."""
+    w, b = 0.0, b0
+    value = _penalised_nll(z, n_mated, z_mated_sum, w, b, c)
+    for _ in range(100):
+        q = expit(w * z + b)
+        s = q * (1.0 - q)
+        g_w, g_b = float(np.dot(q, z)) - z_mated_sum + w / c, float(q.sum()) - n_mated
+        sz = s * z
+        h_ww, h_wb, h_bb = float(np.dot(sz, z)) + 1.0 / c, float(sz.sum()), float(s.sum())
+        det = h_ww * h_bb - h_wb * h_wb
+        if det > 1e-300 and h_bb > 0:
+            step_w, step_b = (h_bb * g_w - h_wb * g_b) / det, (h_ww * g_b - h_wb * g_w) / det
+        else:  # saturated: fall back to a scaled gradient step
+            step_w, step_b = g_w / h_ww, g_b / max(h_bb, 1.0)
+        decrement = g_w * step_w + g_b * step_b
+        if decrement < 1e-12 * max(1.0, abs(value)):
+            break
+        scale = 1.0
+        while scale > 1e-10:
+            w_new, b_new = w - scale * step_w, b - scale * step_b
+            new_value = _penalised_nll(z, n_mated, z_mated_sum, w_new, b_new, c)
+            if new_value <= value - 1e-4 * scale * decrement:
+                break
+            scale *= 0.5
+        else:
+            break
+        w, b, value = w_new, b_new, new_value
+    return w, b
 
 
 def fit_lid_calibration(
@@ -154,32 +193,8 @@ def fit_lid_calibration(
         )
         logger.warning(message)
         warnings.warn(message, RuntimeWarning, stacklevel=2)
-    z_mated_sum = float(z_mated.sum())
-    w, b = 0.0, log_prior_odds
-    value = _penalised_nll(z, n_mated, z_mated_sum, w, b, c)
-    for _ in range(100):
-        q = expit(w * z + b)
-        s = q * (1.0 - q)
-        grad = np.array([np.dot(q, z) - z_mated_sum + w / c, q.sum() - n_mated])
-        sz = s * z
-        hess = np.array([[np.dot(sz, z) + 1.0 / c, sz.sum()], [sz.sum(), s.sum()]])
-        try:
-            step = np.linalg.solve(hess, grad)
-        except np.linalg.LinAlgError:
-            step = np.linalg.lstsq(hess, grad, rcond=None)[0]
-        decrement = float(np.dot(grad, step))
-        if decrement < 1e-12 * max(1.0, abs(value)):
-            break
-        scale = 1.0
-        while scale > 1e-10:
-            w_new, b_new = w - scale * step[0], b - scale * step[1]
-            new_value = _penalised_nll(z, n_mated, z_mated_sum, w_new, b_new, c)
-            if new_value <= value - 1e-4 * scale * decrement:
-                break
-            scale *= 0.5
-        else:
-            break
-        w, b, value = w_new, b_new, new_value
+    with single_threaded_blas():
+        w, b = _newton_logistic(z, n_mated, float(z_mated.sum()), log_prior_odds, c)
     return LidCalibration(weight=float(w), bias=float(b), log_prior_odds=log_prior_odds)
 
 

@@ -8,9 +8,16 @@ tens of MB beyond the matrix itself (no argsort, no (T, N) temporaries).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Literal
 
 import numpy as np
+
+try:  # arrives with librosa → scikit-learn; everything works without it, only slower
+    from threadpoolctl import ThreadpoolController
+except ImportError:  # pragma: no cover
+    ThreadpoolController = None
 
 TieRule = Literal["fractional", "optimistic", "pessimistic", "random"]
 TIE_RULES: tuple[str, ...] = ("fractional", "optimistic", "pessimistic", "random")
@@ -23,6 +30,20 @@ CHUNK_ELEMENTS = 1 << 22
 def chunk_rows(n_columns: int) -> int:
     """Rows per block for a matrix with ``n_columns`` columns."""
     return max(1, CHUNK_ELEMENTS // max(1, n_columns))
+
+
+@functools.cache
+def _blas_controller() -> object | None:
+    return ThreadpoolController() if ThreadpoolController is not None else None
+
+
+def single_threaded_blas() -> contextlib.AbstractContextManager[object]:
+    """Limit BLAS to one thread: L-BFGS-B on 2 parameters makes thousands of tiny BLAS calls, and
+    OpenBLAS threads spinning on a busy machine made each fit 5–40× slower."""
+    controller = _blas_controller()
+    if controller is None:
+        return contextlib.nullcontext()
+    return controller.limit(limits=1, user_api="blas")  # type: ignore[attr-defined]
 
 
 def check_scores(scores: np.ndarray, *, name: str = "scores") -> np.ndarray:
@@ -54,7 +75,8 @@ def check_truth(truth: np.ndarray, n_trials: int, n_identities: int) -> np.ndarr
     return m
 
 
-def _reject_non_finite(block: np.ndarray, row0: int) -> None:
+def reject_non_finite(block: np.ndarray, row0: int = 0) -> None:
+    """Raise ``ValueError`` naming the first NaN/inf of a block whose first row is ``row0``."""
     finite = np.isfinite(block)
     if not finite.all():
         i, j = np.argwhere(~finite)[0]
@@ -77,7 +99,7 @@ def true_rank_counts(scores: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray,
     step = chunk_rows(N)
     for r0 in range(0, T, step):
         block = S[r0 : r0 + step]
-        _reject_non_finite(block, r0)
+        reject_non_finite(block, r0)
         target = block[np.arange(block.shape[0]), m[r0 : r0 + step]][:, None]
         above[r0 : r0 + step] = np.count_nonzero(block > target, axis=1)
         ties[r0 : r0 + step] = np.count_nonzero(block == target, axis=1) - 1

@@ -17,7 +17,7 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import digamma, gammaln, logsumexp
 
-from monitor.disclosure.ranks import tie_groups
+from monitor.disclosure.ranks import single_threaded_blas, tie_groups
 
 Loss = Literal["ll", "ms", "wms", "rwms", "cll"]
 LOSSES: tuple[str, ...] = ("ll", "ms", "wms", "rwms", "cll")
@@ -209,18 +209,19 @@ def fit_rank_model(hist: np.ndarray, *, loss: Loss = "ll") -> RankFit:
             starts.append(moments)
         bounds = [(-LOG_PARAM_BOUND, LOG_PARAM_BOUND)] * 2
         best_x, best_f = None, math.inf
-        for a0, b0 in starts:
-            x0 = np.clip(np.log([a0, b0]), -LOG_PARAM_BOUND, LOG_PARAM_BOUND)
-            result = minimize(
-                objective,
-                x0,
-                jac=True,
-                method="L-BFGS-B",
-                bounds=bounds,
-                options={"maxiter": 500, "ftol": 1e-15, "gtol": 1e-11},
-            )
-            if np.isfinite(result.fun) and result.fun < best_f:
-                best_x, best_f = result.x, float(result.fun)
+        with single_threaded_blas():
+            for a0, b0 in starts:
+                x0 = np.clip(np.log([a0, b0]), -LOG_PARAM_BOUND, LOG_PARAM_BOUND)
+                result = minimize(
+                    objective,
+                    x0,
+                    jac=True,
+                    method="L-BFGS-B",
+                    bounds=bounds,
+                    options={"maxiter": 500, "ftol": 1e-15, "gtol": 1e-11},
+                )
+                if np.isfinite(result.fun) and result.fun < best_f:
+                    best_x, best_f = result.x, float(result.fun)
         if best_x is None:
             raise ValueError(f"beta-binomial fit with loss {loss!r} failed from every start")
         alpha, beta = (float(v) for v in np.exp(best_x))
