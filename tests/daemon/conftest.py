@@ -20,6 +20,7 @@ import soundfile as sf
 from monitor.audio.sources import read_audio
 from monitor.calibration.fit import COMBINED, BucketCalibration, CalibrationSet
 from monitor.corpus import scan_corpus
+from monitor.enroll import default_cache_dir
 from monitor.features.base import FEATURE_NAMES, get_feature
 from monitor.features.extract import FeatureCache, extract_many
 from monitor.store.database import open_store
@@ -87,7 +88,8 @@ def daemon_corpus(
     utterances = {s: [u.path for u in corpus.utterances_of(s)] for s in chosen}
     folder = tmp_path_factory.mktemp("daemon-corpus")
     template_paths = [p for s in enrolled for p in utterances[s][:TEMPLATE_UTTERANCES]]
-    extraction = extract_many(template_paths, FeatureCache(folder / "cache"))
+    # the user's feature cache (keyed by path, size, mtime and feature version): fast re-runs
+    extraction = extract_many(template_paths, FeatureCache(default_cache_dir()))
     assert not extraction.errors
     db = folder / "templates.db"
     with open_store(db) as store:
