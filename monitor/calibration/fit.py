@@ -15,13 +15,22 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from monitor.calibration.protocol import (
+    SpeakerUtterances,
+    Trials,
+    describe_template,
+    load_speakers,
+    plan_splits,
+    score_trials,
+)
 from monitor.errors import InputError
 
 COMBINED = "combined"
@@ -30,6 +39,10 @@ COMBINED = "combined"
 FORMAT = "voxmeter-calibration"
 FORMAT_VERSION = 1
 LOSSES: tuple[str, ...] = ("ll", "ms", "wms", "rwms", "cll")
+DEFAULT_BUCKETS: tuple[float, ...] = (3.0, 6.0, 12.0, 24.0, 48.0, 96.0)
+"""Test-speech seconds per bucket; the corpus decides how many are kept (§13)."""
+DEFAULT_TEMPLATE_SECONDS = 12.0
+"""Speech behind each template in calibration trials (an enrolment of a few utterances)."""
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "models" / "calibration.json"
 """The shipped calibration (``make calibration`` writes it)."""
 
@@ -179,6 +192,11 @@ class CalibrationSet:
         target.write_text(self.to_json(), encoding="utf-8")
 
     @classmethod
+    def load_default(cls) -> CalibrationSet:
+        """The shipped ``models/calibration.json`` (same as the module's :func:`load_default`)."""
+        return cls.load(DEFAULT_PATH)
+
+    @classmethod
     def load(cls, path: str | Path) -> CalibrationSet:
         target = Path(path)
         try:
@@ -216,6 +234,164 @@ def fuse_scores(scores: Mapping[str, np.ndarray], weights: Mapping[str, float]) 
         ),
         start=np.zeros(shapes.pop()),
     )
+
+
+def fit_trials(
+    trials: Trials,
+    *,
+    seconds: float,
+    loss: str = "ll",
+    features: Sequence[str] | None = None,
+) -> dict[str, BucketCalibration]:
+    """One bucket per feature and for ``combined`` from the trials of one length setting.
+
+    Per feature: rank histogram (fractional ties) → beta-binomial fit with ``loss``; LID
+    logistic on the z-normalised rows (§2.3). ``combined`` fuses the features' scores with the
+    LID weights just fitted and is then fitted the same way.
+    """
+    from monitor.disclosure.lid import fit_lid_calibration
+    from monitor.disclosure.ranks import rank_histogram
+    from monitor.disclosure.srd import fit_rank_model
+
+    names = list(features if features is not None else trials.scores)
+    scores = {name: trials.scores[name] for name in names}
+    calibrations: dict[str, BucketCalibration] = {}
+    lid_weights: dict[str, float] = {}
+
+    def fit_one(name: str, S: np.ndarray) -> BucketCalibration:
+        rank_fit = fit_rank_model(rank_histogram(S, trials.truth), loss=loss)  # type: ignore[arg-type]
+        lid = fit_lid_calibration(S, trials.truth)
+        return BucketCalibration(
+            seconds=float(seconds),
+            alpha=rank_fit.alpha,
+            beta=rank_fit.beta,
+            loss=loss,
+            lid_weight=float(lid.weight),
+            lid_bias=float(lid.bias),
+            log_prior_odds=float(lid.log_prior_odds),
+            n_identities=trials.N,
+            n_trials=trials.T,
+            mean_test_seconds=float(np.mean(trials.test_seconds)),
+            template_seconds=float(np.mean(trials.template_seconds)),
+            max_seconds=float(np.max(trials.test_seconds)),
+        )
+
+    for name in names:
+        calibrations[name] = fit_one(name, scores[name])
+        lid_weights[name] = calibrations[name].lid_weight
+    if len(names) > 1:
+        calibrations[COMBINED] = fit_one(COMBINED, fuse_scores(scores, lid_weights))
+    return calibrations
+
+
+def calibrate_speakers(
+    speakers: Sequence[SpeakerUtterances],
+    *,
+    buckets: Sequence[float] = DEFAULT_BUCKETS,
+    template_seconds: float | None = DEFAULT_TEMPLATE_SECONDS,
+    loss: str = "ll",
+    features: Sequence[str],
+    min_speakers_fraction: float = 0.5,
+    metadata: Mapping[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> CalibrationSet:
+    """Fit every bucket the speakers allow: a bucket is kept while at least
+    ``min_speakers_fraction`` of the speakers (and at least 2) have enough speech for it.
+    """
+    if loss not in LOSSES:
+        raise ValueError(f"unknown loss {loss!r}; known: {', '.join(LOSSES)}")
+    if len(speakers) < 2:
+        raise ValueError(f"calibration needs at least 2 speakers, got {len(speakers)}")
+    per_feature: dict[str, list[BucketCalibration]] = {}
+    used: list[dict[str, Any]] = []
+    for seconds in sorted_buckets(buckets):
+        usable = len(plan_splits(speakers, seconds, template_seconds)[0])
+        if usable < max(2.0, min_speakers_fraction * len(speakers)):
+            break
+        trials = score_trials(
+            speakers, test_seconds=seconds, template_seconds=template_seconds, features=features
+        )
+        if progress is not None:
+            progress(f"bucket {seconds:g} s: N = {trials.N}, {trials.T} trials")
+        for name, bucket in fit_trials(
+            trials, seconds=seconds, loss=loss, features=features
+        ).items():
+            per_feature.setdefault(name, []).append(bucket)
+        used.append(
+            {"seconds": seconds, "N": trials.N, "trials": trials.T, "dropped": len(trials.dropped)}
+        )
+    if not per_feature:
+        shortest = min(buckets)
+        raise ValueError(
+            f"too few speakers have {shortest:g} s of test speech plus "
+            f"{describe_template(template_seconds)} of template speech for the shortest bucket"
+        )
+    info = {
+        "protocol": {
+            "name": "paper 000 eq. 6, K-fold over start utterances",
+            "delta": "floor((K - T - D) / 2)",
+            "test_seconds": [u["seconds"] for u in used],
+            "template_seconds": template_seconds,
+            "segments": "consecutive utterances, fewest reaching the length in speech seconds",
+            "ties": "fractional",
+            "lid": "unweighted logistic on row z-norm, eq. 3 prior term",
+            "combined": "sum_f lid_weight_f * znorm_rows(S_f), then fitted as a feature",
+        },
+        "buckets": used,
+        "loss": loss,
+        "speakers": len(speakers),
+        "created": datetime.now(UTC).replace(microsecond=0).isoformat(),
+        **dict(metadata or {}),
+    }
+    return CalibrationSet({k: tuple(v) for k, v in per_feature.items()}, info)
+
+
+def calibrate_corpus(
+    root: str | Path,
+    *,
+    split: str | None = None,
+    features: Sequence[str] = ("f0", "phone", "embedding"),
+    buckets: Sequence[float] = DEFAULT_BUCKETS,
+    template_seconds: float | None = DEFAULT_TEMPLATE_SECONDS,
+    loss: str = "ll",
+    cache_dir: str | Path | None = None,
+    jobs: int = 1,
+    extraction_progress: Callable[[int, int, str], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[CalibrationSet, tuple[tuple[str, str], ...]]:
+    """Extract (through the cache) a labelled dev corpus and fit every bucket it allows.
+
+    Returns the calibration (metadata: corpus, split, protocol, date, speakers, skipped count)
+    and the (file or speaker, reason) pairs that were skipped.
+    """
+    loaded = load_speakers(
+        root,
+        split=split,
+        features=features,
+        cache_dir=cache_dir,
+        jobs=jobs,
+        progress=extraction_progress,
+    )
+    try:
+        calibration = calibrate_speakers(
+            loaded.speakers,
+            buckets=buckets,
+            template_seconds=template_seconds,
+            loss=loss,
+            features=features,
+            progress=progress,
+            metadata={
+                "corpus": Path(loaded.root).name,
+                "corpus_path": loaded.root,
+                "split": split,
+                "features": list(features),
+                "files": loaded.files,
+                "skipped": len(loaded.skipped),
+            },
+        )
+    except ValueError as error:
+        raise InputError(loaded.root, str(error)) from error
+    return calibration, loaded.skipped
 
 
 def _jsonable(value: Any) -> Any:

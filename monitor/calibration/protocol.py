@@ -15,11 +15,14 @@ longer segments are built from per-utterance observations without extracting aud
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from monitor.errors import InputError
 from monitor.features.base import TemplateBatch, get_feature
 
 logger = logging.getLogger(__name__)
@@ -27,6 +30,10 @@ logger = logging.getLogger(__name__)
 MEAN_POOLED: frozenset[str] = frozenset({"embedding"})
 """Features whose observations pool by a seconds-weighted mean then L2 normalisation; the
 others (histograms of counts) pool by addition (DESIGN §11)."""
+
+
+class NotEnoughSpeakersError(ValueError):
+    """A length setting that fewer than 2 speakers of the corpus can supply."""
 
 
 def protocol_splits(K: int, T: int, D: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -147,19 +154,14 @@ def pool_groups(
     return groups @ values
 
 
-def score_trials(
-    speakers: Sequence[SpeakerUtterances],
-    *,
-    test_seconds: float,
-    template_seconds: float | None,
-    features: Sequence[str],
-) -> Trials:
-    """Trials of eq. 6 for every start S, pooled (K-fold), as (T, N) scores per feature.
+def describe_template(template_seconds: float | None) -> str:
+    return "all-remaining-speech" if template_seconds is None else f"{template_seconds:g} s"
 
-    Speakers who cannot give a test of ``test_seconds`` and a disjoint template of
-    ``template_seconds`` at every start are dropped (listed in ``Trials.dropped``). Starts run
-    over 0..max K − 1, a speaker with fewer utterances using S mod K.
-    """
+
+def plan_splits(
+    speakers: Sequence[SpeakerUtterances], test_seconds: float, template_seconds: float | None
+) -> tuple[list[SpeakerUtterances], list[list[tuple[np.ndarray, np.ndarray]]], list[str]]:
+    """Speakers with an eq. 6 split at every start, their splits, and the aliases dropped."""
     usable: list[SpeakerUtterances] = []
     splits: list[list[tuple[np.ndarray, np.ndarray]]] = []
     dropped: list[str] = []
@@ -173,11 +175,28 @@ def score_trials(
             dropped.append(speaker.alias)
             continue
         usable.append(speaker)
-        splits.append(per_start)  # type: ignore[arg-type]
+        splits.append([split for split in per_start if split is not None])
+    return usable, splits, dropped
+
+
+def score_trials(
+    speakers: Sequence[SpeakerUtterances],
+    *,
+    test_seconds: float,
+    template_seconds: float | None,
+    features: Sequence[str],
+) -> Trials:
+    """Trials of eq. 6 for every start S, pooled (K-fold), as (T, N) scores per feature.
+
+    Speakers who cannot give a test of ``test_seconds`` and a disjoint template of
+    ``template_seconds`` at every start are dropped (listed in ``Trials.dropped``). Starts run
+    over 0..max K − 1, a speaker with fewer utterances using S mod K.
+    """
+    usable, splits, dropped = plan_splits(speakers, test_seconds, template_seconds)
     if len(usable) < 2:
-        raise ValueError(
+        raise NotEnoughSpeakersError(
             f"only {len(usable)} speaker(s) have enough speech for {test_seconds:g} s tests "
-            f"and {template_seconds if template_seconds is not None else 'rest'} s templates"
+            f"and {describe_template(template_seconds)} templates"
         )
     if dropped:
         logger.info("%d speaker(s) too short for this setting: %s", len(dropped), dropped)
@@ -219,4 +238,95 @@ def score_trials(
         test_seconds=test_groups.reshape(K_max * N, U) @ seconds,
         template_seconds=template_groups.reshape(K_max * N, U) @ seconds,
         dropped=tuple(dropped),
+    )
+
+
+@dataclass(frozen=True)
+class CorpusSpeakers:
+    """Speakers of a corpus ready for :func:`score_trials`, plus everything left out and why."""
+
+    root: str
+    split: str | None
+    speakers: tuple[SpeakerUtterances, ...]
+    skipped: tuple[tuple[str, str], ...]  # (file or speaker, reason)
+    files: int  # audio files found (readable or not)
+
+
+def usable_observation(feature: str, values: np.ndarray) -> bool:
+    """An observation carries evidence: some counts (histograms) or a non-zero embedding."""
+    return bool(np.any(values != 0))
+
+
+def load_speakers(
+    root: str | Path,
+    *,
+    split: str | None = None,
+    features: Sequence[str],
+    cache_dir: str | Path | None = None,
+    jobs: int = 1,
+    min_speech_seconds: float = 0.3,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> CorpusSpeakers:
+    """Scan ``root``, extract (or read from the cache) every file, group by speaker.
+
+    Files that cannot be read, utterances with less than ``min_speech_seconds`` of speech or an
+    empty observation, and speakers left with fewer than 2 utterances are skipped and listed.
+    Raises ``InputError`` when no speaker remains.
+    """
+    from monitor.corpus import scan_corpus
+    from monitor.features.extract import FeatureCache, extract_many
+
+    corpus = scan_corpus(root, split=split)
+    cache = FeatureCache(cache_dir) if cache_dir is not None else None
+    extraction = extract_many(
+        corpus.paths, cache, features=tuple(features), jobs=jobs, progress=progress
+    )
+    skipped: list[tuple[str, str]] = [(str(path), reason) for path, reason in corpus.unreadable]
+    skipped += [(path, error.problem) for path, error in extraction.errors.items()]  # type: ignore[attr-defined]
+    speakers: list[SpeakerUtterances] = []
+    for alias in corpus.speakers:
+        kept: list[tuple[str, Any]] = []
+        for utterance in corpus.utterances_of(alias):
+            result = extraction.files.get(str(utterance.path))
+            if result is None:
+                continue
+            if result.speech_seconds < min_speech_seconds:
+                skipped.append(
+                    (str(utterance.path), f"no usable speech ({result.speech_seconds:.2f} s)")
+                )
+                continue
+            empty = [
+                f for f in features if not usable_observation(f, result.observations[f].values)
+            ]
+            if empty:
+                skipped.append((str(utterance.path), f"empty {', '.join(empty)} observation"))
+                continue
+            kept.append((utterance.path.stem, result))
+        if len(kept) < 2:
+            skipped.append(
+                (f"speaker {alias}", f"only {len(kept)} usable utterance(s); 2 or more needed")
+            )
+            continue
+        speakers.append(
+            SpeakerUtterances(
+                alias=alias,
+                utterances=tuple(stem for stem, _ in kept),
+                speech_seconds=np.array([r.speech_seconds for _, r in kept]),
+                values={f: np.stack([r.observations[f].values for _, r in kept]) for f in features},
+                weights={
+                    f: np.array([r.observations[f].seconds for _, r in kept]) for f in features
+                },
+            )
+        )
+    if not speakers:
+        raise InputError(
+            str(corpus.root),
+            f"no speaker has 2 or more utterances with usable speech ({len(skipped)} skipped)",
+        )
+    return CorpusSpeakers(
+        root=str(corpus.root),
+        split=split,
+        speakers=tuple(speakers),
+        skipped=tuple(skipped),
+        files=len(corpus.utterances) + len(corpus.unreadable),
     )

@@ -1,1 +1,103 @@
+"""Corpus audit (``voxmeter evaluate``): report.md, report.json and PNG plots in one folder."""
 
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from monitor.calibration.fit import CalibrationSet
+from monitor.calibration.protocol import NotEnoughSpeakersError, load_speakers
+from monitor.errors import InputError
+from monitor.evaluate.audit import Audit, protected_audit, run_audit
+
+__all__ = ["Audit", "evaluate_corpus"]
+
+
+def evaluate_corpus(
+    root: str | Path,
+    out: str | Path,
+    *,
+    split: str | None = None,
+    test_seconds: Sequence[float] = (3.0, 6.0, 12.0),
+    template_seconds: Sequence[float | None] = (12.0,),
+    features: Sequence[str] = ("f0", "phone", "embedding"),
+    loss: str = "ll",
+    calibration: CalibrationSet | None = None,
+    calibration_source: str | None = None,
+    lid_source: str | None = None,
+    protected: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    jobs: int = 1,
+    extraction_progress: Callable[[int, int, str], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Audit, dict[str, Any]]:
+    """Extract (through the cache), audit every length setting, write report and plots.
+
+    Returns the audit and the report.json document. ``calibration`` supplies the LID and fusion
+    weights (speaker-disjoint); without it (or with ``lid_source="crossfit"``) they are
+    cross-fitted on halves of the evaluation speakers.
+    """
+    from monitor.evaluate.plots import write_plots
+    from monitor.evaluate.report import write_report
+
+    loaded = load_speakers(
+        root,
+        split=split,
+        features=features,
+        cache_dir=cache_dir,
+        jobs=jobs,
+        progress=extraction_progress,
+    )
+    metadata: dict[str, Any] = {
+        "corpus": Path(loaded.root).name,
+        "corpus_path": loaded.root,
+        "split": split,
+        "speakers": len(loaded.speakers),
+        "files": loaded.files,
+        "created": datetime.now(UTC).replace(microsecond=0).isoformat(),
+        "calibration": calibration_source,
+    }
+    try:
+        audit = run_audit(
+            loaded.speakers,
+            test_seconds=test_seconds,
+            template_seconds=template_seconds,
+            features=features,
+            loss=loss,
+            calibration=calibration,
+            lid_source=lid_source,
+            metadata=metadata,
+            skipped=loaded.skipped,
+            progress=progress,
+        )
+    except NotEnoughSpeakersError as error:
+        raise InputError(loaded.root, str(error)) from error
+    except ValueError as error:
+        raise InputError(loaded.root, f"cannot audit: {error}") from error
+    if protected is not None:
+        if progress is not None:
+            progress("protected corpus")
+        feature = "embedding" if "embedding" in features else features[0]
+        other = load_speakers(
+            protected,
+            split=split,
+            features=(feature,),
+            cache_dir=cache_dir,
+            jobs=jobs,
+            progress=extraction_progress,
+        )
+        audit = dataclasses.replace(
+            audit,
+            protected=protected_audit(
+                loaded.speakers, other.speakers, corpus=Path(other.root).name, feature=feature
+            ),
+            skipped=audit.skipped + other.skipped,
+        )
+    if progress is not None:
+        progress("plots and report")
+    plots = write_plots(audit, out)
+    document = write_report(audit, out, plots)
+    return audit, document

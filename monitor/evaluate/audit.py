@@ -1,0 +1,434 @@
+"""Corpus audit (``voxmeter evaluate``): every metric of papers 000–003 on eq. 6 trials.
+
+For each (test length, template length) setting the trials of :func:`score_trials` give, per
+feature and for ``combined``: the rank histogram and its statistics (Table II), the five
+beta-binomial fits and their goodness of fit (Table III), the LID family (paper 003 Table 4),
+ZEBRA, the EER, and the per-speaker mean disclosure (paper 000 Fig. 6). The LID weight comes
+from a speaker-disjoint calibration (the shipped one, for the same length) or, when none fits,
+from cross-fitting on two halves of the evaluation speakers; the report says which.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from monitor.calibration.fit import COMBINED, LOSSES, CalibrationSet, fuse_scores
+from monitor.calibration.protocol import (
+    NotEnoughSpeakersError,
+    SpeakerUtterances,
+    Trials,
+    score_trials,
+)
+from monitor.disclosure.baselines import eer_rocch, eer_sweep, split_mated
+from monitor.disclosure.lid import (
+    LidCalibration,
+    LidSummary,
+    fit_lid_calibration,
+    lid_per_trial,
+    lid_summary,
+)
+from monitor.disclosure.ranks import rank_histogram
+from monitor.disclosure.srd import RankFit, SrdStats, fit_rank_model, srd_stats
+from monitor.disclosure.zebra import ZebraResult, zebra
+from monitor.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+LID_SOURCES = ("calibration", "crossfit")
+
+
+@dataclass(frozen=True)
+class FeatureAudit:
+    """Every figure of one feature in one length setting (bits, fractions as in DESIGN §0)."""
+
+    feature: str
+    histogram: np.ndarray  # (N,) rank histogram (fractional ties), trial counts
+    histogram_stats: SrdStats
+    fits: Mapping[str, RankFit]  # all five losses
+    loss: str  # the loss whose fit is "the model"
+    EER: float  # threshold sweep (§6.1)
+    EER_rocch: float
+    lid: np.ndarray  # (T,) LID per trial, bits
+    lid_summary: LidSummary
+    zebra: ZebraResult
+    per_speaker: Mapping[str, float]  # alias -> MeanD of the speaker's LL-fitted model, bits
+
+    @property
+    def model(self) -> RankFit:
+        return self.fits[self.loss]
+
+
+@dataclass(frozen=True)
+class SettingAudit:
+    """One (test seconds, template seconds) setting of the protocol."""
+
+    test_seconds: float
+    template_seconds: float | None
+    mean_test_seconds: float
+    mean_template_seconds: float
+    N: int
+    T: int
+    aliases: tuple[str, ...]
+    dropped: tuple[str, ...]
+    lid_source: str  # how the LID weights were obtained (printed in the report)
+    features: Mapping[str, FeatureAudit]
+
+
+@dataclass(frozen=True)
+class Audit:
+    """A whole audit: settings (the first is the main one) plus provenance."""
+
+    settings: tuple[SettingAudit, ...]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    skipped: tuple[tuple[str, str], ...] = ()  # (file, reason) never used
+    protected: ProtectedAudit | None = None  # when --protected was given
+
+    @property
+    def main(self) -> SettingAudit:
+        return self.settings[0]
+
+
+def lid_weights(
+    trials: Trials,
+    features: Sequence[str],
+    *,
+    calibration: CalibrationSet | None,
+    seconds: float,
+    source: str = "calibration",
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, LidCalibration], str]:
+    """Scores (with ``combined``), per-trial LID and the LID calibration of every feature.
+
+    ``source="calibration"`` takes w_f and the combined weights from ``calibration`` at
+    ``seconds`` (speaker-disjoint dev data); ``"crossfit"`` fits them on the trials of half the
+    evaluation speakers and applies them to the other half, both ways (speakers alternate
+    between halves in alias order). Returns (scores, lid, calibrations, description).
+    """
+    if source not in LID_SOURCES:
+        raise ValueError(f"unknown LID source {source!r}; known: {', '.join(LID_SOURCES)}")
+    scores = {name: trials.scores[name] for name in features}
+    combine = len(features) > 1
+    if source == "calibration":
+        if calibration is None:
+            raise ValueError("LID source 'calibration' needs a calibration")
+        wanted = [*features, COMBINED] if combine else list(features)
+        missing = [f for f in wanted if f not in calibration.features]
+        if missing:
+            raise ValueError(f"the calibration has no bucket for {missing}")
+        cals = {}
+        extrapolated = False
+        for name in wanted:
+            bucket, flag = calibration.lookup(name, seconds)
+            extrapolated |= flag
+            cals[name] = LidCalibration(bucket.lid_weight, bucket.lid_bias, bucket.log_prior_odds)
+        if combine:
+            scores[COMBINED] = fuse_scores(scores, {f: cals[f].weight for f in features})
+        lid = {name: lid_per_trial(scores[name], trials.truth, cals[name].weight) for name in cals}
+        bucket_seconds = calibration.lookup(features[0], seconds)[0].seconds
+        corpus = calibration.metadata.get("corpus", "unknown corpus")
+        split = calibration.metadata.get("split")
+        description = (
+            f"calibration weights of the {bucket_seconds:g} s bucket, fitted on a "
+            f"speaker-disjoint dev corpus ({corpus}{f', split {split}' if split else ''})"
+            + (", extrapolated beyond the calibrated lengths" if extrapolated else "")
+        )
+        return scores, lid, cals, description
+
+    half = np.arange(trials.N) % 2  # speakers alternate between halves
+    row_half = half[trials.truth]
+    if np.unique(row_half).size < 2:
+        raise ValueError("cross-fitting the LID weight needs at least 2 speakers")
+    names = [*features, COMBINED] if combine else list(features)
+    lid = {name: np.empty(trials.T) for name in names}
+    combined = np.empty_like(scores[features[0]]) if combine else None
+    weights: dict[str, list[LidCalibration]] = {name: [] for name in names}
+    for h in (0, 1):
+        dev, ev = row_half != h, row_half == h
+        fold = {f: fit_lid_calibration(scores[f][dev], trials.truth[dev]) for f in features}
+        if combine:
+            fused = fuse_scores(scores, {f: fold[f].weight for f in features})
+            fold[COMBINED] = fit_lid_calibration(fused[dev], trials.truth[dev])
+            combined[ev] = fused[ev]  # type: ignore[index]
+        for name in names:
+            matrix = combined if name == COMBINED else scores[name]
+            lid[name][ev] = lid_per_trial(matrix[ev], trials.truth[ev], fold[name].weight)  # type: ignore[index]
+            weights[name].append(fold[name])
+    if combine:
+        scores[COMBINED] = combined  # type: ignore[assignment]
+    cals = {
+        name: LidCalibration(
+            float(np.mean([c.weight for c in folds])),
+            float(np.mean([c.bias for c in folds])),
+            float(np.mean([c.log_prior_odds for c in folds])),
+        )
+        for name, folds in weights.items()
+    }
+    description = (
+        "cross-fitted on the evaluation speakers: weights fitted on one half of the speakers "
+        "applied to the other half and vice versa (mean weight shown)"
+    )
+    return scores, lid, cals, description
+
+
+def per_speaker_meand(S: np.ndarray, truth: np.ndarray, aliases: Sequence[str]) -> dict[str, float]:
+    """MeanD of each speaker's LL-fitted rank model (paper 000 Fig. 6; LL suits sparse data)."""
+    out: dict[str, float] = {}
+    for index, alias in enumerate(aliases):
+        rows = truth == index
+        if not rows.any():
+            continue
+        hist = rank_histogram(S[rows], truth[rows])
+        out[alias] = fit_rank_model(hist, loss="ll").stats.MeanD
+    return out
+
+
+def audit_feature(
+    name: str,
+    S: np.ndarray,
+    truth: np.ndarray,
+    lid: np.ndarray,
+    cal: LidCalibration,
+    aliases: Sequence[str],
+    *,
+    loss: str,
+    per_speaker: bool = True,
+) -> FeatureAudit:
+    """Table II/III statistics, EERs, LID summary, ZEBRA and per-speaker MeanD for one feature."""
+    hist = rank_histogram(S, truth)
+    fits = {name_: fit_rank_model(hist, loss=name_) for name_ in LOSSES}  # type: ignore[arg-type]
+    tar, non = split_mated(S, truth)
+    return FeatureAudit(
+        feature=name,
+        histogram=hist,
+        histogram_stats=srd_stats(hist),
+        fits=fits,
+        loss=loss,
+        EER=eer_sweep(tar, non),
+        EER_rocch=eer_rocch(tar, non),
+        lid=lid,
+        lid_summary=lid_summary(lid, cal),
+        zebra=zebra(tar, non),
+        per_speaker=per_speaker_meand(S, truth, aliases) if per_speaker else {},
+    )
+
+
+def audit_setting(
+    speakers: Sequence[SpeakerUtterances],
+    *,
+    test_seconds: float,
+    template_seconds: float | None,
+    features: Sequence[str],
+    loss: str = "ll",
+    calibration: CalibrationSet | None = None,
+    lid_source: str | None = None,
+    per_speaker: bool = True,
+) -> SettingAudit:
+    """Audit one length setting. ``lid_source`` None: the calibration when it covers every
+    feature, else cross-fitting."""
+    if loss not in LOSSES:
+        raise ValueError(f"unknown loss {loss!r}; known: {', '.join(LOSSES)}")
+    trials = score_trials(
+        speakers, test_seconds=test_seconds, template_seconds=template_seconds, features=features
+    )
+    if lid_source is None:
+        wanted = [*features, COMBINED] if len(features) > 1 else list(features)
+        covered = calibration is not None and all(f in calibration.features for f in wanted)
+        lid_source = "calibration" if covered else "crossfit"
+    scores, lid, cals, description = lid_weights(
+        trials, features, calibration=calibration, seconds=test_seconds, source=lid_source
+    )
+    audits = {
+        name: audit_feature(
+            name,
+            scores[name],
+            trials.truth,
+            lid[name],
+            cals[name],
+            trials.aliases,
+            loss=loss,
+            per_speaker=per_speaker,
+        )
+        for name in scores
+    }
+    return SettingAudit(
+        test_seconds=float(test_seconds),
+        template_seconds=None if template_seconds is None else float(template_seconds),
+        mean_test_seconds=float(np.mean(trials.test_seconds)),
+        mean_template_seconds=float(np.mean(trials.template_seconds)),
+        N=trials.N,
+        T=trials.T,
+        aliases=trials.aliases,
+        dropped=trials.dropped,
+        lid_source=description,
+        features=audits,
+    )
+
+
+def run_audit(
+    speakers: Sequence[SpeakerUtterances],
+    *,
+    test_seconds: Sequence[float],
+    template_seconds: Sequence[float | None],
+    features: Sequence[str],
+    loss: str = "ll",
+    calibration: CalibrationSet | None = None,
+    lid_source: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    skipped: Sequence[tuple[str, str]] = (),
+    progress: Callable[[str], None] | None = None,
+) -> Audit:
+    """Every (test, template) setting of the grids; the first pair is the main setting.
+
+    The grid is the first template length against every test length plus the first test
+    length against every other template length (the two panels of paper 000 Fig. 8). Settings
+    the corpus cannot supply (fewer than 2 long-enough speakers) are skipped with a log line.
+    """
+    if not test_seconds or not template_seconds:
+        raise ValueError("at least one test length and one template length are needed")
+    pairs = [(t, template_seconds[0]) for t in test_seconds]
+    pairs += [(test_seconds[0], d) for d in template_seconds[1:]]
+    settings: list[SettingAudit] = []
+    for index, (test, template) in enumerate(pairs):
+        label = f"test {test:g} s, template {'rest' if template is None else f'{template:g} s'}"
+        if progress is not None:
+            progress(label)
+        try:
+            settings.append(
+                audit_setting(
+                    speakers,
+                    test_seconds=test,
+                    template_seconds=template,
+                    features=features,
+                    loss=loss,
+                    calibration=calibration,
+                    lid_source=lid_source,
+                    per_speaker=index == 0,
+                )
+            )
+        except NotEnoughSpeakersError as error:
+            if index == 0:
+                raise
+            logger.warning("skipping %s: %s", label, error)
+    return Audit(tuple(settings), dict(metadata or {}), tuple(skipped))
+
+
+def composition_curves(lengths: np.ndarray, disclosure: np.ndarray) -> dict[str, np.ndarray]:
+    """Shape curves of §5.7 anchored at the shortest length: D(L0)·(L/L0) and D(L0)·√(L/L0)."""
+    lengths = np.asarray(lengths, dtype=np.float64)
+    disclosure = np.asarray(disclosure, dtype=np.float64)
+    order = np.argsort(lengths)
+    L0, D0 = lengths[order[0]], disclosure[order[0]]
+    steps = lengths / L0
+    return {"basic": D0 * steps, "advanced": D0 * np.sqrt(steps)}
+
+
+def finite_or_none(value: float) -> float | None:
+    """JSON-friendly number: NaN becomes None (inf stays, JSON writer spells it)."""
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+@dataclass(frozen=True)
+class ProtectedAudit:
+    """Paper 002: speaker similarity matrices of originals (O) and protected versions (P)."""
+
+    corpus: str
+    feature: str
+    aliases: tuple[str, ...]
+    segments: int
+    M_OO: np.ndarray  # (N, N) sigmoid of mean PAV-calibrated LLRs
+    M_OP: np.ndarray
+    M_PP: np.ndarray
+    D_diag_OO: float
+    D_diag_OP: float
+    D_diag_PP: float
+    DeID: float  # fraction
+    GVD_dB: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "corpus": self.corpus,
+            "feature": self.feature,
+            "N": len(self.aliases),
+            "segments": self.segments,
+            "aliases": list(self.aliases),
+            "D_diag_OO": self.D_diag_OO,
+            "D_diag_OP": self.D_diag_OP,
+            "D_diag_PP": self.D_diag_PP,
+            "DeID": self.DeID,
+            "GVD_dB": self.GVD_dB,
+            "M_OO": self.M_OO.tolist(),
+            "M_OP": self.M_OP.tolist(),
+            "M_PP": self.M_PP.tolist(),
+        }
+
+
+def protected_audit(
+    original: Sequence[SpeakerUtterances],
+    protected: Sequence[SpeakerUtterances],
+    *,
+    corpus: str,
+    feature: str = "embedding",
+) -> ProtectedAudit:
+    """M_OO, M_OP, M_PP, DeID and GVD on utterances present in both corpora (same speaker
+    folder and file stem); segment = utterance, oracle (PAV) calibration per matrix, pairs of
+    the same utterance left out of all three (DESIGN §4, §10 A20)."""
+    from monitor.disclosure.similarity_matrices import (
+        deid,
+        diagonal_dominance,
+        gvd,
+        oracle_pair_llr,
+        speaker_similarity_matrix,
+    )
+    from monitor.features.base import TemplateBatch, get_feature
+
+    by_alias = {s.alias: s for s in protected}
+    rows_o: list[np.ndarray] = []
+    rows_p: list[np.ndarray] = []
+    speaker_of: list[str] = []
+    for speaker in original:
+        other = by_alias.get(speaker.alias)
+        if other is None:
+            continue
+        index = {u: i for i, u in enumerate(other.utterances)}
+        common = [(i, index[u]) for i, u in enumerate(speaker.utterances) if u in index]
+        if len(common) < 2:
+            continue
+        mine, theirs = (np.array(c) for c in zip(*common, strict=True))
+        rows_o.append(np.asarray(speaker.values[feature])[mine])
+        rows_p.append(np.asarray(other.values[feature])[theirs])
+        speaker_of += [speaker.alias] * len(common)
+    aliases = tuple(dict.fromkeys(speaker_of))
+    if len(aliases) < 2:
+        raise InputError(
+            corpus,
+            "fewer than 2 speakers share 2 or more utterances (same folder and file name) "
+            "with the evaluation corpus",
+        )
+    X_o, X_p = np.concatenate(rows_o), np.concatenate(rows_p)
+    labels = np.array(speaker_of)
+    extractor = get_feature(feature)
+
+    def matrix(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+        scores = extractor.similarities(A, TemplateBatch(feature, B))
+        return speaker_similarity_matrix(oracle_pair_llr(scores, labels), labels)
+
+    M_OO, M_OP, M_PP = matrix(X_o, X_o), matrix(X_o, X_p), matrix(X_p, X_p)
+    return ProtectedAudit(
+        corpus=corpus,
+        feature=feature,
+        aliases=tuple(sorted(aliases)),  # the matrices' order (np.unique)
+        segments=int(labels.size),
+        M_OO=M_OO,
+        M_OP=M_OP,
+        M_PP=M_PP,
+        D_diag_OO=diagonal_dominance(M_OO),
+        D_diag_OP=diagonal_dominance(M_OP),
+        D_diag_PP=diagonal_dominance(M_PP),
+        DeID=deid(M_OO, M_OP),
+        GVD_dB=gvd(M_OO, M_PP),
+    )

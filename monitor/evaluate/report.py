@@ -1,0 +1,440 @@
+"""report.json (every figure) and report.md (tables and plots, readable alone) of an audit.
+
+Both are built from one dictionary (:func:`report_dict`) and the Markdown prints numbers from
+that dictionary with fixed formats (:func:`bits`, :func:`percent`), so the two always agree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from monitor.calibration.fit import COMBINED, LOSSES
+from monitor.evaluate.audit import Audit, FeatureAudit, SettingAudit, composition_curves
+
+PROTOCOL_NAME = "paper 000 eq. 6: per speaker, test and template blocks of consecutive utterances"
+
+
+def _num(value: Any) -> Any:
+    """JSON-safe number: NaN → None, ±inf → "inf"/"-inf", numpy scalars → Python."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+    return value
+
+
+def _clean(document: Any) -> Any:
+    if isinstance(document, Mapping):
+        return {str(k): _clean(v) for k, v in document.items()}
+    if isinstance(document, list | tuple):
+        return [_clean(v) for v in document]
+    if isinstance(document, np.ndarray):
+        return [_num(v) for v in document.tolist()]
+    return _num(document)
+
+
+def _stats(stats: Any) -> dict[str, float]:
+    return {k: getattr(stats, k) for k in ("MeanD", "IdR", "MaxD", "StDD", "Spread")}
+
+
+def feature_dict(audit: FeatureAudit) -> dict[str, Any]:
+    """The ``features[f]`` entry of report.json."""
+    model = audit.model
+    lid = audit.lid_summary
+    return {
+        "histogram": _stats(audit.histogram_stats),
+        "model": {
+            "loss": model.loss,
+            "alpha": model.alpha,
+            "beta": model.beta,
+            "at_bound": model.at_bound,
+            **_stats(model.stats),
+        },
+        "fits": {
+            loss: {
+                "alpha": fit.alpha,
+                "beta": fit.beta,
+                "KL_bits": fit.KL_bits,
+                "rank1_match_bits": fit.rank1_match_bits,
+                "at_bound": fit.at_bound,
+                "MeanD": fit.stats.MeanD,
+            }
+            for loss, fit in audit.fits.items()
+        },
+        "lid": {
+            "ALID": lid.ALID,
+            "PDR": lid.PDR,
+            "NDR": lid.NDR,
+            "LID_plus": lid.LID_plus,
+            "LID_minus": lid.LID_minus,
+            "LID_max": lid.LID_max,
+            "weight": lid.weight,
+            "bias": lid.bias,
+        },
+        "zebra": {
+            "D_ECE": audit.zebra.D_ECE,
+            "log10_lr_max": audit.zebra.log10_lr_max,
+            "tag": audit.zebra.tag,
+        },
+        "EER": audit.EER,
+        "EER_rocch": audit.EER_rocch,
+        "per_speaker": dict(audit.per_speaker),
+        "rank_histogram": audit.histogram,
+    }
+
+
+def length_dict(setting: SettingAudit) -> dict[str, Any]:
+    """One ``by_length`` entry: the headline figures of every feature at one setting."""
+    return {
+        "test_seconds": setting.test_seconds,
+        "template_seconds": setting.template_seconds,
+        "mean_test_seconds": setting.mean_test_seconds,
+        "mean_template_seconds": setting.mean_template_seconds,
+        "N": setting.N,
+        "trials": setting.T,
+        "features": {
+            name: {
+                "MeanD_histogram": fa.histogram_stats.MeanD,
+                "MeanD_model": fa.model.stats.MeanD,
+                "IdR": fa.histogram_stats.IdR,
+                "MaxD": fa.histogram_stats.MaxD,
+                "ALID": fa.lid_summary.ALID,
+                "LID_max": fa.lid_summary.LID_max,
+                "EER": fa.EER,
+                "D_ECE": fa.zebra.D_ECE,
+            }
+            for name, fa in setting.features.items()
+        },
+    }
+
+
+def composition_dict(audit: Audit) -> dict[str, Any]:
+    """Measured MeanD against test length, with the §5.7 curves anchored at the shortest."""
+    main_template = audit.main.template_seconds
+    settings = [s for s in audit.settings if s.template_seconds == main_template]
+    settings.sort(key=lambda s: s.test_seconds)
+    if not settings:
+        return {}
+    lengths = np.array([s.mean_test_seconds for s in settings])
+    out: dict[str, Any] = {}
+    for name in audit.main.features:
+        measured = np.array([s.features[name].histogram_stats.MeanD for s in settings])
+        curves = composition_curves(lengths, measured)
+        out[name] = {
+            "test_seconds": [s.test_seconds for s in settings],
+            "mean_test_seconds": lengths,
+            "N": [s.N for s in settings],
+            "MeanD": measured,
+            "basic": curves["basic"],
+            "advanced": curves["advanced"],
+            "ceiling_bits": [math.log2(s.N) for s in settings],
+        }
+    return out
+
+
+def report_dict(audit: Audit, plots: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Everything report.json holds (JSON-safe)."""
+    main = audit.main
+    features = {name: feature_dict(fa) for name, fa in main.features.items()}
+    singles = [n for n in main.features if n != COMBINED]
+    document: dict[str, Any] = {
+        "N": main.N,
+        **{k: v for k, v in audit.metadata.items() if k not in ("N", "protocol")},
+        "protocol": {
+            "name": PROTOCOL_NAME,
+            "delta": "floor((K - T - D) / 2)",
+            "starts": "every utterance (K-fold), pooled",
+            "test_seconds": main.test_seconds,
+            "template_seconds": main.template_seconds,
+            "mean_test_seconds": main.mean_test_seconds,
+            "mean_template_seconds": main.mean_template_seconds,
+            "trials": main.T,
+            "ties": "fractional",
+            "loss": next(iter(main.features.values())).loss,
+            "lid_calibration": main.lid_source,
+            "combined": "sum_f w_f * znorm_rows(S_f) with the LID weights w_f, as one feature",
+            "per_speaker": "MeanD of an LL fit to each speaker's own rank histogram",
+            "dropped_speakers": list(main.dropped),
+            **dict(audit.metadata.get("protocol", {})),
+        },
+        "features": features,
+        "additive": {
+            "features": singles,
+            "MeanD_sum": float(sum(main.features[n].histogram_stats.MeanD for n in singles)),
+            "ceiling_bits": math.log2(main.N),
+        },
+        "by_length": [length_dict(s) for s in audit.settings],
+        "composition": composition_dict(audit),
+        "protected": audit.protected.to_dict() if audit.protected is not None else None,
+        "skipped": [{"item": item, "reason": reason} for item, reason in audit.skipped],
+        "plots": dict(plots or {}),
+    }
+    return _clean(document)
+
+
+# ---- Markdown ---------------------------------------------------------------------------
+
+
+def bits(value: Any, digits: int = 3) -> str:
+    """A number of bits (or any plain number) as the report prints it."""
+    if value is None:
+        return "–"
+    if isinstance(value, str):
+        return value
+    return f"{value:.{digits}f}"
+
+
+def percent(value: Any) -> str:
+    """A fraction printed as a percentage with 2 decimals."""
+    if value is None:
+        return "–"
+    return f"{100.0 * value:.2f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    """report.md from :func:`report_dict` output."""
+    p = report["protocol"]
+    feats = report["features"]
+    N = report["N"]
+    out = ["# voxmeter audit", ""]
+    corpus = report.get("corpus", "?")
+    split = report.get("split")
+    out += [
+        f"Corpus `{corpus}`" + (f", split `{split}`" if split else "") + f": **N = {N}** "
+        f"identities, {p['trials']} trials. Ceiling log2 N = {bits(math.log2(N))} bits.",
+        "",
+        f"Protocol: {p['name']}; Δ = {p['delta']}; starts: {p['starts']}. Test segments of "
+        f"≥ {p['test_seconds']:g} s of speech (mean {p['mean_test_seconds']:.2f} s), templates of "
+        + (
+            f"≥ {p['template_seconds']:g} s"
+            if p["template_seconds"] is not None
+            else "all remaining speech"
+        )
+        + f" (mean {p['mean_template_seconds']:.2f} s). Ties: {p['ties']}. "
+        f"Model loss: {p['loss'].upper()}.",
+        "",
+        f"LID calibration: {p['lid_calibration']}.",
+        "",
+        f"`combined`: {p['combined']}.",
+        "",
+    ]
+    if p["dropped_speakers"]:
+        out += [
+            f"Speakers without enough speech for this setting: {', '.join(p['dropped_speakers'])}.",
+            "",
+        ]
+    out += ["Bits for disclosures, percentages for rates.", ""]
+
+    out += ["## Disclosure (paper 000 Table II)", ""]
+    rows = []
+    for name, f in feats.items():
+        h, m = f["histogram"], f["model"]
+        rows.append(
+            [
+                f"`{name}`",
+                bits(h["MeanD"]),
+                bits(m["MeanD"]),
+                percent(h["IdR"]),
+                percent(m["IdR"]),
+                bits(h["MaxD"]),
+                bits(m["MaxD"]),
+                bits(h["StDD"]),
+                percent(h["Spread"]),
+                percent(f["EER"]),
+                bits(m["alpha"], 4),
+                bits(m["beta"], 4),
+            ]
+        )
+    out += _table(
+        [
+            "feature",
+            "MeanD hist",
+            "MeanD model",
+            "IdR hist %",
+            "IdR model %",
+            "MaxD hist",
+            "MaxD model",
+            "StDD hist",
+            "Spread hist %",
+            "EER %",
+            "α",
+            "β",
+        ],
+        rows,
+    )
+    add = report["additive"]
+    out += [
+        f"Paper-style additive sum of the single features' MeanD: {bits(add['MeanD_sum'])} bits "
+        f"(not bounded by log2 N = {bits(add['ceiling_bits'])}; the features are not "
+        "independent, so the sum overstates the joint disclosure that `combined` measures).",
+        "",
+    ]
+
+    out += ["## Goodness of fit (paper 000 Table III): KL / rank-1 match, bits", ""]
+    rows = []
+    for name, f in feats.items():
+        rows.append(
+            [f"`{name}`"]
+            + [
+                f"{bits(f['fits'][loss]['KL_bits'], 4)} / "
+                f"{bits(f['fits'][loss]['rank1_match_bits'], 4)}"
+                for loss in LOSSES
+            ]
+        )
+    out += _table(["feature", *[loss.upper() for loss in LOSSES]], rows)
+
+    out += ["## Local information disclosure (paper 003 Table 4)", ""]
+    rows = [
+        [
+            f"`{name}`",
+            bits(f["lid"]["ALID"]),
+            percent(f["lid"]["PDR"]),
+            percent(f["lid"]["NDR"]),
+            bits(f["lid"]["LID_plus"]),
+            bits(f["lid"]["LID_minus"]),
+            bits(f["lid"]["LID_max"]),
+            bits(f["lid"]["weight"]),
+            bits(f["lid"]["bias"]),
+        ]
+        for name, f in feats.items()
+    ]
+    out += _table(["feature", "ALID", "PDR %", "NDR %", "LID+", "LID−", "LIDmax", "w", "b"], rows)
+
+    out += ["## ZEBRA (paper 001)", ""]
+    rows = [
+        [
+            f"`{name}`",
+            bits(f["zebra"]["D_ECE"]),
+            bits(f["zebra"]["log10_lr_max"]),
+            f["zebra"]["tag"],
+            percent(f["EER_rocch"]),
+        ]
+        for name, f in feats.items()
+    ]
+    out += _table(["feature", "D_ECE", "log10 LR max", "tag", "EER (ROCCH) %"], rows)
+
+    out += ["## Who is most exposed (paper 000 Fig. 6)", ""]
+    rows = []
+    for name, f in feats.items():
+        values = {k: v for k, v in f["per_speaker"].items() if v is not None}
+        if not values:
+            continue
+        v = np.array(list(values.values()))
+        top = sorted(values.items(), key=lambda kv: -kv[1])[:5]
+        rows.append(
+            [
+                f"`{name}`",
+                bits(float(v.mean())),
+                bits(float(v.std())),
+                bits(float(v.min())),
+                bits(float(v.max())),
+                ", ".join(f"{alias} ({bits(d, 2)})" for alias, d in top),
+            ]
+        )
+    out += _table(["feature", "mean", "SD", "min", "max", "most exposed (MeanD)"], rows)
+
+    out += ["## Disclosure versus length (paper 000 Fig. 8)", ""]
+    names = list(feats)
+    rows = []
+    for entry in report["by_length"]:
+        template = entry["template_seconds"]
+        rows.append(
+            [
+                f"{entry['test_seconds']:g} ({entry['mean_test_seconds']:.1f})",
+                ("rest" if template is None else f"{template:g}")
+                + f" ({entry['mean_template_seconds']:.1f})",
+                str(entry["N"]),
+                *[
+                    f"{bits(entry['features'][n]['MeanD_histogram'])} / "
+                    f"{bits(entry['features'][n]['ALID'])}"
+                    for n in names
+                ],
+            ]
+        )
+    out += _table(
+        ["test s (mean)", "template s (mean)", "N", *[f"`{n}` MeanD / ALID" for n in names]],
+        rows,
+    )
+    composition = report.get("composition") or {}
+    if composition:
+        out += [
+            "Composition curves anchored at the shortest test length (§5.7): basic D(L0)·L/L0, "
+            "advanced D(L0)·√(L/L0), ceiling log2 N.",
+            "",
+        ]
+        rows = []
+        for name, c in composition.items():
+            rows.append(
+                [
+                    f"`{name}`",
+                    " → ".join(bits(v, 2) for v in c["MeanD"]),
+                    " → ".join(bits(v, 2) for v in c["advanced"]),
+                    " → ".join(bits(v, 2) for v in c["basic"]),
+                    bits(c["ceiling_bits"][-1], 2),
+                ]
+            )
+        out += _table(["feature", "measured MeanD", "advanced", "basic", "log2 N"], rows)
+
+    protected = report.get("protected")
+    if protected:
+        out += ["## Voice similarity matrices (paper 002)", ""]
+        out += [
+            f"Protected corpus `{protected['corpus']}` ({protected['feature']} feature, "
+            f"{protected['N']} speakers, PAV-calibrated segment-pair LLRs).",
+            "",
+        ]
+        out += _table(
+            ["D_diag(M_OO)", "D_diag(M_OP)", "D_diag(M_PP)", "DeID %", "GVD dB"],
+            [
+                [
+                    bits(protected["D_diag_OO"]),
+                    bits(protected["D_diag_OP"]),
+                    bits(protected["D_diag_PP"]),
+                    percent(protected["DeID"]),
+                    bits(protected["GVD_dB"], 2),
+                ]
+            ],
+        )
+
+    plots = report.get("plots") or {}
+    if plots:
+        out += ["## Plots", ""]
+        for title, filename in plots.items():
+            out += [f"### {title}", "", f"![{title}]({filename})", ""]
+
+    skipped = report.get("skipped") or []
+    out += ["## Skipped input", ""]
+    if skipped:
+        out += [f"{len(skipped)} item(s) were not used:", ""]
+        out += [f"- `{s['item']}`: {s['reason']}" for s in skipped]
+    else:
+        out += ["None: every file was used."]
+    out.append("")
+    return "\n".join(out)
+
+
+def write_report(
+    audit: Audit, directory: str | Path, plots: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Write report.json and report.md into ``directory``; returns the JSON document."""
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    document = report_dict(audit, plots)
+    (target / "report.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    (target / "report.md").write_text(markdown(document), encoding="utf-8")
+    return document
