@@ -41,7 +41,9 @@ def user_errors(function: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return function(*args, **kwargs)
         except VoxmeterError as error:
-            err_console.print(f"voxmeter: error: {error}", markup=False, highlight=False)
+            err_console.print(
+                f"voxmeter: error: {error}", markup=False, highlight=False, soft_wrap=True
+            )
             raise typer.Exit(error.exit_code) from None
 
     return wrapper
