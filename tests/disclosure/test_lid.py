@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import tracemalloc
 import warnings
 
 import numpy as np
@@ -183,3 +184,16 @@ def test_summary_and_ccdf():
     x, y = lid_ccdf(np.array([2.0, 0.0, 1.0, 1.0]))
     np.testing.assert_array_equal(x, [0, 1, 2])
     np.testing.assert_allclose(y, [0.75, 0.25, 0.0])
+
+
+def test_per_trial_lid_has_no_full_size_temporaries(rng, monkeypatch):
+    monkeypatch.setattr(ranks, "CHUNK_ELEMENTS", 1 << 16)
+    S = rng.normal(size=(1000, 4000))
+    m = rng.integers(0, 4000, size=1000)
+    tracemalloc.start()
+    try:
+        lid_per_trial(S, m, 2.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < S.nbytes / 8
