@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from monitor.audio.sources import MicrophoneSource, read_audio
 from monitor.daemon.config import load_config
 from monitor.daemon.events import (
     FEATURES,
@@ -14,9 +18,11 @@ from monitor.daemon.events import (
     DaemonEvent,
     DaemonStarted,
     DaemonStopping,
+    PipelineStats,
     WindowScored,
 )
 from monitor.daemon.pipeline import build_pipeline
+from monitor.errors import AudioDeviceError
 from monitor.store.database import open_store
 
 pytestmark = pytest.mark.corpus
@@ -86,3 +92,112 @@ def test_known_speaker_windows_reach_the_ledger(daemon_corpus, daemon_db) -> Non
         assert set(kept.pooled) == {"f0", "phone", "embedding"}
         last = rows[-1].figures["disclosures"]["combined.lid"][0]
         assert last == pytest.approx(local[-1].bits("combined", "lid"))
+
+
+def test_unknown_speaker_gets_an_unknown_track_with_information_gain(
+    daemon_corpus, daemon_db
+) -> None:
+    recorder, _ = run_file(daemon_db, daemon_corpus.stranger_stream)
+    scored = recorder.scored()
+    assert len(scored) >= 2
+    unknown = [e for e in scored if e.kind == "unknown"]
+    assert unknown, "a speaker who is not enrolled must not be taken for the local profile"
+    assert unknown[0].track == "unknown-1"
+    for event in unknown:
+        assert event.identity is None
+        assert 0.0 <= event.information_gain_bits <= event.ceiling_bits + 1e-9
+        assert event.top_candidate in daemon_corpus.aliases
+        assert event.top_candidate_bits == pytest.approx(event.bits("combined", "lid"))
+    with open_store(daemon_db) as store:
+        rows = store.windows(unknown[-1].track, unknown[-1].period_start_unix)
+    assert rows[-1].figures["top_candidate"] == unknown[-1].top_candidate
+    assert rows[-1].figures["information_gain_bits"] == pytest.approx(
+        unknown[-1].information_gain_bits
+    )
+
+
+class LosingStream:
+    """A capture stream fed from a thread like PortAudio's; it can die mid-stream."""
+
+    def __init__(self, blocks, callback, *, lose: bool) -> None:
+        self.rate_hz = 16000
+        self.closed = False
+        self.alive = True
+        self.thread = threading.Thread(target=self.feed, args=(blocks, callback, lose))
+        self.thread.start()
+
+    def feed(self, blocks, callback, lose: bool) -> None:
+        for block in blocks:
+            if self.closed:
+                return
+            callback(block, False)
+            time.sleep(0.002)  # ≈ 15 × real time
+        if lose:
+            self.alive = False
+            return
+        silence = np.zeros_like(blocks[0])
+        while not self.closed:  # a live microphone in a quiet room
+            callback(silence, False)
+            time.sleep(0.03)
+
+    def active(self) -> bool:
+        return self.alive and not self.closed
+
+    def close(self) -> None:
+        self.closed = True
+        self.thread.join()
+
+
+class FlakyDevice:
+    """Missing at the first open, lost half-way through the second, fine at the third."""
+
+    def __init__(self, audio: np.ndarray) -> None:
+        pcm = np.clip(np.rint(audio * 32768), -32768, 32767).astype(np.int16)
+        blocks = [pcm[i : i + 480, None] for i in range(0, pcm.size, 480)]
+        half = len(blocks) // 2
+        self.plan = [None, (blocks[:half], True), (blocks[half:], False)]
+        self.opens = 0
+
+    def open(self, device, callback) -> LosingStream:
+        step = self.plan[min(self.opens, len(self.plan) - 1)]
+        self.opens += 1
+        if step is None:
+            raise AudioDeviceError(f"audio device {device!r}: not found")
+        blocks, lose = step
+        return LosingStream(blocks, callback, lose=lose)
+
+    def reinitialise(self) -> None:
+        pass
+
+
+def test_audio_device_lost_is_retried_and_counted(daemon_corpus, daemon_db) -> None:
+    audio, _ = read_audio(daemon_corpus.known_stream)
+    device = FlakyDevice(audio)
+    source = MicrophoneSource(
+        "flaky",
+        backend=device,
+        stall_seconds=5.0,
+        backoff_initial_seconds=0.01,
+        backoff_max_seconds=0.05,
+    )
+    config = load_config(
+        None, [f"daemon.db={daemon_db}", "prometheus.enabled=false", "daemon.duration_seconds=60"]
+    )
+    recorder = Recorder()
+    with open_store(daemon_db) as store:
+        pipeline = build_pipeline(config, store=store, source=source, exporters=[recorder])
+
+        async def run():
+            task = asyncio.ensure_future(pipeline.run())
+            while len(recorder.scored()) < 3 and not task.done():
+                await asyncio.sleep(0.05)
+            pipeline.stop("test")
+            return await task
+
+        summary = asyncio.run(run())
+    assert device.opens == 3
+    assert summary.audio_device_errors == 2
+    assert summary.stop_reason == "test"
+    assert len(recorder.scored()) >= 3  # windows kept coming after the losses
+    stats = [e for e in recorder.events if isinstance(e, PipelineStats)]
+    assert stats[-1].audio_device_errors == 2

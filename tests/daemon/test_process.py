@@ -48,6 +48,7 @@ def field(line: str, name: str) -> str:
     return next(p.split("=", 1)[1] for p in line.split() if p.startswith(f"{name}="))
 
 
+@pytest.mark.slow
 def test_sigterm_stops_within_two_seconds(daemon_corpus, daemon_db) -> None:
     process = start(daemon_db, daemon_corpus.known_stream, "--keep-running")
     try:
