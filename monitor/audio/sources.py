@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -270,11 +271,17 @@ class StdinSource:
         self._closed = True
 
     async def frames(self) -> AsyncIterator[AudioFrame]:
-        stream = self._stream if self._stream is not None else sys.stdin.buffer
+        if self._stream is not None:
+            read_bytes: Callable[[int], bytes] = self._stream.read
+        else:
+            # The descriptor itself, not sys.stdin.buffer: a thread blocked inside the buffered
+            # reader holds its lock, and the interpreter aborts on it at exit.
+            fd = sys.stdin.fileno()
+            read_bytes = functools.partial(os.read, fd)
         resample = _Resampler(self.rate_hz)
         bytes_per_frame = 2 * self.channels
         want = max(1, self.rate_hz * self.frame_ms // 1000) * bytes_per_frame
-        chunks = self._start_reader(stream, want)
+        chunks = self._start_reader(read_bytes, want)
         pending = b""
         emitted = 0
         try:
@@ -299,7 +306,7 @@ class StdinSource:
             self._closed = True
 
     def _start_reader(
-        self, stream: BinaryIO, want: int
+        self, read_bytes: Callable[[int], bytes], want: int
     ) -> asyncio.Queue[tuple[bytes | Exception, threading.Semaphore]]:
         """Read in a daemon thread: a pipe that stays open and quiet can never hold up exit
         (a default-executor thread would keep ``asyncio.run`` waiting at shutdown)."""
@@ -311,7 +318,7 @@ class StdinSource:
             while not self._closed:
                 room.acquire()
                 try:
-                    chunk: bytes | Exception = stream.read(want) or b""
+                    chunk: bytes | Exception = read_bytes(want) or b""
                 except (OSError, ValueError) as exc:
                     chunk = exc
                 try:
@@ -507,6 +514,7 @@ class MicrophoneSource:
         loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()  # bound to this loop
         self._started = self._clock()
+        self._next_start = 0.0
         failures = 0
         while not self._closed:
             self._generation += 1
@@ -523,7 +531,8 @@ class MicrophoneSource:
                 await asyncio.to_thread(self._backend.reinitialise)
                 continue
             self._resample = _Resampler(handle.rate_hz)
-            self._next_start = self._clock() - self._started
+            # Time goes on from the wall clock across an outage, and never backwards.
+            self._next_start = max(self._next_start, self._clock() - self._started)
             self._last_block = self._clock()
             early, self._early = self._early, []
             for block, overflowed in early:
