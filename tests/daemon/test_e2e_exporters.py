@@ -40,7 +40,9 @@ REPO = Path(__file__).resolve().parents[2]
 VOXMETER = [sys.executable, "-m", "monitor.cli"]
 DEVICE = "e2e"
 ENROL_UTTERANCES = 4
-N_REFERENCE = 10
+N_REFERENCE = 8
+REFERENCE_UTTERANCES = 3
+STRANGER_UTTERANCES = 3
 N_HOUSEHOLD = 2
 
 
@@ -63,11 +65,12 @@ def link_speakers(corpus: Path, speakers: list[str], into: Path) -> Path:
 def replay_audio(corpus: Path, household: str, stranger: str, out: Path) -> Path:
     """A non-household voice, then the household member's utterances not used for enrolment."""
     pieces = []
-    for speaker in (stranger, household):
-        for file in sorted((corpus / speaker).glob("*.flac"))[ENROL_UTTERANCES:]:
-            audio, rate = soundfile.read(file, dtype="float32")
-            assert rate == 16000
-            pieces += [audio, np.zeros(rate // 2, dtype=np.float32)]
+    stranger_files = sorted((corpus / stranger).glob("*.flac"))[-STRANGER_UTTERANCES:]
+    household_files = sorted((corpus / household).glob("*.flac"))[ENROL_UTTERANCES:]
+    for file in stranger_files + household_files:
+        audio, rate = soundfile.read(file, dtype="float32")
+        assert rate == 16000
+        pieces += [audio, np.zeros(rate // 2, dtype=np.float32)]
     soundfile.write(out, np.concatenate(pieces), 16000, subtype="PCM_16")
     return out
 
@@ -155,17 +158,12 @@ def test_daemon_metrics_alerts_and_deploy_queries_end_to_end(
     household, reference = adults[:N_HOUSEHOLD], adults[N_HOUSEHOLD : N_HOUSEHOLD + N_REFERENCE]
     db = tmp_path / "voxmeter.db"
     env = {**os.environ, "VOXMETER_CACHE": str(tmp_path / "cache")}
-    common = ["--db", str(db), "--utterances", str(ENROL_UTTERANCES)]
-    voxmeter(
-        "enroll", str(link_speakers(corpus_root, reference, tmp_path / "ref")), *common, env=env
-    )
-    voxmeter(
-        "enroll",
-        str(link_speakers(corpus_root, household, tmp_path / "home")),
-        *common,
-        "--local",
-        env=env,
-    )
+    reference_root = link_speakers(corpus_root, reference, tmp_path / "ref")
+    household_root = link_speakers(corpus_root, household, tmp_path / "home")
+    voxmeter("enroll", str(reference_root), "--db", str(db),
+             "--utterances", str(REFERENCE_UTTERANCES), env=env)  # fmt: skip
+    voxmeter("enroll", str(household_root), "--db", str(db),
+             "--utterances", str(ENROL_UTTERANCES), "--local", env=env)  # fmt: skip
     speaker = household[0]
     audio = replay_audio(corpus_root, speaker, reference[0], tmp_path / "replay.wav")
     calibration = DEFAULT_CALIBRATION
