@@ -490,24 +490,43 @@ def _check_loss(loss: str) -> str:
     return loss
 
 
-def _extraction_bar(label: str) -> tuple[Any, Callable[[int, int, str], None]]:
-    """A rich progress bar on stderr and the extract_many callback that drives it."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+class _LazyBar:
+    """A rich progress bar on stderr that appears with the first file (so an error that comes
+    before any extraction prints as one line), driven by the extract_many callback."""
 
-    bar = Progress(
-        TextColumn(f"[bold]{label}[/]"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-        console=err_console,
-    )
-    task = bar.add_task("", total=None)
+    def __init__(self, label: str) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
-    def progress(done: int, total: int, file: str) -> None:
-        bar.update(task, completed=done, total=total, description="/".join(Path(file).parts[-2:]))
+        self.bar = Progress(
+            TextColumn(f"[bold]{label}[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=err_console,
+        )
+        self.task = self.bar.add_task("", total=None)
+        self.started = False
 
-    return bar, progress
+    def __call__(self, done: int, total: int, file: str) -> None:
+        if not self.started:
+            self.bar.start()
+            self.started = True
+        where = "/".join(Path(file).parts[-2:])
+        self.bar.update(self.task, completed=done, total=total, description=where)
+
+    def __enter__(self) -> _LazyBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.started:
+            self.bar.stop()
 
 
 def _print_skipped(skipped: Any) -> None:
@@ -562,8 +581,7 @@ def calibrate_command(
     template = _seconds_list(template_seconds, "--template-seconds", allow_rest=True)
     if len(template) != 1:
         raise VoxmeterError(f"--template-seconds {template_seconds!r}: give one length")
-    bar, extraction_progress = _extraction_bar("extracting")
-    with bar:
+    with _LazyBar("extracting") as extraction_progress:
         calibration, skipped = calibrate_corpus(
             corpus,
             split=split,
@@ -656,8 +674,7 @@ def evaluate_command(
     loaded = None
     if calibration is not None or lid_from == "calibration" or DEFAULT_PATH.is_file():
         loaded = CalibrationSet.load(calibration_path)
-    bar, extraction_progress = _extraction_bar("extracting")
-    with bar:
+    with _LazyBar("extracting") as extraction_progress:
         _, document = evaluate_corpus(
             corpus,
             out,

@@ -149,7 +149,7 @@ class CalibrationSet:
                 for name, buckets in self.features.items()
             },
         }
-        return json.dumps(document, indent=2, sort_keys=False) + "\n"
+        return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "<calibration>") -> CalibrationSet:

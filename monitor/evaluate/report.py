@@ -435,6 +435,7 @@ def write_report(
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
     document = report_dict(audit, plots)
-    (target / "report.json").write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    text = json.dumps(document, indent=2, allow_nan=False) + "\n"
+    (target / "report.json").write_text(text, encoding="utf-8")
     (target / "report.md").write_text(markdown(document), encoding="utf-8")
     return document
