@@ -21,7 +21,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -121,7 +121,7 @@ class MqttExporter:
     """Publishes status, speaker states and the outbox; see the module docstring.
 
     ``handle`` only updates memory and wakes ``run``; ``run`` owns the connection. Clock and
-    random source are arguments so tests control time and backoff.
+    random source and sleep are arguments so tests control time and backoff.
     """
 
     name = "mqtt"
@@ -135,6 +135,7 @@ class MqttExporter:
         on_connection: Callable[[bool], None] | None = None,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         if settings.reconnect_max_seconds < settings.reconnect_min_seconds:
             raise ValueError(
@@ -148,6 +149,7 @@ class MqttExporter:
         self._on_connection = on_connection
         self._clock = clock
         self._rng = rng or random.Random()
+        self._sleep = sleep
         self._version = __version__
         self._started_unix = clock()
         self._states: dict[str, dict[str, Any]] = {}  # alias → latest retained payload
@@ -155,7 +157,6 @@ class MqttExporter:
         self._status_dirty = True
         self._wake = asyncio.Event()
         self.connected = False
-        self.alerts_published = 0
 
     # ---- events (no network) -------------------------------------------------------------
 
@@ -225,9 +226,11 @@ class MqttExporter:
                 logger.exception("cannot read the alert outbox; retrying")
             finally:
                 self._set_connected(False)
+            # Random in [min, ceiling], the ceiling doubling up to max: many devices that lost
+            # the same broker do not all come back at the same instant.
             delay = self._rng.uniform(s.reconnect_min_seconds, ceiling)
             ceiling = min(s.reconnect_max_seconds, ceiling * 2)
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
 
     async def _session(self, client: aiomqtt.Client) -> None:
         """One connection's life: a watcher for disconnection and the publisher, together."""
@@ -272,7 +275,6 @@ class MqttExporter:
                 payload = {**message.payload, "seq": message.seq, "sent": iso_utc(self._clock())}
                 await client.publish(message.topic, json.dumps(payload).encode(), qos=qos)
                 self._outbox.ack(message.seq)
-                self.alerts_published += 1
 
     async def _publish_states(self, client: aiomqtt.Client) -> None:
         for alias in list(self._dirty):
