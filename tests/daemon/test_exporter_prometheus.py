@@ -191,7 +191,7 @@ def test_serves_metrics_over_http_and_names_a_busy_port() -> None:
         )
         busy, _ = make_exporter()
         busy.port = exporter.port
-        with pytest.raises(ConfigError, match=f"prometheus.listen.*{exporter.port}"):
+        with pytest.raises(ConfigError, match=f"prometheus.port.*{exporter.port}"):
             busy.start_server()
     finally:
         exporter.stop_server()

@@ -221,7 +221,7 @@ class PrometheusExporter:
             )
         except OSError as error:
             raise ConfigError(
-                "prometheus.listen", f"cannot serve metrics on {self.host}:{self.port}: {error}"
+                "prometheus.port", f"cannot serve metrics on {self.host}:{self.port}: {error}"
             ) from error
         self.port = int(server.server_address[1])  # the real port when 0 was asked for
         self._server = server
