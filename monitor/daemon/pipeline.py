@@ -535,14 +535,15 @@ class Pipeline:
         self.tracker = SpeakerTracker(profiles, config.tracker, clock=clock, wall_clock=wall_clock)
         self.track_scorer = TrackScorer(scorer, self.features, config.budget.measure)
         self.budget = BudgetMachine(config.budget)
-        prefix = config.mqtt.prefix or f"voxmeter/{self.device_id}"
+        from monitor.daemon.exporters.mqtt import topics_for
+
         self.ledger = LedgerWriter(
             store,
             self.budget,
             budget_bits=config.budget.bits,
             measure=config.budget.measure,
             templates=scorer.n,
-            alert_topic=f"{prefix}/alerts",
+            alert_topic=topics_for(config.mqtt, self.device_id).alerts,
             device_id=self.device_id,
             clock=clock,
             wall_clock=wall_clock,
