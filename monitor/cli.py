@@ -777,17 +777,26 @@ def run_command(
     os._exit(0)
 
 
-def _status_table(rows: list[Any], budget_bits: float) -> Any:
+def _status_table(rows: list[Any]) -> Any:
+    from rich import box
     from rich.table import Table
 
     table = Table(
-        title="voxmeter: disclosure per speaker (bits, this period)", title_justify="left"
+        title="voxmeter: disclosure per speaker this period (bits; LID/SRD of the pooled speech)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
-    for header in (
-        "track", "state", "windows", "speech s", "combined LID", "combined SRD",
-        "f0 LID", "phone LID", "emb LID", "basic", "advanced", "optimal", "ceiling", "unknown: top",
-    ):  # fmt: skip
-        table.add_column(header, justify="left" if header in ("track", "state") else "right")
+    headers = (
+        "track", "state", "win", "sec", "LID", "SRD", "f0", "phone", "emb",
+        "basic", "adv", "opt", "ceil", "budget", "unknown: top (IG)",
+    )  # fmt: skip
+    for header in headers:
+        table.add_column(
+            header,
+            justify="left" if header[0].isalpha() and len(header) > 4 else "right",
+            no_wrap=True,
+        )
     style = {"ok": "green", "warning": "yellow", "exceeded": "bold red"}
     for row in rows:
         f = row.figures
@@ -799,7 +808,7 @@ def _status_table(rows: list[Any], budget_bits: float) -> Any:
 
         top = "-"
         if f.get("kind") == "unknown" and f.get("top_candidate"):
-            top = f"{f['top_candidate']} IG {f.get('information_gain_bits', 0):.2f}"
+            top = f"{f['top_candidate']} ({f.get('information_gain_bits', 0):.2f})"
         table.add_row(
             row.track,
             f"[{style.get(row.state, '')}]{row.state}[/]",
@@ -810,13 +819,17 @@ def _status_table(rows: list[Any], budget_bits: float) -> Any:
             bits("f0.lid"),
             bits("phone.lid"),
             bits("embedding.lid"),
-            f"{b.get('basic', 0):.2f}",
-            f"{b.get('advanced', 0):.2f}",
-            f"{b.get('optimal', 0):.2f}",
+            f"{b.get('basic', 0):.1f}",
+            f"{b.get('advanced', 0):.1f}",
+            f"{b.get('optimal', 0):.1f}",
             f"{f.get('ceiling_bits', float('nan')):.2f}",
+            f"{f.get('budget_bits', float('nan')):g}",
             top,
         )
-    table.caption = f"budget {budget_bits:g} bits per speaker ({len(rows)} tracks)"
+    table.caption = (
+        f"{len(rows)} tracks; LID/SRD = combined features; f0/phone/emb = LID per feature; "
+        "basic/adv/opt = composition bounds"
+    )
     return table
 
 
@@ -845,20 +858,22 @@ def status_command(
 
     settings = load_config(config, [f"daemon.db={json.dumps(str(db))}"] if db else [])
     period = settings.budget.period_seconds
+    if not console.is_terminal:
+        console.width = max(console.width, 140)
     with open_store(settings.daemon.db, create=False) as store:
         if as_json:
             rows = current_status(store, period)
             console.print_json(json.dumps([row.__dict__ for row in rows]))
             return
         if not live:
-            console.print(_status_table(current_status(store, period), settings.budget.bits))
+            console.print(_status_table(current_status(store, period)))
             return
         ends = time.monotonic() + seconds if seconds > 0 else float("inf")
         with Live(console=console, refresh_per_second=4) as screen:
             try:
                 while True:
                     rows = current_status(store, period)
-                    screen.update(_status_table(rows, settings.budget.bits))
+                    screen.update(_status_table(rows))
                     if time.monotonic() >= ends:
                         break
                     time.sleep(min(interval, max(0.0, ends - time.monotonic())))
