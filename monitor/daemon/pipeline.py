@@ -190,11 +190,13 @@ class LedgerWriter:
         templates: int,
         alert_topic: str,
         device_id: str,
+        keep_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.budget = budget
+        self.keep_seconds = keep_seconds
         self.budget_bits = budget_bits
         self.measure = measure
         self.templates = templates
@@ -247,6 +249,8 @@ class LedgerWriter:
     def start_period(self, period_start_unix: float) -> list[StateChanged]:
         """Enter a period; everyone not ok steps down to ok with one alert each."""
         self.period_start_unix = period_start_unix
+        if self.keep_seconds is not None:  # evidence of periods beyond the kept ones goes
+            self.store.prune_ledger(period_start_unix - self.keep_seconds)
         return [self._alert(c, None, self.wall_clock()) for c in self.budget.new_period()]
 
     def process(self, scored: ScoredWindow) -> list[DaemonEvent]:
@@ -545,6 +549,7 @@ class Pipeline:
             templates=scorer.n,
             alert_topic=topics_for(config.mqtt, self.device_id).alerts,
             device_id=self.device_id,
+            keep_seconds=(config.ledger.keep_periods - 1) * config.budget.period_seconds,
             clock=clock,
             wall_clock=wall_clock,
         )
@@ -574,8 +579,6 @@ class Pipeline:
         now = self.wall_clock()
         settings = self.config
         period = period_start(now, settings.budget.period_seconds)
-        keep = settings.ledger.keep_periods * settings.budget.period_seconds
-        self.store.prune_ledger(period - keep + settings.budget.period_seconds)
         stale: list[str] = []
         for alias, stored in self.store.budget_states().items():
             updated = datetime.fromisoformat(stored.updated).timestamp()

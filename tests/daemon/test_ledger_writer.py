@@ -124,3 +124,13 @@ def test_a_new_period_steps_down_with_one_alert(writer) -> None:
     assert store.budget_state("home-1").state == "ok"
     assert [m.payload["reason"] for m in store.pending()] == ["window", "period"]
     assert len(store.windows("home-1", PERIOD + DAY)) == 1
+
+
+def test_periods_beyond_the_kept_ones_are_pruned(writer) -> None:
+    ledger, store = writer
+    ledger.keep_seconds = DAY  # keep the current period and the one before
+    for day in range(3):
+        ledger.process(scored(day, 1.0, PERIOD + day * DAY + 5.0))
+    assert store.windows("home-1", PERIOD) == []
+    assert len(store.windows("home-1", PERIOD + DAY)) == 1
+    assert len(store.windows("home-1", PERIOD + 2 * DAY)) == 1
