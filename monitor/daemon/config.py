@@ -128,7 +128,7 @@ class FeatureSettings:
     enabled: tuple[str, ...] = _setting(
         ("f0", "phone", "embedding"), "features extracted per window", _features
     )
-    workers: int = _setting(1, "threads of the executor running features and scoring", _positive)
+    workers: int = _setting(2, "threads running features (in parallel) and scoring", _positive)
 
 
 @dataclass(frozen=True)
