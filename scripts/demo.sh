@@ -87,6 +87,7 @@ EOF
     "$VOXMETER" enroll "$WORK/enrol/templates" --db "$DB" --utterances "$K"
     "$VOXMETER" enroll "$WORK/enrol/member" --db "$DB" --utterances 4 --local
     CALIBRATE_ON="$WORK/enrol/templates"
+    BUDGET=4.0  # bits; the ceiling is log2 31 = 4.95
 else
     say "no corpus at $CORPUS: making 8 synthetic speakers with espeak-ng"
     SYN="$WORK/synthetic"
@@ -126,6 +127,7 @@ else
     "$VOXMETER" enroll "$SYN/member" --db "$DB" --utterances 4 --local --no-cache
     echo synth-01 > "$WORK/member"
     CALIBRATE_ON="$SYN/templates"
+    BUDGET=2.5  # bits; the ceiling is log2 8 = 3
 fi
 
 # ---- 2. calibration --------------------------------------------------------------------------
@@ -171,7 +173,7 @@ fi
 
 # ---- 4. the daemon ---------------------------------------------------------------------------
 say "starting voxmeter run on $SOURCE; metrics on http://127.0.0.1:$PORT/metrics"
-SETTINGS=(--set "prometheus.port=$PORT" --set "budget.bits=4.0" --set "budget.warn_fraction=0.6")
+SETTINGS=(--set "prometheus.port=$PORT" --set "budget.bits=$BUDGET" --set "budget.warn_fraction=0.6")
 if [ -f "$WORK/calibration.json" ]; then
     SETTINGS+=(--set "scorer.calibration=\"$WORK/calibration.json\"")
 fi
@@ -190,7 +192,7 @@ if [ "$SOURCE" = "mic:pulse" ]; then
 fi
 
 # ---- 5. watch it live ------------------------------------------------------------------------
-say "live view for ${SECONDS_TO_RUN} s (household member $(cat "$WORK/member"), then a stranger)"
+say "live view for ${SECONDS_TO_RUN} s (household member $(cat "$WORK/member"), then another voice, then the member again)"
 "$VOXMETER" status --db "$DB" --live --interval 1 --seconds "$SECONDS_TO_RUN" \
     --config "$REPO/config.toml" || true
 
