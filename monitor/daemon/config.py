@@ -51,11 +51,11 @@ def _port(value: int) -> str | None:
 
 
 def _source(value: str) -> str | None:
-    if value in ("mic", "stdin") or value.startswith("mic:"):
+    if value in ("mic", "stdin") or value.startswith(("mic:", "stdin:")):
         return None
     if value.startswith("file:") and len(value) > 5:
         return None
-    return "must be mic, mic:DEVICE, file:PATH or stdin"
+    return "must be mic, mic:DEVICE, file:PATH, stdin or stdin:RATE[:CHANNELS]"
 
 
 def _features(value: tuple[str, ...]) -> str | None:
@@ -89,7 +89,9 @@ def _delta(value: float) -> str | None:
 class DaemonSettings:
     """The process: where audio comes from, where state lives, when to stop."""
 
-    source: str = _setting("mic", "mic, mic:DEVICE, file:PATH or stdin", _source)
+    source: str = _setting(
+        "mic", "mic, mic:DEVICE, file:PATH or stdin[:RATE[:CHANNELS]] (s16le PCM)", _source
+    )
     db: str = _setting("voxmeter.db", "SQLite database (templates, ledger, outbox)")
     device_id: str = _setting("", "name of this device in MQTT topics; empty = host name")
     duration_seconds: float = _setting(
