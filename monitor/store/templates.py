@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from monitor.errors import StoreError
-from monitor.features.base import Observation, TemplateBatch
+from monitor.features.base import FEATURE_NAMES, Observation, TemplateBatch
 from monitor.store.base import Database, blob_vector, dumps, utc_now, vector_blob
 
 if TYPE_CHECKING:
@@ -92,6 +92,12 @@ class CalibrationRecord:
     saved: str
 
 
+def _feature_order(infos: Mapping[str, TemplateInfo]) -> dict[str, TemplateInfo]:
+    """Templates in FEATURE_NAMES order (f0, phone, embedding), other features after, by name."""
+    rank = {name: index for index, name in enumerate(FEATURE_NAMES)}
+    return dict(sorted(infos.items(), key=lambda item: (rank.get(item[0], len(rank)), item[0])))
+
+
 def _check_alias(alias: str, what: str = "alias") -> str:
     if not isinstance(alias, str) or not alias.strip() or alias != alias.strip():
         raise ValueError(f"{what} {alias!r}: must be a non-empty string without outer spaces")
@@ -159,7 +165,7 @@ class TemplatesMixin(Database):
                 alias=alias,
                 metadata=json.loads(metadata),
                 created=created,
-                templates=dict(sorted(templates.get(identity_id, {}).items())),
+                templates=_feature_order(templates.get(identity_id, {})),
                 local_profiles=tuple(profiles.get(identity_id, ())),
             )
             for identity_id, alias, metadata, created in rows
@@ -174,14 +180,16 @@ class TemplatesMixin(Database):
             if row is None:
                 raise StoreError(f"{self.path}: no identity with alias {alias!r}")
             identity_id, metadata, created = row
-            infos = {
-                feature: TemplateInfo(feature, int(dimension), float(seconds), updated)
-                for feature, dimension, seconds, updated in conn.execute(
-                    "SELECT feature, dimension, seconds, updated FROM templates "
-                    "WHERE identity_id = ? ORDER BY feature",
-                    (identity_id,),
-                )
-            }
+            infos = _feature_order(
+                {
+                    feature: TemplateInfo(feature, int(dimension), float(seconds), updated)
+                    for feature, dimension, seconds, updated in conn.execute(
+                        "SELECT feature, dimension, seconds, updated FROM templates "
+                        "WHERE identity_id = ?",
+                        (identity_id,),
+                    )
+                }
+            )
             profiles = tuple(
                 r[0]
                 for r in conn.execute(

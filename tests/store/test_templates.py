@@ -30,7 +30,7 @@ def test_identities_and_metadata(store: Store, rng: np.random.Generator) -> None
     listed = store.identities()
     assert [i.alias for i in listed] == ["spk1", "spk2"]
     assert listed[0].metadata == {"split": "train"} and listed[0].templates == {}
-    assert set(listed[1].templates) == {"f0", "embedding"}
+    assert list(listed[1].templates) == ["f0", "embedding"]  # FEATURE_NAMES order
     assert listed[1].templates["embedding"].dimension == 256
     assert listed[1].templates["f0"].seconds == 10.0
     assert store.identity("spk2").metadata == {"gender": "f"}
