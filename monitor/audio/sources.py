@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -159,8 +160,30 @@ def _check_frame_ms(frame_ms: int) -> int:
     return frame_ms
 
 
+#: libsndfile's header log line for a WAV/AIFF/CAF audio chunk whose declared length is not
+#: what the file holds: "data : 32000 (should be 15978)".
+_CHUNK_LENGTH = re.compile(r"^\s*(data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.M)
+#: Declared lengths at or above this are "unknown" placeholders of streamed files, not sizes.
+_STREAMED_LENGTH = 0x7FFFFFFF
+
+
+def _check_not_truncated(path: str, handle: sf.SoundFile) -> None:
+    """libsndfile quietly shortens a WAV whose data chunk was cut off; refuse it instead, since
+    a partial download or a full disk is not the recording the user meant."""
+    match = _CHUNK_LENGTH.search(handle.extra_info)
+    if match is None:
+        return
+    declared, present = int(match.group(2)), int(match.group(3))
+    if present < declared < _STREAMED_LENGTH:
+        raise InputError(
+            path, f"truncated: header declares {declared} bytes of audio, file holds {present}"
+        )
+
+
 def _open_soundfile(path: str) -> sf.SoundFile:
     file = Path(path)
+    if file.is_dir():
+        raise InputError(path, "is a directory, not an audio file")
     if not file.is_file():
         raise InputError(path, "no such file")
     if file.stat().st_size == 0:
@@ -173,6 +196,7 @@ def _open_soundfile(path: str) -> sf.SoundFile:
         raise InputError(path, f"not readable as audio ({exc})") from exc
     try:
         check_rate(path, int(handle.samplerate))
+        _check_not_truncated(path, handle)
         if handle.frames == 0:
             raise InputError(path, "no audio samples")
     except InputError:

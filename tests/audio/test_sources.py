@@ -78,7 +78,13 @@ def bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     text.write_text("this is not audio at all\n")
     empty = tmp_path / "empty.wav"
     empty.write_bytes(b"")
+    wav = tmp_path / "good.wav"
+    sf.write(wav, tone(16000, 1.0, 200.0), 16000, subtype="PCM_16")
+    cut_wav = tmp_path / "cut.wav"  # libsndfile would quietly read the first half
+    cut_wav.write_bytes(wav.read_bytes()[: 44 + 16000])
     return {
+        "directory": (tmp_path, "is a directory"),
+        "truncated_wav": (cut_wav, "truncated: header declares 32000 bytes of audio, file holds"),
         "missing": (tmp_path / "missing.wav", "no such file"),
         "empty": (empty, "empty file"),
         "text": (text, "not readable as audio"),
@@ -87,7 +93,9 @@ def bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "empty", "text", "header", "truncated"])
+@pytest.mark.parametrize(
+    "case", ["missing", "directory", "empty", "text", "header", "truncated", "truncated_wav"]
+)
 def test_read_audio_bad_files_name_file_and_problem(tmp_path: Path, case: str) -> None:
     path, problem = bad_files(tmp_path)[case]
     with pytest.raises(InputError) as info:
@@ -113,7 +121,9 @@ def test_read_audio_rejects_absurd_rate_and_nan(tmp_path: Path) -> None:
         read_audio(broken)
 
 
-@pytest.mark.parametrize("case", ["missing", "empty", "text", "header"])
+@pytest.mark.parametrize(
+    "case", ["missing", "directory", "empty", "text", "header", "truncated_wav"]
+)
 def test_file_source_bad_files_fail_at_construction(tmp_path: Path, case: str) -> None:
     path, problem = bad_files(tmp_path)[case]
     with pytest.raises(InputError, match=problem):
@@ -438,3 +448,14 @@ def test_stdin_source_quiet_open_pipe_does_not_hold_up_exit() -> None:
     finally:
         child.kill()
         child.stdin.close()
+
+
+def test_streamed_wav_with_unknown_length_is_read_whole(tmp_path: Path) -> None:
+    """A WAV written to a pipe declares 0xFFFFFFFF bytes: that is not a truncation."""
+    path = tmp_path / "streamed.wav"
+    sf.write(path, tone(16000, 1.0, 200.0), 16000, subtype="PCM_16")
+    blob = bytearray(path.read_bytes())
+    blob[4:8] = blob[40:44] = (0xFFFFFFFF).to_bytes(4, "little")
+    path.write_bytes(bytes(blob))
+    audio, duration = read_audio(path)
+    assert duration == pytest.approx(1.0) and audio.shape == (16000,)
