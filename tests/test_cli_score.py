@@ -92,7 +92,10 @@ def test_paper003_matrix_through_the_cli(four_by_four):
         "linkability",
     }
     assert out["lid"]["calibrated_on"] == "eval"
-    assert set(out["lid"]) >= {"ALID", "PDR", "NDR", "LID_plus", "LID_minus", "LID_max", "weight"}
+    lid_keys = {"ALID", "PDR", "NDR", "LID_plus", "LID_minus", "LID_max", "weight", "bias"}
+    assert set(out["lid"]) >= lid_keys
+    assert set(out["srd"]) == {"MeanD", "IdR", "MaxD", "StDD", "Spread", "N", "fit"}
+    assert set(out["zebra"]) == {"D_ECE", "log10_lr_max", "tag"}
 
 
 def test_csv_and_txt_inputs_give_the_same_report(tmp_path, four_by_four):
@@ -182,10 +185,11 @@ def test_scores_and_key(tmp_path):
 
 
 def _error_line(result) -> str:
+    """The whole output of a failed run: exit 2, nothing on stdout, one error line on stderr."""
     assert result.exit_code == 2, result.output
-    lines = [line for line in result.stderr.splitlines() if line.startswith("voxmeter: error:")]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.output
+    assert result.stdout == "", result.stdout
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("voxmeter: error:"), result.stderr
     return lines[0]
 
 
@@ -215,6 +219,44 @@ def _error_line(result) -> str:
             ("--scores", "s.txt", "--key", "k.txt"),
             "s.txt:1: score 'nan'",
         ),
+        (
+            {"s.txt": "a b 1\na c\n", "k.txt": "a b target\na c nontarget\n"},
+            ("--scores", "s.txt", "--key", "k.txt"),
+            "s.txt:2: expected 3 fields",
+        ),
+        (
+            {"s.txt": "", "k.txt": "a b target\n"},
+            ("--scores", "s.txt", "--key", "k.txt"),
+            "s.txt: empty",
+        ),
+        (
+            {"k.txt": "a b target\na b nontarget\n", "s.txt": "a b 1\n"},
+            ("--scores", "s.txt", "--key", "k.txt"),
+            "k.txt:2: pair a b repeats line 1",
+        ),
+        ({"T.txt": "0\n-1\n"}, ("--matrix", "M.npy", "--truth", "T.txt"), "T.txt:2: trial 1"),
+        (
+            {"B.npy": "\x93NUMPY not really"},
+            ("--matrix", "B.npy", "--truth", "T.npy"),
+            "B.npy: not a readable .npy array",
+        ),
+        ({}, ("--matrix", ".", "--truth", "T.npy"), "unsupported file type"),
+        (
+            {},
+            (
+                "--matrix",
+                "M.npy",
+                "--truth",
+                "T.npy",
+                "--dev-matrix",
+                "M1.npy",
+                "--dev-truth",
+                "T.npy",
+            ),
+            "M1.npy: only 1 identity",
+        ),
+        ({}, ("--matrix", "M.npy", "--truth", "F.npy"), "F.npy: entry 0: 0.5"),
+        ({}, ("--matrix", "N.npy", "--truth", "T.npy"), "N.npy: row 1, column 2: score nan"),
         ({}, ("--matrix", "M.npy"), "--truth: missing"),
         ({}, ("--matrix", "M.npy", "--truth", "T.npy", "--lid-weight", "1"), "give both"),
         ({}, ("--matrix", "M.npy", "--truth", "T.npy", "--fit-loss", "l2"), "--fit-loss"),
@@ -224,6 +266,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, files, args, ex
     monkeypatch.chdir(tmp_path)
     np.save("M.npy", np.ones((2, 3)) + np.eye(2, 3))
     np.save("T.npy", np.array([0, 1]))
+    np.save("M1.npy", np.ones((2, 1)))
+    np.save("F.npy", np.array([0.5, 1.0]))
+    np.save("N.npy", np.array([[0.0, 1.0, 2.0], [1.0, 2.0, np.nan]]))
     for name, text in files.items():
         Path(name).write_text(text)
     line = _error_line(run("score", *args))

@@ -107,7 +107,7 @@ def srd_stats(p_or_hist: np.ndarray) -> SrdStats:
     mean = float(np.dot(q, eps))
     spread_floor = (1.0 / N) * (1.0 + SPREAD_RTOL)
     return SrdStats(
-        MeanD=mean,
+        MeanD=max(0.0, mean),  # = KL(p ‖ uniform) >= 0; rounding gave -6e-17 ("-0.000 bits")
         IdR=float(p[0]),
         MaxD=float(eps.max()),
         StDD=float(math.sqrt(max(0.0, float(np.dot(q, (eps - mean) ** 2))))),

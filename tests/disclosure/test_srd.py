@@ -31,6 +31,9 @@ def test_uniform_model_discloses_nothing():
     s = srd_stats(g)
     assert (s.MeanD, s.MaxD, s.StDD, s.Spread) == pytest.approx((0, 0, 0, 0), abs=1e-12)
     assert s.IdR == pytest.approx(0.1) and s.N == 10
+    # Near-uniform fitted models round to tiny negative KL; MeanD is never printed as "-0.000".
+    for N in (3, 5, 7, 10, 250):
+        assert srd_stats(betabinom_pmf(N, 1.0 - 2e-10, 1.0 - 3e-10)).MeanD >= 0.0
 
 
 def test_model_reference_values():

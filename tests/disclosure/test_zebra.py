@@ -120,6 +120,15 @@ def test_constant_scores_carry_no_evidence():
     assert zebra(np.ones(7), np.ones(7)).tag == "0"
 
 
+def test_identical_distributions_disclose_almost_nothing():
+    # Same-distribution samples: PAV overfits a little, so D_ECE is ≈ 0 and shrinks with n.
+    gen = np.random.default_rng(11)
+    small = zebra(gen.normal(size=1000), gen.normal(size=1000)).D_ECE
+    large = zebra(gen.normal(size=100_000), gen.normal(size=100_000)).D_ECE
+    assert 0.0 <= large < small < 0.01
+    assert large < 1e-3
+
+
 @pytest.mark.parametrize(
     ("x", "expected"),
     [(2.0, 0.1393262), (10.0, 0.3010298), (0.5, -0.1966312), (0.1, -0.8884019)],
