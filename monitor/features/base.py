@@ -16,6 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from monitor.features.similarity import neg_js_divergence
+
 FEATURE_NAMES: tuple[str, ...] = ("f0", "phone", "embedding")
 """Every feature, in the order reports and the database list them."""
 
@@ -150,3 +152,28 @@ def pool_counts(feature: str, observations: Sequence[Observation]) -> Observatio
             raise ValueError(f"{feature}: cannot pool an observation of {o.feature!r}")
     values = np.sum([o.values for o in observations], axis=0)
     return Observation(feature, values, sum(o.seconds for o in observations))
+
+
+class HistogramFeature:
+    """What the count-histogram features (f0, phone) share: an observation is the counts of
+    :meth:`counts`, pooling adds counts, similarity is minus the JS divergence in bits."""
+
+    name: str
+    dimension: int
+    version: str
+
+    def counts(self, audio: np.ndarray, rate: int) -> np.ndarray:
+        """(dimension,) counts of float32 mono speech at ``rate`` Hz."""
+        raise NotImplementedError
+
+    def observe(self, audio: np.ndarray, rate: int) -> Observation:
+        return Observation(self.name, self.counts(audio, rate), len(audio) / rate)
+
+    def pool(self, observations: Sequence[Observation]) -> Observation:
+        return pool_counts(self.name, observations)
+
+    def similarity(self, test: Observation, templates: TemplateBatch) -> np.ndarray:
+        return self.similarities(test.values[None, :], templates)[0]
+
+    def similarities(self, tests: np.ndarray, templates: TemplateBatch) -> np.ndarray:
+        return neg_js_divergence(check_batch(tests, templates, self.name), templates.matrix)

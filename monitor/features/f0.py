@@ -10,15 +10,13 @@ Frames that never dip under the threshold, or are too quiet, are unvoiced and dr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import soxr
 
-from monitor.features.base import Observation, TemplateBatch, check_batch, pool_counts
-from monitor.features.similarity import neg_js_divergence
+from monitor.features.base import HistogramFeature, Observation
 
 RATE_HZ = 8000
 """YIN runs at 8 kHz, the rate of paper 000's telephone corpus."""
@@ -137,24 +135,15 @@ def median_hz(histogram: np.ndarray) -> float:
     return float(RATE_HZ / LAGS[index])
 
 
-class F0Feature:
+class F0Feature(HistogramFeature):
     """``f0``: 107-bin histogram of YIN lags (counts); pooled by adding; scored by -JS bits."""
 
     name = "f0"
     dimension = N_LAGS
     version = "yin8k-1"
 
-    def observe(self, audio: np.ndarray, rate: int) -> Observation:
-        return Observation(self.name, lag_histogram(audio, rate), len(audio) / rate)
-
-    def pool(self, observations: Sequence[Observation]) -> Observation:
-        return pool_counts(self.name, observations)
-
-    def similarity(self, test: Observation, templates: TemplateBatch) -> np.ndarray:
-        return self.similarities(test.values[None, :], templates)[0]
-
-    def similarities(self, tests: np.ndarray, templates: TemplateBatch) -> np.ndarray:
-        return neg_js_divergence(check_batch(tests, templates, self.name), templates.matrix)
+    def counts(self, audio: np.ndarray, rate: int) -> np.ndarray:
+        return lag_histogram(audio, rate)
 
     def describe(self, observation: Observation) -> dict[str, Any]:
         counts = observation.values

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from monitor.features.base import Observation, TemplateBatch, check_batch, pool_counts
-from monitor.features.similarity import neg_js_divergence
+from monitor.features.base import HistogramFeature, Observation
 
 RATE_HZ = 16000
 """The rate of pocketsphinx's en-us acoustic model."""
@@ -81,24 +79,15 @@ def phone_counts(audio: np.ndarray, rate: int) -> np.ndarray:
     )
 
 
-class PhoneFeature:
+class PhoneFeature(HistogramFeature):
     """``phone``: counts over the 39 CMU phones; pooled by adding; scored by -JS bits."""
 
     name = "phone"
     dimension = len(CMU_PHONES)
     version = "ps511-allphone-1"
 
-    def observe(self, audio: np.ndarray, rate: int) -> Observation:
-        return Observation(self.name, phone_counts(audio, rate), len(audio) / rate)
-
-    def pool(self, observations: Sequence[Observation]) -> Observation:
-        return pool_counts(self.name, observations)
-
-    def similarity(self, test: Observation, templates: TemplateBatch) -> np.ndarray:
-        return self.similarities(test.values[None, :], templates)[0]
-
-    def similarities(self, tests: np.ndarray, templates: TemplateBatch) -> np.ndarray:
-        return neg_js_divergence(check_batch(tests, templates, self.name), templates.matrix)
+    def counts(self, audio: np.ndarray, rate: int) -> np.ndarray:
+        return phone_counts(audio, rate)
 
     def describe(self, observation: Observation) -> dict[str, Any]:
         return {"counts": {p: int(c) for p, c in zip(CMU_PHONES, observation.values, strict=True)}}
