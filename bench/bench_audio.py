@@ -11,23 +11,19 @@ Run: ``python -m bench audio`` → bench/results/audio.json and one line per det
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from bench.common import CORPUS, RESULTS_DIR, best_of, write_results
 from monitor.audio.sources import RATE_HZ, AudioFrame, FileSource, read_audio
 from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad, speech_only
 
-RESULTS = Path(__file__).parent / "results" / "audio.json"
-CORPUS = Path(
-    os.environ.get(
-        "VOXMETER_CORPUS", Path(__file__).resolve().parents[2] / "shared/data/speechocean762"
-    )
-)
+RESULTS = RESULTS_DIR / "audio.json"
 TARGET_SECONDS = 60.0
 SOURCE_FRAME_MS = 30
 REPEATS = 5
@@ -51,14 +47,9 @@ def corpus_speech(seconds: float = TARGET_SECONDS) -> tuple[np.ndarray, list[Pat
     return np.clip(np.rint(joined * 32767), -32768, 32767).astype(np.int16), used
 
 
-def best_cpu_seconds(run: object, repeats: int = REPEATS) -> float:
+def best_cpu_seconds(run: Callable[[], object], repeats: int = REPEATS) -> float:
     """Fastest of ``repeats`` runs in CPU seconds of this thread (noise from neighbours drops)."""
-    times = []
-    for _ in range(repeats):
-        start = time.thread_time()
-        run()  # type: ignore[operator]
-        times.append(time.thread_time() - start)
-    return min(times)
+    return best_of(run, repeats, cpu_clock=time.thread_time)["cpu_seconds"]
 
 
 def stream_through(vad: FrameVad, pcm: np.ndarray) -> float:
@@ -127,8 +118,7 @@ def run() -> dict[str, object]:
 
 def main() -> None:
     results = run()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(RESULTS, results)
     for name in ("webrtcvad", "webrtcvad_10ms", "silero", "speech_only", "file_source"):
         figures = results[name]
         print(f"{name:16s} real-time factor {figures['realtime_factor']:.5f}")  # type: ignore[index]

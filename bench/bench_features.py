@@ -18,28 +18,22 @@ Targets (DESIGN Part C): whole front end ≤ 0.12 × real time, F0 + VAD ≤ 0.0
 from __future__ import annotations
 
 import csv
-import json
 import os
 import platform
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bench.common import CORPUS, RESULTS_DIR, best_of, write_results
 from monitor.audio.sources import read_audio
 from monitor.audio.vad import speech_only
 from monitor.corpus import scan_corpus
 from monitor.features.base import get_feature
 from monitor.features.f0 import LAG_MAX, median_hz, to_8k
 
-RESULTS = Path(__file__).parent / "results" / "features.json"
-CORPUS = Path(
-    os.environ.get(
-        "VOXMETER_CORPUS", Path(__file__).resolve().parents[2] / "shared/data/speechocean762"
-    )
-)
+RESULTS = RESULTS_DIR / "features.json"
 RATE = 16000
 SECONDS = 60.0
 REPEATS = 3
@@ -76,13 +70,7 @@ def _speech_of(speakers: list[str], seconds: float) -> tuple[np.ndarray, list[st
 
 def _best_of(function: Callable[[], Any], repeats: int = REPEATS) -> dict[str, float]:
     """Fastest of ``repeats`` runs: CPU seconds of this process and wall seconds."""
-    cpu, wall = [], []
-    for _ in range(repeats):
-        c0, w0 = time.process_time(), time.perf_counter()
-        function()
-        cpu.append(time.process_time() - c0)
-        wall.append(time.perf_counter() - w0)
-    return {"cpu_seconds": min(cpu), "wall_seconds": min(wall)}
+    return best_of(function, repeats)
 
 
 def _front_end(audio: np.ndarray, paths: list[str]) -> dict[str, Any]:
@@ -211,8 +199,7 @@ def main() -> None:
         print(f"skipped: corpus not found at {CORPUS}")
         return
     results = run()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(RESULTS, results)
     fe = results["front_end"]
     print(f"front end on {fe['audio_seconds']:.0f} s ({fe['speech_seconds']:.1f} s speech), CPU s:")
     for stage, figures in fe["stages"].items():
