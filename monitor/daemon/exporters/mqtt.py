@@ -39,6 +39,7 @@ from monitor.daemon.events import (
     TrackExpired,
     WindowScored,
 )
+from monitor.daemon.exporters.figures import bounds_bits
 from monitor.errors import StoreError
 from monitor.store.outbox import OutboxMessage
 
@@ -99,11 +100,7 @@ def speaker_state_payload(event: WindowScored, *, updated_unix: float) -> dict[s
         "budget": event.budget_bits,
         "measure": event.budget_measure,
         "features": features,
-        "bounds": {
-            "basic": event.bounds.basic_bits,
-            "advanced": event.bounds.advanced_bits,
-            "optimal": event.bounds.optimal_bits,
-        },
+        "bounds": bounds_bits(event.bounds),
         "ceiling": event.ceiling_bits,
         "windows": event.windows,
         "speech_seconds": event.pooled_speech_seconds,

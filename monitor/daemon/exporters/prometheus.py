@@ -24,7 +24,6 @@ from prometheus_client.registry import Collector
 
 from monitor.daemon.config import PrometheusSettings
 from monitor.daemon.events import (
-    BOUNDS,
     STATES,
     DaemonEvent,
     DaemonStarted,
@@ -34,6 +33,7 @@ from monitor.daemon.events import (
     TrackExpired,
     WindowScored,
 )
+from monitor.daemon.exporters.figures import bounds_bits
 from monitor.errors import ConfigError
 from monitor.store.database import open_store
 
@@ -287,10 +287,7 @@ class PrometheusExporter:
             m.window_disclosure_bits.labels(speaker, item.feature, item.measure).set(
                 item.window_bits
             )
-        bounds = event.bounds
-        for bound, value in zip(
-            BOUNDS, (bounds.basic_bits, bounds.advanced_bits, bounds.optimal_bits), strict=True
-        ):
+        for bound, value in bounds_bits(event.bounds).items():
             m.composition_bound_bits.labels(speaker, bound).set(value)
         m.disclosure_ceiling_bits.set(event.ceiling_bits)
         m.budget_bits.labels(speaker).set(event.budget_bits)
@@ -324,23 +321,25 @@ class PrometheusExporter:
     def _stats(self, event: PipelineStats) -> None:
         m = self.metrics
         last = self._last_stats
-        totals = {
-            "total": event.frames_total,
-            "speech": event.frames_speech,
-            "dropped": event.frames_dropped,
-        }
-        previous = {
-            "total": last.frames_total if last else 0,
-            "speech": last.frames_speech if last else 0,
-            "dropped": last.frames_dropped if last else 0,
-        }
-        for kind, value in totals.items():
+        previous = _frame_counts(last)
+        for kind, value in _frame_counts(event).items():
             m.frames.labels(kind).inc(max(0, value - previous[kind]))
         previous_errors = last.audio_device_errors if last else 0
         m.audio_device_errors.inc(max(0, event.audio_device_errors - previous_errors))
         m.realtime_factor.set(event.realtime_factor)
         _set_all(m.queue_depth, event.queue_depths)
         self._last_stats = event
+
+
+def _frame_counts(stats: PipelineStats | None) -> dict[str, int]:
+    """Frame totals by ``kind`` label (all 0 before the first stats)."""
+    if stats is None:
+        return {"total": 0, "speech": 0, "dropped": 0}
+    return {
+        "total": stats.frames_total,
+        "speech": stats.frames_speech,
+        "dropped": stats.frames_dropped,
+    }
 
 
 def _count_pending(db_path: Path) -> int:
