@@ -43,6 +43,7 @@ def _xlogx(x: np.ndarray) -> np.ndarray:
         return np.where(x > 0, x * np.log2(np.where(x > 0, x, 1.0)), 0.0)
 
 
+_BLOCK = 4096  # templates per block in the histogram similarity
 _JS_FEATURES = frozenset({"f0", "phone"})  # −JS divergence (monitor.features.similarity)
 _COSINE_FEATURES = frozenset({"embedding"})  # cosine
 
@@ -104,14 +105,22 @@ class PreparedTemplates:
         p = counts / total
         support = np.flatnonzero(p)
         ps = p[support]
-        qs = self.q_by_bin[support]  # (S, N)
-        q_support = qs.sum(axis=0)
-        qlogq_support = self.qlogq_by_bin[support].sum(axis=0)
-        m = qs
-        m += ps[:, None]
-        m *= 0.5  # m > 0 on the test's support
-        neg_h_m_support = np.einsum("sn,sn->n", m, np.log2(m))
-        neg_h_m = neg_h_m_support + 0.5 * (self.neg_h_q - qlogq_support) - 0.5 * (1 - q_support)
+        half_p = 0.5 * ps[:, None]
+        neg_h_m = np.empty(self.n)
+        # blocks of templates small enough to stay in cache: ~4 passes over (S, block)
+        for start in range(0, self.n, _BLOCK):
+            stop = min(start + _BLOCK, self.n)
+            qs = self.q_by_bin[support, start:stop]  # (S, block) copy
+            q_support = qs.sum(axis=0)
+            qlogq_support = self.qlogq_by_bin[support, start:stop].sum(axis=0)
+            qs *= 0.5
+            qs += half_p  # m = (p + q)/2 > 0 on the test's support
+            logm = np.log2(qs)
+            neg_h_m[start:stop] = (
+                np.einsum("sn,sn->n", qs, logm)
+                + 0.5 * (self.neg_h_q[start:stop] - qlogq_support)
+                - 0.5 * (1.0 - q_support)
+            )
         neg_h_p = float((ps * np.log2(ps)).sum())
         js = 0.5 * (neg_h_p + self.neg_h_q) - neg_h_m
         np.clip(js, 0.0, 1.0, out=js)
