@@ -1,0 +1,43 @@
+"""``voxmeter status`` shows what the daemon stored in the current period."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from monitor.cli import app
+from monitor.daemon.budget import BudgetMachine
+from monitor.daemon.config import BudgetSettings
+from monitor.daemon.pipeline import LedgerWriter
+from monitor.store.database import open_store
+from tests.daemon.test_ledger_writer import scored
+
+
+def test_status_table_and_json(tmp_path: Path) -> None:
+    db = tmp_path / "v.db"
+    with open_store(db) as store:
+        ledger = LedgerWriter(
+            store,
+            BudgetMachine(BudgetSettings(bits=4.0, warn_fraction=0.5, hysteresis_bits=0.25)),
+            budget_bits=4.0,
+            measure="combined.lid",
+            templates=32,
+            alert_topic="voxmeter/dev/alerts",
+            device_id="dev",
+        )
+        now = time.time()
+        for i, bits in enumerate([1.0, 2.5]):
+            ledger.process(scored(i, bits, now - 1.0 + 0.1 * i))
+    runner = CliRunner()
+    shown = runner.invoke(app, ["status", "--db", str(db)])
+    assert shown.exit_code == 0, shown.output
+    assert "home-1" in shown.output and "warning" in shown.output and "2.50" in shown.output
+    as_json = runner.invoke(app, ["status", "--db", str(db), "--json"])
+    rows = json.loads(as_json.output)
+    assert [(r["track"], r["state"], r["windows"]) for r in rows] == [("home-1", "warning", 2)]
+    assert rows[0]["figures"]["disclosures"]["combined.lid"][0] == 2.5
+    missing = runner.invoke(app, ["status", "--db", str(tmp_path / "none.db")])
+    assert missing.exit_code == 2 and "none.db" in missing.output
