@@ -32,6 +32,7 @@ from monitor.daemon.budget import BudgetMachine
 from monitor.daemon.config import BudgetSettings
 from tests.daemon.conftest import hand_calibration
 from tests.deploy.promql import RULES, dashboard_expressions, rule_expressions, without_threshold
+from tests.realparts import stop_process
 from tests.realparts.mosquitto import MosquittoBroker, free_port, wait_for_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.mosquitto, pytest.mark.prometheus]
@@ -127,8 +128,7 @@ def subscriber(broker: MosquittoBroker, log: Path) -> Iterator[Callable[[], list
         time.sleep(0.3)  # subscribed before the daemon publishes anything
         yield messages
     finally:
-        process.terminate()
-        process.wait(timeout=5)
+        stop_process(process)
 
 
 def wait_until(predicate: Callable[[], Any], timeout_seconds: float, what: str) -> Any:
@@ -264,11 +264,6 @@ def test_daemon_metrics_alerts_and_deploy_queries_end_to_end(
             assert exceeded_rule["health"] == "ok"
             assert any(a["labels"]["speaker"] == speaker for a in exceeded_rule["alerts"])
         finally:
-            daemon.terminate()
-            try:
-                daemon.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
+            stop_process(daemon, grace_seconds=30)
     log = (tmp_path / "daemon.log").read_text()
     assert daemon.returncode == 0, log[-3000:]

@@ -23,6 +23,7 @@ from tests.deploy.promql import (
     rule_expressions,
     without_threshold,
 )
+from tests.realparts import stop_process
 from tests.realparts.mosquitto import MosquittoBroker
 
 PROMETHEUS_DIR = DEPLOY / "prometheus"
@@ -216,8 +217,7 @@ def test_device_broker_config_starts_a_real_mosquitto(tmp_path: Path) -> None:
 
         wait_for_port(broker.port)
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        stop_process(process)
 
 
 @pytest.mark.prometheus

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.realparts import stop_process
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nobody listens on right now."""
@@ -84,13 +86,7 @@ class MosquittoBroker:
         """Terminate the broker (an outage) and wait until the port is closed."""
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process)
         self.process = None
         wait_for_port(self.port, up=False)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.realparts import stop_process
 from tests.realparts.mosquitto import free_port
 
 
@@ -99,13 +100,7 @@ class PrometheusServer:
         return bool(active) and all(t["health"] == "up" for t in active)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process)
 
 
 def write_config(

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.realparts import stop_process
+
 SINK = "vmic"
 RATE_HZ = 16000
 START_TIMEOUT_SECONDS = 15.0
@@ -181,14 +183,7 @@ class PulseAudio:
 
 
 def _stop(proc: subprocess.Popen[bytes] | None, sig: signal.Signals) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(sig)
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
+    stop_process(proc, sig=sig)
 
 
 def pulseaudio_missing() -> str | None:
