@@ -11,18 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from monitor.cli import app
-
-S4 = np.array(
-    [
-        [0.9, 0.8, 0.8, 0.8],
-        [0.7, 0.6, 0.6, 0.6],
-        [0.4, 0.5, 0.4, 0.4],
-        [0.2, 0.2, 0.3, 0.2],
-    ]
-)
-M4 = np.array([0, 0, 1, 2])
-TAR = [0.3, 0.6, 0.8, 0.9]
-NON = [0.1, 0.2, 0.4, 0.5, 0.7]
+from tests.disclosure.examples import M4, NON, S4, TAR
 
 
 def run(*args: str):

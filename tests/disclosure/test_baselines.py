@@ -18,18 +18,7 @@ from monitor.disclosure.baselines import (
     split_mated,
     top1_linkage,
 )
-
-TAR = [0.3, 0.6, 0.8, 0.9]
-NON = [0.1, 0.2, 0.4, 0.5, 0.7]
-S4 = np.array(
-    [
-        [0.9, 0.8, 0.8, 0.8],
-        [0.7, 0.6, 0.6, 0.6],
-        [0.4, 0.5, 0.4, 0.4],
-        [0.2, 0.2, 0.3, 0.2],
-    ]
-)
-M4 = np.array([0, 0, 1, 2])
+from tests.disclosure.examples import M4, NON, S4, TAR
 
 
 def slow_eer_sweep(tar, non):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import tracemalloc
 import warnings
 
 import numpy as np
@@ -26,10 +25,9 @@ from monitor.disclosure.lid import (
     lid_summary,
     znorm_rows,
 )
+from tests.disclosure.examples import S4, traced_peak_bytes
 
 EXAMPLE = np.array([[0.9, 0.7, 0.4, 1.1, 1.2, 0.4]])
-PAPER003_4x4 = np.array([[0.9, 0.8, 0.8, 0.8], [0.7, 0.6, 0.6, 0.6], [0.4, 0.5, 0.4, 0.4],
-                         [0.2, 0.2, 0.3, 0.2]])  # fmt: skip
 
 
 def slow_lid(S: np.ndarray, m: np.ndarray, w: float) -> np.ndarray:
@@ -61,17 +59,17 @@ def test_worked_example_exact_and_printed():
 
 def test_paper003_matrix():
     m = np.array([0, 0, 1, 2])
-    z = znorm_rows(PAPER003_4x4)
+    z = znorm_rows(S4)
     np.testing.assert_allclose(z[np.arange(4), m], math.sqrt(3))
-    np.testing.assert_allclose(lid_per_trial(PAPER003_4x4, m, 1.0), 1.62375, atol=1e-5)
+    np.testing.assert_allclose(lid_per_trial(S4, m, 1.0), 1.62375, atol=1e-5)
     previous = -np.inf
     for w in (1.0, 2.0, 5.0, 20.0, 100.0):
-        lid = lid_per_trial(PAPER003_4x4, m, w)
+        lid = lid_per_trial(S4, m, w)
         assert np.all(lid > previous) or w == 100.0
         expected = math.log2(4 / (1 + 3 * math.exp(-4 * w / math.sqrt(3))))
         np.testing.assert_allclose(lid, expected, rtol=1e-12)
         previous = lid
-    np.testing.assert_allclose(lid_per_trial(PAPER003_4x4, m, 100.0), 2.0, atol=1e-12)
+    np.testing.assert_allclose(lid_per_trial(S4, m, 100.0), 2.0, atol=1e-12)
 
 
 def test_small_n_edge_cases():
@@ -190,10 +188,4 @@ def test_per_trial_lid_has_no_full_size_temporaries(rng, monkeypatch):
     monkeypatch.setattr(ranks, "CHUNK_ELEMENTS", 1 << 16)
     S = rng.normal(size=(1000, 4000))
     m = rng.integers(0, 4000, size=1000)
-    tracemalloc.start()
-    try:
-        lid_per_trial(S, m, 2.0)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < S.nbytes / 8
+    assert traced_peak_bytes(lambda: lid_per_trial(S, m, 2.0)) < S.nbytes / 8

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 import pytest
 
@@ -14,6 +12,7 @@ from monitor.disclosure.ranks import (
     rank_of,
     true_rank_counts,
 )
+from tests.disclosure.examples import traced_peak_bytes
 
 
 def slow_histogram(S: np.ndarray, m: np.ndarray, ties: str) -> np.ndarray:
@@ -122,10 +121,4 @@ def test_no_full_size_temporaries(rng, monkeypatch):
     monkeypatch.setattr(ranks, "CHUNK_ELEMENTS", 1 << 16)
     S = rng.normal(size=(1000, 4000))
     m = rng.integers(0, 4000, size=1000)
-    tracemalloc.start()
-    try:
-        rank_histogram(S, m)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < S.nbytes / 8
+    assert traced_peak_bytes(lambda: rank_histogram(S, m)) < S.nbytes / 8

@@ -20,6 +20,7 @@ from monitor.disclosure.srd import (
     rank_disclosure,
     srd_stats,
 )
+from tests.disclosure.examples import M4, S4
 
 GAMMA_05_3 = [0.484706, 0.198289, 0.118973, 0.077112, 0.050605, 0.032532, 0.019881, 0.011076,
               0.005192, 0.001635]  # fmt: skip
@@ -70,9 +71,7 @@ def test_q_anonymity():
 
 
 def test_paper003_matrix_all_rank_one():
-    S = np.array([[0.9, 0.8, 0.8, 0.8], [0.7, 0.6, 0.6, 0.6], [0.4, 0.5, 0.4, 0.4],
-                  [0.2, 0.2, 0.3, 0.2]])  # fmt: skip
-    s = srd_stats(rank_histogram(S, np.array([0, 0, 1, 2])))
+    s = srd_stats(rank_histogram(S4, M4))
     assert (s.MeanD, s.MaxD, s.IdR, s.StDD, s.Spread) == pytest.approx((2, 2, 1, 0, 0.25))
 
 

@@ -19,10 +19,9 @@ from monitor.disclosure.zebra import (
     zebra,
     zebra_tag,
 )
+from tests.disclosure.examples import NON, TAR
 
 LN2 = math.log(2.0)
-TAR = [0.3, 0.6, 0.8, 0.9]
-NON = [0.1, 0.2, 0.4, 0.5, 0.7]
 
 
 def slow_pav_llr(tar, non, *, laplace=False):
