@@ -250,9 +250,9 @@ def test_daemon_metrics_alerts_and_deploy_queries_end_to_end(
                 if not prometheus.query(without_threshold(expr)):
                     empty.append(f"rule {name}")
             assert not empty, f"no series for: {empty}"
-            assert prometheus.wait_for("voxmeter_mqtt_connected == 1", timeout_seconds=10)
+            assert prometheus.wait_for("voxmeter_mqtt_connected == 1", timeout_seconds=30)
             sent = prometheus.wait_for(
-                'voxmeter_alerts_total{state="exceeded"} >= 1', timeout_seconds=10
+                'voxmeter_alerts_total{state="exceeded"} >= 1', timeout_seconds=30
             )
             assert sent[0]["metric"]["job"] == "voxmeter"
             firing = prometheus.query(rule_expressions()["VoxmeterBudgetExceeded"])

@@ -82,7 +82,7 @@ class Subscriber:
             if m.topic.value == topic
         ]
 
-    async def wait(self, predicate: Callable[[], bool], timeout_seconds: float = 15.0) -> None:
+    async def wait(self, predicate: Callable[[], bool], timeout_seconds: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_seconds
         while not predicate():
             if time.monotonic() > deadline:
@@ -123,7 +123,7 @@ async def running(exporter: MqttExporter) -> AsyncIterator[asyncio.Task[None]]:
             await task
 
 
-async def until(predicate: Callable[[], bool], timeout_seconds: float = 15.0) -> None:
+async def until(predicate: Callable[[], bool], timeout_seconds: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_seconds
     while not predicate():
         if time.monotonic() > deadline:
@@ -132,7 +132,7 @@ async def until(predicate: Callable[[], bool], timeout_seconds: float = 15.0) ->
 
 
 def run(coroutine: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(asyncio.wait_for(coroutine(), timeout=60))
+    asyncio.run(asyncio.wait_for(coroutine(), timeout=120))
 
 
 def test_alerts_states_and_status_reach_a_real_broker(

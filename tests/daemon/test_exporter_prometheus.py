@@ -183,7 +183,7 @@ def test_serves_metrics_over_http_and_names_a_busy_port() -> None:
     server = exporter.start_server()
     try:
         url = f"http://127.0.0.1:{exporter.port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as reply:
+        with urllib.request.urlopen(url, timeout=30) as reply:
             text = reply.read().decode()
         assert (
             'voxmeter_disclosure_bits{feature="combined",measure="lid",speaker="alias-a"} 2.5'
@@ -208,7 +208,7 @@ def test_run_serves_until_cancelled() -> None:
                 break
             await asyncio.sleep(0.01)
         url = f"http://127.0.0.1:{exporter.port}/metrics"
-        text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read())
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -290,11 +290,11 @@ def test_https_with_required_client_certificate(certificates: Path) -> None:
     try:
         with_cert = ssl.create_default_context(cafile=str(d / "ca.pem"))
         with_cert.load_cert_chain(str(d / "client.pem"), str(d / "client.key"))
-        with urllib.request.urlopen(url, timeout=5, context=with_cert) as reply:
+        with urllib.request.urlopen(url, timeout=30, context=with_cert) as reply:
             assert b"voxmeter_realtime_factor" in reply.read()
         without_cert = ssl.create_default_context(cafile=str(d / "ca.pem"))
         with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
-            urllib.request.urlopen(url, timeout=5, context=without_cert).read()
+            urllib.request.urlopen(url, timeout=30, context=without_cert).read()
     finally:
         exporter.stop_server()
 

@@ -45,7 +45,7 @@ class PrometheusServer:
         """GET /api/v1/<path> and return ``data``; raises PrometheusQueryError on an error."""
         query = urllib.parse.urlencode(params)
         try:
-            with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=5) as reply:
+            with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=30) as reply:
                 body = json.load(reply)
         except urllib.error.HTTPError as error:
             body = json.load(error)

@@ -37,7 +37,7 @@ from tests.realparts import stop_process
 
 SINK = "vmic"
 RATE_HZ = 16000
-START_TIMEOUT_SECONDS = 15.0
+START_TIMEOUT_SECONDS = 30.0
 
 
 def reinitialise_portaudio() -> None:
