@@ -6,9 +6,10 @@ to buckets of test speech (3, 6, 12, … seconds). A bucket holds the beta-binom
 corpus with the eq. 6 protocol. At run time the bucket is the largest one ≤ the seconds of
 evidence; outside the calibrated range the nearest bucket is used and flagged as extrapolated.
 
-``combined`` is the fused score Σ_f w_f·z_f (z_f = row-z-normalised similarities of feature f,
-w_f = that feature's LID weight for the same bucket), treated as one more feature (DESIGN
-summary and §12): :func:`fuse_scores` builds it, the same way here and in the daemon.
+``combined`` is the fused score Σ_f w_f·z_f (z_f = row-z-normalised similarities of feature f),
+treated as one more feature (DESIGN summary and §12). The weights w_f are fitted jointly on the
+dev trials (:func:`fit_fusion_weights`) and stored in the ``combined`` bucket; the daemon gets
+them from :meth:`CalibrationSet.fusion_weights` and builds the score with :func:`fuse_scores`.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ class BucketCalibration:
     The rest documents the fit: ``n_identities`` (N of the dev histogram), ``n_trials``,
     ``mean_test_seconds`` (speech behind the average test), ``template_seconds`` (speech behind
     the average template) and ``max_seconds`` (longest test used; the upper edge of the last
-    bucket, beyond which a lookup is extrapolated).
+    bucket, beyond which a lookup is extrapolated). ``fusion`` (``combined`` buckets only) holds
+    the weights w_f of the fused score Σ_f w_f·z_f.
     """
 
     seconds: float
@@ -71,8 +73,12 @@ class BucketCalibration:
     mean_test_seconds: float = math.nan
     template_seconds: float = math.nan
     max_seconds: float = math.nan
+    fusion: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "fusion", {str(k): float(v) for k, v in self.fusion.items()})
+        if not all(math.isfinite(v) for v in self.fusion.values()):
+            raise ValueError(f"fusion weights must be finite, got {dict(self.fusion)}")
         if not self.seconds > 0:
             raise ValueError(f"bucket seconds must be > 0, got {self.seconds!r}")
         if not (self.alpha > 0 and self.beta > 0):
@@ -135,8 +141,18 @@ class CalibrationSet:
         return bucket, index == len(buckets) - 1 and seconds > bucket.upper_seconds
 
     def fusion_weights(self, seconds: float, features: Iterable[str]) -> dict[str, float]:
-        """LID weight w_f of each feature at ``seconds``: the coefficients of ``combined``."""
-        return {name: self.lookup(name, seconds)[0].lid_weight for name in features}
+        """Coefficients w_f of ``combined`` = Σ_f w_f·z_f at ``seconds``.
+
+        The jointly fitted weights stored in the ``combined`` bucket when they cover exactly
+        ``features``; otherwise (another feature set, or an older file) each feature's own LID
+        weight, the naive-Bayes fusion.
+        """
+        names = list(features)
+        if COMBINED in self.features:
+            fusion = self.lookup(COMBINED, seconds)[0].fusion
+            if fusion and set(fusion) == set(names):
+                return {name: fusion[name] for name in names}
+        return {name: self.lookup(name, seconds)[0].lid_weight for name in names}
 
     def to_json(self) -> str:
         """Stable, human-readable JSON (``from_json`` reads it back exactly)."""
@@ -236,6 +252,42 @@ def fuse_scores(scores: Mapping[str, np.ndarray], weights: Mapping[str, float]) 
     )
 
 
+def fit_fusion_weights(scores: Mapping[str, np.ndarray], truth: np.ndarray) -> dict[str, float]:
+    """Weights w_f maximising the mean log posterior of the true identity under
+    softmax_j(Σ_f w_f·z_f) on dev trials: {f: (T, N)} scores, truth (T,) → {f: w_f}.
+
+    This is the multinomial (1-of-N) logistic fusion of the z-normalised scores: the LID
+    objective of §2.4 itself, concave in w, so correlated features are not double-counted as
+    they are when each feature's separately fitted weight is used.
+    """
+    from scipy.optimize import minimize
+    from scipy.special import log_softmax, softmax
+
+    from monitor.disclosure.lid import znorm_rows
+
+    names = list(scores)
+    if not names:
+        raise ValueError("fit_fusion_weights needs at least one feature")
+    Z = np.stack([znorm_rows(np.asarray(scores[n], dtype=np.float64)) for n in names], axis=-1)
+    T, N, _ = Z.shape
+    m = np.asarray(truth)
+    if m.shape != (T,):
+        raise ValueError(f"truth has shape {m.shape}, expected ({T},)")
+    if N < 2 or T < 1:
+        raise ValueError(f"fusion needs N >= 2 identities and trials, got (T, N) = ({T}, {N})")
+    Z_true = Z[np.arange(T), m]  # (T, F)
+
+    def objective(w: np.ndarray) -> tuple[float, np.ndarray]:
+        s = Z @ w
+        value = -float(np.mean(log_softmax(s, axis=1)[np.arange(T), m]))
+        p = softmax(s, axis=1)
+        grad = -np.mean(Z_true - np.einsum("tn,tnf->tf", p, Z), axis=0)
+        return value + 1e-6 * float(w @ w), grad + 2e-6 * w
+
+    result = minimize(objective, np.ones(len(names)), jac=True, method="L-BFGS-B")
+    return {name: float(w) for name, w in zip(names, result.x, strict=True)}
+
+
 def fit_trials(
     trials: Trials,
     *,
@@ -246,8 +298,8 @@ def fit_trials(
     """One bucket per feature and for ``combined`` from the trials of one length setting.
 
     Per feature: rank histogram (fractional ties) → beta-binomial fit with ``loss``; LID
-    logistic on the z-normalised rows (§2.3). ``combined`` fuses the features' scores with the
-    LID weights just fitted and is then fitted the same way.
+    logistic on the z-normalised rows (§2.3). ``combined`` fuses the features' z-scores with
+    weights from :func:`fit_fusion_weights` and is then fitted the same way.
     """
     from monitor.disclosure.lid import fit_lid_calibration
     from monitor.disclosure.ranks import rank_histogram
@@ -256,9 +308,10 @@ def fit_trials(
     names = list(features if features is not None else trials.scores)
     scores = {name: trials.scores[name] for name in names}
     calibrations: dict[str, BucketCalibration] = {}
-    lid_weights: dict[str, float] = {}
 
-    def fit_one(name: str, S: np.ndarray) -> BucketCalibration:
+    def fit_one(
+        name: str, S: np.ndarray, fusion: Mapping[str, float] | None = None
+    ) -> BucketCalibration:
         rank_fit = fit_rank_model(rank_histogram(S, trials.truth), loss=loss)  # type: ignore[arg-type]
         lid = fit_lid_calibration(S, trials.truth)
         return BucketCalibration(
@@ -274,13 +327,14 @@ def fit_trials(
             mean_test_seconds=float(np.mean(trials.test_seconds)),
             template_seconds=float(np.mean(trials.template_seconds)),
             max_seconds=float(np.max(trials.test_seconds)),
+            fusion=dict(fusion or {}),
         )
 
     for name in names:
         calibrations[name] = fit_one(name, scores[name])
-        lid_weights[name] = calibrations[name].lid_weight
     if len(names) > 1:
-        calibrations[COMBINED] = fit_one(COMBINED, fuse_scores(scores, lid_weights))
+        weights = fit_fusion_weights(scores, trials.truth)
+        calibrations[COMBINED] = fit_one(COMBINED, fuse_scores(scores, weights), weights)
     return calibrations
 
 
@@ -335,7 +389,8 @@ def calibrate_speakers(
             "segments": "consecutive utterances, fewest reaching the length in speech seconds",
             "ties": "fractional",
             "lid": "unweighted logistic on row z-norm, eq. 3 prior term",
-            "combined": "sum_f lid_weight_f * znorm_rows(S_f), then fitted as a feature",
+            "combined": "sum_f w_f * znorm_rows(S_f), w maximising the dev mean log posterior "
+            "of the true identity (bucket 'fusion'), then fitted as a feature",
         },
         "buckets": used,
         "loss": loss,
@@ -382,7 +437,7 @@ def calibrate_corpus(
             progress=progress,
             metadata={
                 "corpus": Path(loaded.root).name,
-                "corpus_path": loaded.root,
+                "corpus_path": str(root),  # as given (the shipped file stays machine-neutral)
                 "split": split,
                 "features": list(features),
                 "files": loaded.files,

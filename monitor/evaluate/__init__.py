@@ -53,7 +53,7 @@ def evaluate_corpus(
     )
     metadata: dict[str, Any] = {
         "corpus": Path(loaded.root).name,
-        "corpus_path": loaded.root,
+        "corpus_path": str(root),
         "split": split,
         "speakers": len(loaded.speakers),
         "files": loaded.files,

@@ -18,7 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from monitor.calibration.fit import COMBINED, LOSSES, CalibrationSet, fuse_scores
+from monitor.calibration.fit import (
+    COMBINED,
+    LOSSES,
+    CalibrationSet,
+    fit_fusion_weights,
+    fuse_scores,
+)
 from monitor.calibration.protocol import (
     NotEnoughSpeakersError,
     SpeakerUtterances,
@@ -78,6 +84,7 @@ class SettingAudit:
     dropped: tuple[str, ...]
     lid_source: str  # how the LID weights were obtained (printed in the report)
     features: Mapping[str, FeatureAudit]
+    fusion: Mapping[str, float] = field(default_factory=dict)  # w_f of combined
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,17 @@ class Audit:
         return self.settings[0]
 
 
+@dataclass(frozen=True)
+class LidSetup:
+    """Scores with ``combined``, per-trial LID and the calibrations behind them."""
+
+    scores: Mapping[str, np.ndarray]  # feature -> (T, N), including combined
+    lid: Mapping[str, np.ndarray]  # feature -> (T,) bits
+    calibrations: Mapping[str, LidCalibration]
+    fusion: Mapping[str, float]  # w_f of combined (mean over folds when cross-fitted)
+    description: str  # how the weights were obtained, for the report
+
+
 def lid_weights(
     trials: Trials,
     features: Sequence[str],
@@ -101,13 +119,13 @@ def lid_weights(
     calibration: CalibrationSet | None,
     seconds: float,
     source: str = "calibration",
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, LidCalibration], str]:
+) -> LidSetup:
     """Scores (with ``combined``), per-trial LID and the LID calibration of every feature.
 
     ``source="calibration"`` takes w_f and the combined weights from ``calibration`` at
     ``seconds`` (speaker-disjoint dev data); ``"crossfit"`` fits them on the trials of half the
     evaluation speakers and applies them to the other half, both ways (speakers alternate
-    between halves in alias order). Returns (scores, lid, calibrations, description).
+    between halves in alias order).
     """
     if source not in LID_SOURCES:
         raise ValueError(f"unknown LID source {source!r}; known: {', '.join(LID_SOURCES)}")
@@ -126,8 +144,9 @@ def lid_weights(
             bucket, flag = calibration.lookup(name, seconds)
             extrapolated |= flag
             cals[name] = LidCalibration(bucket.lid_weight, bucket.lid_bias, bucket.log_prior_odds)
+        fusion = calibration.fusion_weights(seconds, features) if combine else {}
         if combine:
-            scores[COMBINED] = fuse_scores(scores, {f: cals[f].weight for f in features})
+            scores[COMBINED] = fuse_scores(scores, fusion)
         lid = {name: lid_per_trial(scores[name], trials.truth, cals[name].weight) for name in cals}
         bucket_seconds = calibration.lookup(features[0], seconds)[0].seconds
         corpus = calibration.metadata.get("corpus", "unknown corpus")
@@ -137,7 +156,7 @@ def lid_weights(
             f"speaker-disjoint dev corpus ({corpus}{f', split {split}' if split else ''})"
             + (", extrapolated beyond the calibrated lengths" if extrapolated else "")
         )
-        return scores, lid, cals, description
+        return LidSetup(scores, lid, cals, fusion, description)
 
     half = np.arange(trials.N) % 2  # speakers alternate between halves
     row_half = half[trials.truth]
@@ -147,11 +166,14 @@ def lid_weights(
     lid = {name: np.empty(trials.T) for name in names}
     combined = np.empty_like(scores[features[0]]) if combine else None
     weights: dict[str, list[LidCalibration]] = {name: [] for name in names}
+    fusions: list[dict[str, float]] = []
     for h in (0, 1):
         dev, ev = row_half != h, row_half == h
         fold = {f: fit_lid_calibration(scores[f][dev], trials.truth[dev]) for f in features}
         if combine:
-            fused = fuse_scores(scores, {f: fold[f].weight for f in features})
+            fusion = fit_fusion_weights({f: scores[f][dev] for f in features}, trials.truth[dev])
+            fused = fuse_scores(scores, fusion)
+            fusions.append(fusion)
             fold[COMBINED] = fit_lid_calibration(fused[dev], trials.truth[dev])
             combined[ev] = fused[ev]  # type: ignore[index]
         for name in names:
@@ -172,7 +194,8 @@ def lid_weights(
         "cross-fitted on the evaluation speakers: weights fitted on one half of the speakers "
         "applied to the other half and vice versa (mean weight shown)"
     )
-    return scores, lid, cals, description
+    fusion_mean = {f: float(np.mean([w[f] for w in fusions])) for f in features} if combine else {}
+    return LidSetup(scores, lid, cals, fusion_mean, description)
 
 
 def per_speaker_meand(S: np.ndarray, truth: np.ndarray, aliases: Sequence[str]) -> dict[str, float]:
@@ -239,21 +262,21 @@ def audit_setting(
         wanted = [*features, COMBINED] if len(features) > 1 else list(features)
         covered = calibration is not None and all(f in calibration.features for f in wanted)
         lid_source = "calibration" if covered else "crossfit"
-    scores, lid, cals, description = lid_weights(
+    setup = lid_weights(
         trials, features, calibration=calibration, seconds=test_seconds, source=lid_source
     )
     audits = {
         name: audit_feature(
             name,
-            scores[name],
+            setup.scores[name],
             trials.truth,
-            lid[name],
-            cals[name],
+            setup.lid[name],
+            setup.calibrations[name],
             trials.aliases,
             loss=loss,
             per_speaker=per_speaker,
         )
-        for name in scores
+        for name in setup.scores
     }
     return SettingAudit(
         test_seconds=float(test_seconds),
@@ -264,7 +287,8 @@ def audit_setting(
         T=trials.T,
         aliases=trials.aliases,
         dropped=trials.dropped,
-        lid_source=description,
+        lid_source=setup.description,
+        fusion=dict(setup.fusion),
         features=audits,
     )
 

@@ -145,6 +145,8 @@ def report_dict(audit: Audit, plots: Mapping[str, str] | None = None) -> dict[st
     """Everything report.json holds (JSON-safe)."""
     main = audit.main
     features = {name: feature_dict(fa) for name, fa in main.features.items()}
+    if COMBINED in features:
+        features[COMBINED]["fusion_weights"] = dict(main.fusion)
     singles = [n for n in main.features if n != COMBINED]
     document: dict[str, Any] = {
         "N": main.N,
@@ -161,7 +163,8 @@ def report_dict(audit: Audit, plots: Mapping[str, str] | None = None) -> dict[st
             "ties": "fractional",
             "loss": next(iter(main.features.values())).loss,
             "lid_calibration": main.lid_source,
-            "combined": "sum_f w_f * znorm_rows(S_f) with the LID weights w_f, as one feature",
+            "combined": "sum_f w_f * znorm_rows(S_f), w fitted on dev trials to maximise the mean "
+            "log posterior of the true identity, audited as one more feature",
             "per_speaker": "MeanD of an LL fit to each speaker's own rank histogram",
             "dropped_speakers": list(main.dropped),
             **dict(audit.metadata.get("protocol", {})),
@@ -230,7 +233,14 @@ def markdown(report: Mapping[str, Any]) -> str:
         "",
         f"LID calibration: {p['lid_calibration']}.",
         "",
-        f"`combined`: {p['combined']}.",
+        f"`combined`: {p['combined']}"
+        + (
+            " (weights "
+            + ", ".join(f"{k} {bits(v)}" for k, v in feats[COMBINED]["fusion_weights"].items())
+            + ")."
+            if COMBINED in feats
+            else "."
+        ),
         "",
     ]
     if p["dropped_speakers"]:

@@ -14,6 +14,7 @@ from monitor.calibration.fit import (
     BucketCalibration,
     CalibrationSet,
     calibrate_speakers,
+    fit_fusion_weights,
     fit_trials,
     fuse_scores,
 )
@@ -174,3 +175,46 @@ def test_calibrate_speakers_stops_where_the_corpus_ends(rng: np.random.Generator
     assert CalibrationSet.from_json(cal.to_json()).buckets("phone") == cal.buckets("phone")
     with pytest.raises(ValueError, match="too few speakers"):
         calibrate_speakers(speakers, buckets=(60,), template_seconds=6.0, features=("f0",))
+
+
+def mean_log_posterior(scores: dict[str, np.ndarray], weights: dict[str, float], truth) -> float:
+    """Slow reference: row by row, the log softmax of Σ w_f z_f at the true identity."""
+    total = 0.0
+    for i, m in enumerate(truth):
+        s = sum(
+            w * (scores[f][i] - scores[f][i].mean()) / scores[f][i].std()
+            for f, w in weights.items()
+        )
+        total += s[m] - math.log(np.exp(s - s.max()).sum()) - s.max()
+    return total / len(truth)
+
+
+def test_fusion_weights_maximise_the_true_identity_posterior(rng: np.random.Generator) -> None:
+    speakers = synthetic_speakers(rng, n_speakers=8, n_utterances=6, overlap=0.85)
+    trials = score_trials(speakers, test_seconds=3.0, template_seconds=6.0, features=FEATURES)
+    weights = fit_fusion_weights(trials.scores, trials.truth)
+    best = mean_log_posterior(trials.scores, weights, trials.truth)
+    for f in FEATURES:  # every coordinate is at its optimum
+        for step in (-0.05, 0.05):
+            moved = {**weights, f: weights[f] + step}
+            assert mean_log_posterior(trials.scores, moved, trials.truth) <= best + 1e-6
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        fitted = fit_trials(trials, seconds=3.0)
+    assert fitted[COMBINED].fusion == pytest.approx(weights, rel=1e-4)
+    separate = {f: fitted[f].lid_weight for f in FEATURES}
+    assert best >= mean_log_posterior(trials.scores, separate, trials.truth) - 1e-9
+
+
+def test_fusion_weights_fall_back_to_lid_weights() -> None:
+    combined = bucket(3, fusion={"f0": 0.5, "embedding": 4.0})
+    cal = CalibrationSet(
+        {"f0": (bucket(3, lid_weight=1.5),), "embedding": (bucket(3, lid_weight=3.0),),
+         COMBINED: (combined,)}
+    )  # fmt: skip
+    assert cal.fusion_weights(4.0, ["f0", "embedding"]) == {"f0": 0.5, "embedding": 4.0}
+    assert cal.fusion_weights(4.0, ["f0"]) == {"f0": 1.5}  # another feature set: naive Bayes
+    again = CalibrationSet.from_json(cal.to_json())
+    assert again.buckets(COMBINED)[0].fusion == {"f0": 0.5, "embedding": 4.0}
+    with pytest.raises(ValueError, match="fusion"):
+        bucket(3, fusion={"f0": math.nan})
