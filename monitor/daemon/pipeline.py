@@ -579,18 +579,19 @@ class Pipeline:
         now = self.wall_clock()
         settings = self.config
         period = period_start(now, settings.budget.period_seconds)
-        stale: list[str] = []
-        for alias, stored in self.store.budget_states().items():
-            updated = datetime.fromisoformat(stored.updated).timestamp()
-            self.budget.restore(alias, stored.state)  # type: ignore[arg-type]
-            if updated < period and stored.state != "ok":
-                stale.append(alias)
-        # states of an earlier period step down now: one alert each
-        self.budget.states = {a: s for a, s in self.budget.states.items() if a in stale}
+        stored = self.store.budget_states()
+        current = {
+            alias: s for alias, s in stored.items()
+            if datetime.fromisoformat(s.updated).timestamp() >= period
+        }  # fmt: skip
+        # states stored in an earlier period step down now (one alert each) ...
+        for alias, s in stored.items():
+            if alias not in current:
+                self.budget.restore(alias, s.state)  # type: ignore[arg-type]
         events: list[DaemonEvent] = list(self.ledger.start_period(period))
-        for alias, stored in self.store.budget_states().items():
-            if alias not in stale:
-                self.budget.restore(alias, stored.state)  # type: ignore[arg-type]
+        # ... while this period's states carry on
+        for alias, s in current.items():
+            self.budget.restore(alias, s.state)  # type: ignore[arg-type]
         self.track_scorer.period_start_unix = period
         tracks = self.store.tracks(period)
         self.tracker.skip_numbers(tracks)

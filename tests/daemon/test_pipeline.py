@@ -201,3 +201,31 @@ def test_audio_device_lost_is_retried_and_counted(daemon_corpus, daemon_db) -> N
     assert len(recorder.scored()) >= 3  # windows kept coming after the losses
     stats = [e for e in recorder.events if isinstance(e, PipelineStats)]
     assert stats[-1].audio_device_errors == 2
+
+
+def test_restart_resumes_this_period_and_closes_an_old_one(daemon_corpus, daemon_db) -> None:
+    budget = ["budget.bits=1.5", "budget.warn_fraction=0.5", "budget.hysteresis_bits=0.1"]
+    _, summary = run_file(daemon_db, daemon_corpus.known_stream, *budget)
+    last = summary.last["home-1"]
+    assert last.state == "exceeded" and summary.alerts
+    config = load_config(None, [f"daemon.db={daemon_db}", "prometheus.enabled=false", *budget])
+
+    def restored(shift_seconds: float):
+        with open_store(daemon_db) as store:
+            pipeline = build_pipeline(
+                config, store=store, exporters=[], wall_clock=lambda: time.time() + shift_seconds
+            )
+            return pipeline, pipeline.restore()
+
+    same_day, events = restored(0.0)
+    assert events == []
+    assert same_day.budget.state("home-1") == "exceeded"
+    kept = same_day.track_scorer.tracks["home-1"]
+    assert (kept.windows, kept.speech_seconds) == (last.windows, last.pooled_speech_seconds)
+    assert set(kept.pooled) == {"f0", "phone", "embedding"}
+    next_day, events = restored(86400.0)
+    assert [(e.track, e.from_state, e.to_state, e.reason) for e in events] == [
+        ("home-1", "exceeded", "ok", "period")
+    ]
+    assert next_day.track_scorer.tracks == {}
+    assert next_day.budget.state("home-1") == "ok"
