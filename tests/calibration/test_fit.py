@@ -17,6 +17,7 @@ from monitor.calibration.fit import (
     fit_fusion_weights,
     fit_trials,
     fuse_scores,
+    load_default,
 )
 from monitor.calibration.protocol import score_trials
 from monitor.disclosure.ranks import rank_histogram
@@ -218,3 +219,16 @@ def test_fusion_weights_fall_back_to_lid_weights() -> None:
     assert again.buckets(COMBINED)[0].fusion == {"f0": 0.5, "embedding": 4.0}
     with pytest.raises(ValueError, match="fusion"):
         bucket(3, fusion={"f0": math.nan})
+
+
+def test_the_shipped_calibration_loads() -> None:
+    cal = load_default()
+    assert set(cal.features) == {*FEATURES, COMBINED}
+    assert cal.metadata["corpus"] == "speechocean762" and cal.metadata["split"] == "train"
+    assert {"protocol", "created", "loss"} <= set(cal.metadata)
+    for name in cal.features:
+        seconds = [b.seconds for b in cal.buckets(name)]
+        assert seconds[0] == 3.0 and seconds == sorted(seconds)
+        assert all(b.lid_weight > 0 and b.n_identities >= 100 for b in cal.buckets(name))
+    assert set(cal.fusion_weights(3.0, FEATURES)) == set(FEATURES)
+    assert CalibrationSet.load_default() == cal
