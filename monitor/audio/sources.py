@@ -180,6 +180,23 @@ def _check_not_truncated(path: str, handle: sf.SoundFile) -> None:
         )
 
 
+def _check_last_sample(path: str, handle: sf.SoundFile) -> None:
+    """Decode the last declared sample: a cut FLAC/Ogg fails here (one seek, milliseconds)
+    instead of after minutes of paced streaming. Leaves the handle at the start."""
+    if not handle.seekable() or handle.frames <= 0:
+        return
+    try:
+        handle.seek(handle.frames - 1)
+        tail = handle.read(1, dtype="float32", always_2d=True)
+    except sf.LibsndfileError as exc:
+        raise InputError(
+            path, f"truncated: header says {handle.frames} samples ({exc.error_string})"
+        ) from exc
+    if tail.shape[0] != 1:
+        raise InputError(path, f"truncated: header says {handle.frames} samples")
+    handle.seek(0)
+
+
 def _open_soundfile(path: str) -> sf.SoundFile:
     file = Path(path)
     if file.is_dir():
@@ -199,6 +216,7 @@ def _open_soundfile(path: str) -> sf.SoundFile:
         _check_not_truncated(path, handle)
         if handle.frames == 0:
             raise InputError(path, "no audio samples")
+        _check_last_sample(path, handle)
     except InputError:
         handle.close()
         raise

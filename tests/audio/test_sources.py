@@ -89,7 +89,7 @@ def bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "empty": (empty, "empty file"),
         "text": (text, "not readable as audio"),
         "header": (header_only, "not readable as audio"),
-        "truncated": (truncated, "audio"),
+        "truncated": (truncated, "truncated: header says 32000 samples"),
     }
 
 
@@ -122,7 +122,7 @@ def test_read_audio_rejects_absurd_rate_and_nan(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "case", ["missing", "directory", "empty", "text", "header", "truncated_wav"]
+    "case", ["missing", "directory", "empty", "text", "header", "truncated", "truncated_wav"]
 )
 def test_file_source_bad_files_fail_at_construction(tmp_path: Path, case: str) -> None:
     path, problem = bad_files(tmp_path)[case]
@@ -130,10 +130,14 @@ def test_file_source_bad_files_fail_at_construction(tmp_path: Path, case: str) -
         FileSource(path)
 
 
-def test_file_source_truncated_fails_with_name(tmp_path: Path) -> None:
-    path, _ = bad_files(tmp_path)["truncated"]
-    with pytest.raises(InputError, match=str(path)):
-        asyncio.run(collect(FileSource(path, realtime=False)))
+@pytest.mark.parametrize(("suffix", "options"), [(".ogg", {"format": "OGG"}), (".mp3", {})])
+def test_lossy_formats_are_not_mistaken_for_truncated(
+    tmp_path: Path, suffix: str, options: dict[str, str]
+) -> None:
+    path = tmp_path / f"tone{suffix}"
+    sf.write(path, tone(16000, 1.0, 200.0), 16000, **options)
+    audio, duration = read_audio(path)
+    assert duration == pytest.approx(1.0, abs=0.05) and audio.shape[0] > 0
 
 
 # ------------------------------------------------------------------------------ FileSource
