@@ -96,3 +96,18 @@ def test_bad_file_names_the_key_or_file(tmp_path: Path) -> None:
         load_config(path)
     with pytest.raises(InputError, match=r"missing\.toml"):
         load_config(tmp_path / "missing.toml")
+
+
+def test_voxmeter_run_rejects_a_bad_key_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from monitor.cli import app
+
+    result = CliRunner().invoke(
+        app, ["run", "--db", str(tmp_path / "v.db"), "--set", "tracker.idle=5"]
+    )
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines == ["voxmeter: error: config key 'tracker.idle': unknown key"]
+    result = CliRunner().invoke(app, ["run", "--set", "budget.bits=-2"])
+    assert result.exit_code == 2 and "budget.bits" in result.output
