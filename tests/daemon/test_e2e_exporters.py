@@ -97,8 +97,8 @@ def choose_budget(trajectory: list[float]) -> tuple[float, float]:
 @contextlib.contextmanager
 def subscriber(broker: MosquittoBroker, log: Path) -> Iterator[Callable[[], list[tuple[str, Any]]]]:
     """A real mosquitto_sub writing `topic payload` lines; the callable reads them so far."""
-    if shutil.which("mosquitto_sub") is None:
-        pytest.skip("mosquitto_sub is not installed (apt-get install mosquitto-clients)")
+    if shutil.which("mosquitto_sub") is None or shutil.which("mosquitto_pub") is None:
+        pytest.skip("mosquitto_sub/_pub are not installed (apt-get install mosquitto-clients)")
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [
@@ -125,7 +125,18 @@ def subscriber(broker: MosquittoBroker, log: Path) -> Iterator[Callable[[], list
         return found
 
     try:
-        time.sleep(0.3)  # subscribed before the daemon publishes anything
+        # Subscribed before the daemon publishes anything (alerts are not retained): publish a
+        # probe until the subscriber has seen it, however slow the machine is.
+        probe = f"voxmeter/{DEVICE}/probe"
+        deadline = time.monotonic() + 30
+        while not any(topic == probe for topic, _ in messages()):
+            assert time.monotonic() < deadline, "mosquitto_sub never received the probe"
+            subprocess.run(
+                ["mosquitto_pub", "-h", broker.host, "-p", str(broker.port), "-q", "1",
+                 "-t", probe, "-m", "{}"],
+                check=True, timeout=30,
+            )  # fmt: skip
+            time.sleep(0.2)
         yield messages
     finally:
         stop_process(process)
