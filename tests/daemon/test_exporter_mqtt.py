@@ -208,13 +208,22 @@ def test_expired_track_clears_its_retained_state(
 def test_every_alert_survives_a_broker_outage_in_order(
     mosquitto: MosquittoBroker, tmp_path: Path
 ) -> None:
+    reconnect = asyncio.Event()
+
+    async def gated_sleep(seconds: float) -> None:
+        """The exporter's backoff, which also waits while the test holds ``reconnect``."""
+        await asyncio.sleep(seconds)
+        await reconnect.wait()
+
     async def scenario() -> None:
+        reconnect.set()
         with open_store(tmp_path / "v.db") as store:
             exporter = MqttExporter(
                 settings_for(mosquitto, reconnect_min_seconds=1.0, reconnect_max_seconds=2.0),
                 store=store,
                 device_id=DEVICE,
                 rng=random.Random(1),
+                sleep=gated_sleep,
             )
             async with running(exporter):
                 async with subscribed(mosquitto) as before:
@@ -225,6 +234,7 @@ def test_every_alert_survives_a_broker_outage_in_order(
 
                 await asyncio.to_thread(mosquitto.stop)
                 await until(lambda: not exporter.connected)
+                reconnect.clear()  # hold the exporter in its backoff until we listen again
                 during = []
                 for from_state, to_state, bits in (
                     ("warning", "exceeded", 5.3),
@@ -240,9 +250,11 @@ def test_every_alert_survives_a_broker_outage_in_order(
                 await asyncio.sleep(1.5)  # the exporter keeps retrying meanwhile
                 assert store.pending_count() == 4, "alerts must wait in the outbox"
 
-                # The reconnect delay is ≥ 1 s, so this subscriber is there first.
+                # Alerts are not retained: this subscriber must be there before the exporter
+                # reconnects, however slowly the machine runs; then the backoff may end.
                 await asyncio.to_thread(mosquitto.start)
                 async with subscribed(mosquitto) as after:
+                    reconnect.set()
                     await after.wait(lambda: len(after.on(TOPICS.alerts)) >= 4, 20)
                     await until(lambda: store.pending_count() == 0)
                     received = [a["seq"] for a in after.on(TOPICS.alerts)]
