@@ -44,10 +44,17 @@ def test_played_file_is_captured_faithfully(pulseaudio: PulseAudio, corpus_root:
             async for frame in mic.frames():
                 frames.append(frame)
 
+        def captured_samples() -> int:
+            return sum(f.samples.shape[0] for f in frames)
+
         task = asyncio.create_task(capture())
         await wait_for(lambda: len(frames) > 3, "the stream never started")
+        before = captured_samples()
         await asyncio.to_thread(pulseaudio.play, path)
-        await asyncio.sleep(0.5)  # the tail still in flight
+        # The tail may still be in flight: wait for the file's length plus half a second of
+        # capture after the start, however slowly blocks arrive on a loaded machine.
+        wanted = before + reference.shape[0] + RATE_HZ // 2
+        await wait_for(lambda: captured_samples() >= wanted, "the tail was never captured")
         mic.close()
         await task
 
