@@ -54,6 +54,7 @@ def entropy_bits(hist: list[float]) -> float:
 
 @pytest.mark.corpus
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:LID calibration:RuntimeWarning")  # 4 dev speakers separate
 def test_enroll_calibrate_evaluate(
     corpus_root: Path, corpus_speakers: list[dict[str, str]], tmp_path: Path
 ) -> None:
@@ -86,7 +87,7 @@ def test_enroll_calibrate_evaluate(
         app,
         ["evaluate", str(corpus), "--split", "test", "--out", str(out),
          "--calibration", str(calibration_file), "--test-seconds", "3,6",
-         "--template-seconds", "6", *common],
+         "--template-seconds", "6", "--protected", str(corpus), *common],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     document = json.loads((out / "report.json").read_text())
@@ -108,6 +109,13 @@ def test_enroll_calibrate_evaluate(
     assert document["features"]["embedding"]["histogram"]["MeanD"] > 0
     assert [e["test_seconds"] for e in document["by_length"]] == [3.0, 6.0]
     assert all((out / name).is_file() for name in document["plots"].values())
+    # An unprotected "protected" copy (the same files) de-identifies nothing (paper 002).
+    protected = document["protected"]
+    assert protected["N"] == N and protected["segments"] == 6 * N
+    assert protected["DeID"] == pytest.approx(0.0, abs=1e-9)
+    assert protected["GVD_dB"] == pytest.approx(0.0, abs=1e-9)
+    assert "similarity_matrices.png" in document["plots"].values()
+    assert "## Voice similarity matrices (paper 002)" in text
 
 
 def test_empty_corpus_is_one_line(tmp_path: Path) -> None:
