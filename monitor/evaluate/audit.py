@@ -101,6 +101,23 @@ class Audit:
         return self.settings[0]
 
 
+def calibration_gap(calibration: CalibrationSet, features: Sequence[str], seconds: float) -> str:
+    """Why ``calibration`` cannot supply the LID and fusion weights here ("" when it can):
+    a missing feature, or a ``combined`` fitted on another feature set."""
+    wanted = [*features, COMBINED] if len(features) > 1 else list(features)
+    missing = [f for f in wanted if f not in calibration.features]
+    if missing:
+        return f"the calibration has no bucket for {missing}"
+    if len(features) > 1:
+        fusion = calibration.lookup(COMBINED, seconds)[0].fusion
+        if fusion and set(fusion) != set(features):
+            return (
+                f"the calibration's combined was fitted on {sorted(fusion)}, "
+                f"not on {sorted(features)}"
+            )
+    return ""
+
+
 @dataclass(frozen=True)
 class LidSetup:
     """Scores with ``combined``, per-trial LID and the calibrations behind them."""
@@ -134,10 +151,10 @@ def lid_weights(
     if source == "calibration":
         if calibration is None:
             raise ValueError("LID source 'calibration' needs a calibration")
+        problem = calibration_gap(calibration, features, seconds)
+        if problem:
+            raise ValueError(problem)
         wanted = [*features, COMBINED] if combine else list(features)
-        missing = [f for f in wanted if f not in calibration.features]
-        if missing:
-            raise ValueError(f"the calibration has no bucket for {missing}")
         cals = {}
         extrapolated = False
         for name in wanted:
@@ -259,8 +276,9 @@ def audit_setting(
         speakers, test_seconds=test_seconds, template_seconds=template_seconds, features=features
     )
     if lid_source is None:
-        wanted = [*features, COMBINED] if len(features) > 1 else list(features)
-        covered = calibration is not None and all(f in calibration.features for f in wanted)
+        covered = calibration is not None and not calibration_gap(
+            calibration, features, test_seconds
+        )
         lid_source = "calibration" if covered else "crossfit"
     setup = lid_weights(
         trials, features, calibration=calibration, seconds=test_seconds, source=lid_source

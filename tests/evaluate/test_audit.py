@@ -156,3 +156,30 @@ def test_composition_curves_anchor_at_the_shortest() -> None:
     curves = composition_curves(np.array([12.0, 3.0, 6.0]), np.array([2.0, 1.0, 1.5]))
     np.testing.assert_allclose(curves["basic"], [4.0, 1.0, 2.0])
     np.testing.assert_allclose(curves["advanced"], [2.0, 1.0, math.sqrt(2.0)])
+
+
+def test_a_calibration_for_other_features_falls_back_to_crossfit(rng: np.random.Generator) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        dev = synthetic_speakers(rng, n_speakers=5, n_utterances=6, overlap=0.85)
+        calibration = calibrate_speakers(
+            dev, buckets=(3.0,), template_seconds=6.0, features=("f0", "phone", "embedding")
+        )
+        evaluation = synthetic_speakers(rng, n_speakers=4, n_utterances=6, overlap=0.85)
+        audit = run_audit(
+            evaluation,
+            test_seconds=[3.0],
+            template_seconds=[6.0],
+            features=FEATURES,  # f0 and embedding only: the stored fusion does not apply
+            calibration=calibration,
+        )
+        assert "cross-fitted" in audit.main.lid_source
+        with pytest.raises(ValueError, match="combined was fitted on"):
+            run_audit(
+                evaluation,
+                test_seconds=[3.0],
+                template_seconds=[6.0],
+                features=FEATURES,
+                calibration=calibration,
+                lid_source="calibration",
+            )
