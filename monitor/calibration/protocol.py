@@ -252,8 +252,9 @@ class CorpusSpeakers:
     files: int  # audio files found (readable or not)
 
 
-def usable_observation(feature: str, values: np.ndarray) -> bool:
-    """An observation carries evidence: some counts (histograms) or a non-zero embedding."""
+def usable_observation(values: np.ndarray) -> bool:
+    """An observation carries evidence: some counts (histograms) or a non-zero embedding.
+    An empty one cannot be normalised into a distribution or a direction, so it is skipped."""
     return bool(np.any(values != 0))
 
 
@@ -295,9 +296,7 @@ def load_speakers(
                     (str(utterance.path), f"no usable speech ({result.speech_seconds:.2f} s)")
                 )
                 continue
-            empty = [
-                f for f in features if not usable_observation(f, result.observations[f].values)
-            ]
+            empty = [f for f in features if not usable_observation(result.observations[f].values)]
             if empty:
                 skipped.append((str(utterance.path), f"empty {', '.join(empty)} observation"))
                 continue
