@@ -81,9 +81,9 @@ def evaluate_corpus(
         if progress is not None:
             progress("protected corpus")
         feature = "embedding" if "embedding" in features else features[0]
-        other = load_speakers(
+        other = load_speakers(  # every speaker: only those of the audited split are matched
             protected,
-            split=split,
+            split=None,
             features=(feature,),
             cache_dir=cache_dir,
             jobs=jobs,
