@@ -28,7 +28,13 @@ from monitor.disclosure.baselines import (
     split_mated,
     top1_linkage,
 )
-from monitor.disclosure.composition import basic, drv, kairouz_advanced, optimal
+from monitor.disclosure.composition import (
+    MAX_OPTIMAL_STEPS,
+    basic,
+    drv,
+    kairouz_advanced,
+    optimal,
+)
 from monitor.disclosure.lid import (
     LidCalibration,
     LidSummary,
@@ -367,6 +373,11 @@ def compose_rows(epsilon: float, delta: float, steps: Sequence[int]) -> list[Com
     for value in steps:
         if value < 1:
             raise InputError("--steps", f"must be integers >= 1, got {value}")
+        if value > MAX_OPTIMAL_STEPS:
+            raise InputError(
+                "--steps",
+                f"{value} is more than the {MAX_OPTIMAL_STEPS} steps the optimal bound allows",
+            )
     k = np.asarray(steps, dtype=np.int64)
     columns = (
         basic(epsilon, k),

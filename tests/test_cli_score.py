@@ -290,6 +290,10 @@ def test_compose_json_and_table():
         (("--epsilon", "0.5", "--delta", "0.1", "--steps", "10", "0"), "--steps"),
         (("--epsilon", "0.5", "--delta", "0.1", "--steps", "-3"), "--steps"),
         (("--epsilon", "0.5", "--delta", "0.1", "--steps", "2.5"), "--steps"),
+        (
+            ("--epsilon", "0.5", "--delta", "0.1", "--steps", "10", "1000000000"),
+            "--steps: 1000000000",
+        ),
     ],
 )
 def test_compose_bad_parameters(args, expected):

@@ -15,6 +15,9 @@ from scipy.special import gammaln
 LN2 = math.log(2.0)
 #: Elements per work array in ``optimal`` (rows of steps × half-range of l).
 _CHUNK_ELEMENTS = 4_000_000
+#: ``optimal`` holds O(k) terms for one k: 10⁷ steps take about 0.5 GB and 2 s; beyond that a
+#: user's typo would exhaust memory, so larger k is refused.
+MAX_OPTIMAL_STEPS = 10_000_000
 
 
 def _check_eps(eps: float) -> float:
@@ -144,6 +147,11 @@ def optimal(eps: float, steps: np.ndarray | int, delta: float) -> np.ndarray:
     """
     eps, delta = _check_eps(eps), _check_delta(delta)
     k = _check_steps(steps)
+    if k.max() > MAX_OPTIMAL_STEPS:
+        raise ValueError(
+            f"steps = {int(k.max())}: the optimal bound is computed for at most "
+            f"{MAX_OPTIMAL_STEPS} steps (its memory grows with the steps)"
+        )
     flat = k.ravel()
     out = np.empty(flat.size)
     # Sorted steps keep each chunk's padding (up to its largest k) small.

@@ -150,6 +150,7 @@ def test_optimal_single_step_and_large_delta():
         (lambda: optimal(0.5, 3, 1.0), "delta"),
         (lambda: kairouz_advanced(0.5, [3, 0], 1e-5), "steps"),
         (lambda: optimal(0.5, [2.5], 1e-5), "steps"),
+        (lambda: optimal(0.5, [10, 10**9], 1e-5), "at most 10000000 steps"),
     ],
 )
 def test_rejects_bad_parameters(call, match):
