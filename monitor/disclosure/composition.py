@@ -53,7 +53,9 @@ def drv(eps: float, steps: np.ndarray | int, delta: float) -> np.ndarray:
     """Dwork–Rothblum–Vadhan advanced composition: sqrt(2k ln(1/δ'))·ε + k·ε·(e^ε - 1)."""
     eps, delta = _check_eps(eps), _check_delta(delta)
     k = _check_steps(steps).astype(np.float64)
-    return np.sqrt(2.0 * k * math.log(1.0 / delta)) * eps + k * eps * math.expm1(eps)
+    with np.errstate(over="ignore"):  # e^ε overflows past ε ≈ 709: the bound is then +inf
+        growth = np.expm1(eps)
+    return np.sqrt(2.0 * k * math.log(1.0 / delta)) * eps + k * eps * growth
 
 
 def kairouz_advanced(eps: float, steps: np.ndarray | int, delta: float) -> np.ndarray:
@@ -61,7 +63,8 @@ def kairouz_advanced(eps: float, steps: np.ndarray | int, delta: float) -> np.nd
     eps, delta = _check_eps(eps), _check_delta(delta)
     k = _check_steps(steps).astype(np.float64)
     g = k * eps * math.tanh(eps / 2.0)  # = k ε (e^ε - 1)/(e^ε + 1)
-    second = g + eps * np.sqrt(2.0 * k * np.log(math.e + np.sqrt(k * eps * eps) / delta))
+    with np.errstate(over="ignore"):  # absurd ε (~1e300): a term is +inf, the minimum is k·ε
+        second = g + eps * np.sqrt(2.0 * k * np.log(math.e + np.sqrt(k * eps * eps) / delta))
     third = g + eps * np.sqrt(2.0 * k * math.log(1.0 / delta))
     return np.minimum(k * eps, np.minimum(second, third))
 

@@ -158,6 +158,13 @@ def test_rejects_bad_parameters(call, match):
         call()
 
 
+def test_huge_epsilon_gives_infinite_drv_not_an_error():
+    # e^ε overflows past ε ≈ 709; DRV is then +inf while the other bounds stay finite.
+    assert drv(1000.0, [1, 10], 1e-5).tolist() == [math.inf, math.inf]
+    np.testing.assert_allclose(kairouz_advanced(1000.0, [1, 10], 1e-5), [1000.0, 10000.0])
+    assert optimal(1000.0, 1, 1e-5)[()] == pytest.approx(1000.0 - 1e-5, abs=1e-9)
+
+
 def test_bits_and_cap():
     assert nats_to_bits(math.log(2)) == pytest.approx(1.0)
     cap = dp_disclosure_cap_bits(np.array([0.0, 0.1, 1.0, 50.0]), 250)
