@@ -15,6 +15,7 @@ longer segments are built from per-utterance observations without extracting aud
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,7 +278,9 @@ def load_speakers(
     from monitor.corpus import scan_corpus
     from monitor.features.extract import FeatureCache, extract_many
 
-    corpus = scan_corpus(root, split=split)
+    # abspath folds "a/../b" (unlike Path.absolute) but keeps symlinks (unlike resolve), so
+    # "../corpus" and "/abs/corpus" share one set of FeatureCache entries.
+    corpus = scan_corpus(os.path.abspath(root), split=split)
     cache = FeatureCache(cache_dir) if cache_dir is not None else None
     extraction = extract_many(
         corpus.paths, cache, features=tuple(features), jobs=jobs, progress=progress
