@@ -57,7 +57,8 @@ def eer_sweep(tar: np.ndarray, non: np.ndarray) -> float:
     tar = np.sort(_scores(tar, "targets"))
     non = np.sort(_scores(non, "non-targets"))
     unique = np.unique(np.concatenate([tar, non]))
-    thresholds = np.concatenate([unique, (unique[1:] + unique[:-1]) / 2.0])
+    # a/2 + b/2, not (a + b)/2: scores near ±1.8e308 must not overflow to inf.
+    thresholds = np.concatenate([unique, unique[1:] / 2.0 + unique[:-1] / 2.0])
     thresholds.sort()
     frr = np.searchsorted(tar, thresholds, side="right") / tar.size
     far = 1.0 - np.searchsorted(non, thresholds, side="right") / non.size
@@ -129,10 +130,14 @@ def linkability(mated: np.ndarray, nonmated: np.ndarray, *, omega: float = 1.0) 
         return math.nan
     low = min(mated.min(), nonmated.min())
     high = max(mated.max(), nonmated.max())
-    edges = np.linspace(low, high, n_bins + 1)
-    centres = (edges[1:] + edges[:-1]) / 2.0
     if high == low:
         return 0.0  # one point mass shared by both classes: no evidence
+    # D<->sys is invariant to scaling the scores (densities and bin widths scale inversely);
+    # scaling to [-1, 1] keeps the bin width of scores near ±1e308 finite.
+    scale = max(abs(low), abs(high))
+    mated, nonmated, low, high = mated / scale, nonmated / scale, low / scale, high / scale
+    edges = np.linspace(low, high, n_bins + 1)
+    centres = (edges[1:] + edges[:-1]) / 2.0
     y_mated = np.histogram(mated, bins=edges, density=True)[0]
     y_non = np.histogram(nonmated, bins=edges, density=True)[0]
     lr = np.divide(y_mated, y_non, out=np.ones_like(y_mated), where=y_non != 0)

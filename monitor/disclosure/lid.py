@@ -47,13 +47,21 @@ def _check_weight(weight: float) -> float:
 
 
 def _znorm_block(block: np.ndarray, row0: int) -> np.ndarray:
-    """z-scores of each row (ddof 0); rows whose scores are all equal become 0."""
+    """z-scores of each row (ddof 0); rows whose scores are all equal become 0.
+
+    z is invariant to scaling a row, so each row is first divided by its largest magnitude:
+    scores near 1e308 would overflow the mean and scores near 1e-200 underflow the variance.
+    """
     reject_non_finite(block, row0)
     values = np.asarray(block, dtype=np.float64)  # a view when already float64
-    z = values - values.mean(axis=1, keepdims=True)
+    high, low = values.max(axis=1), values.min(axis=1)
+    constant = (high == low)[:, None]
+    scale = np.maximum(np.abs(high), np.abs(low))[:, None]
+    scale[scale == 0] = 1.0
+    z = values / scale
+    z -= z.mean(axis=1, keepdims=True)
     sigma = np.sqrt(np.einsum("ij,ij->i", z, z) / z.shape[1])[:, None]
-    constant = (values.max(axis=1) == values.min(axis=1))[:, None]
-    sigma[constant] = 1.0
+    sigma[constant | (sigma == 0)] = 1.0
     z /= sigma
     z[np.broadcast_to(constant, z.shape)] = 0.0
     return z

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -139,6 +140,15 @@ def test_linkability_matches_slow_reference(seed):
     assert linkability(mated, nonmated) == pytest.approx(
         slow_linkability(mated.tolist(), nonmated.tolist()), rel=1e-9, abs=1e-12
     )
+
+
+def test_scores_near_the_float_limit_neither_overflow_nor_change_the_result(rng):
+    tar, non = rng.normal(2.0, 1.0, 40), rng.normal(0.0, 1.0, 400)
+    huge = 1.7e308 / max(np.abs(tar).max(), np.abs(non).max())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow on the way
+        assert eer_sweep(tar * huge, non * huge) == pytest.approx(eer_sweep(tar, non))
+        assert linkability(tar * huge, non * huge) == pytest.approx(linkability(tar, non))
 
 
 def test_linkability_ranges():

@@ -107,6 +107,16 @@ def test_lid_invariant_to_per_row_affine_maps(S, a, b, w):
     np.testing.assert_allclose(lid_per_trial(a * S + b, m, w), lid_per_trial(S, m, w), atol=1e-7)
 
 
+@pytest.mark.parametrize("scale", [1e-300, 1e-200, 1e300, 1.7e308])
+def test_extreme_score_magnitudes_neither_overflow_nor_underflow(scale):
+    # z is scale-invariant; probabilities of 1e-200 or scores near the float limit once gave
+    # NaN (variance underflow, mean overflow).
+    S = EXAMPLE / EXAMPLE.max() * scale
+    with np.errstate(all="raise"):
+        np.testing.assert_allclose(znorm_rows(S), znorm_rows(EXAMPLE), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(lid_per_trial(S, np.array([3]), 1.5), 0.900024, atol=1e-6)
+
+
 def test_lid_is_bounded_by_log2_n(rng):
     S = rng.normal(size=(50, 30))
     lid = lid_per_trial(S, rng.integers(0, 30, size=50), 25.0)
