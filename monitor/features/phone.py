@@ -67,7 +67,8 @@ def decode_phones(audio: np.ndarray, rate: int) -> list[str]:
         decoder.start_utt()
         decoder.process_raw(pcm, full_utt=True)
         decoder.end_utt()
-        words = [segment.word for segment in decoder.seg()]
+        # No hypothesis at all (audio shorter than a frame): seg() is None, not empty.
+        words = [segment.word for segment in decoder.seg() or ()]
     return [w for w in words if w in _INDEX]
 
 

@@ -26,6 +26,14 @@ def test_no_audio_means_no_phones_and_no_embedding() -> None:
     assert np.all(short.values == 0) and short.seconds == pytest.approx(0.05)
 
 
+@pytest.mark.parametrize("samples", [1, 2, 100, 161])
+def test_audio_shorter_than_a_decoder_frame_gives_no_phones(samples: int) -> None:
+    # pocketsphinx has no hypothesis at all here (seg() is None); a one-sample file once
+    # crashed `voxmeter features` with a TypeError.
+    audio = np.random.default_rng(samples).normal(0.0, 0.1, samples).astype(np.float32)
+    assert PhoneFeature().observe(audio, 16000).values.sum() == 0
+
+
 @pytest.mark.corpus
 def test_phones_decode_from_real_speech_at_any_rate(corpus_root: Path) -> None:
     audio, _ = read_audio(sorted((corpus_root / "0120").glob("*.flac"))[0])
