@@ -187,7 +187,11 @@ def score_report_from_files(
         extras = [dev_matrix, dev_truth, lid_weight, lid_bias]
         if any(x is not None for x in extras):
             raise InputError("--scores/--key", "dev data and LID options need --matrix/--truth")
-        return pairs_report(read_scores_key(scores, key))
+        pairs = read_scores_key(scores, key)
+        try:
+            return pairs_report(pairs)
+        except ValueError as error:  # input the readers accepted but the metrics cannot use
+            raise InputError(f"{scores} + {key}", f"cannot be scored: {error}") from error
     if matrix is None or truth is None:
         raise InputError("--matrix" if matrix is None else "--truth", "missing: give both")
     if (dev_matrix is None) != (dev_truth is None):
@@ -201,7 +205,12 @@ def score_report_from_files(
             raise InputError(name, f"must be a finite number, got {value}")
     S, m = read_matrix_trials(matrix, truth)
     dev = read_matrix_trials(dev_matrix, dev_truth) if dev_matrix and dev_truth else None
-    return matrix_report(S, m, dev=dev, lid_weight=lid_weight, lid_bias=lid_bias, fit_loss=fit_loss)
+    try:
+        return matrix_report(
+            S, m, dev=dev, lid_weight=lid_weight, lid_bias=lid_bias, fit_loss=fit_loss
+        )
+    except ValueError as error:  # input the readers accepted but the metrics cannot use
+        raise InputError(str(matrix), f"cannot be scored: {error}") from error
 
 
 # ---- JSON ------------------------------------------------------------------------------------

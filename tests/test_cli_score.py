@@ -246,6 +246,11 @@ def _error_line(result) -> str:
         ),
         ({}, ("--matrix", "M.npy", "--truth", "F.npy"), "F.npy: entry 0: 0.5"),
         ({}, ("--matrix", "N.npy", "--truth", "T.npy"), "N.npy: row 1, column 2: score nan"),
+        (
+            {},
+            ("--matrix", "M.npy", "--truth", "T.npy", "--lid-weight", "1e308", "--lid-bias", "0"),
+            "M.npy: cannot be scored:",
+        ),
         ({}, ("--matrix", "M.npy"), "--truth: missing"),
         ({}, ("--matrix", "M.npy", "--truth", "T.npy", "--lid-weight", "1"), "give both"),
         ({}, ("--matrix", "M.npy", "--truth", "T.npy", "--fit-loss", "l2"), "--fit-loss"),
