@@ -248,7 +248,7 @@ def _error_line(result) -> str:
         ({}, ("--matrix", "N.npy", "--truth", "T.npy"), "N.npy: row 1, column 2: score nan"),
         (
             {},
-            ("--matrix", "M.npy", "--truth", "T.npy", "--lid-weight", "1e308", "--lid-bias", "0"),
+            ("--matrix", "M.npy", "--truth", "T.npy", "--lid-weight", "1.7e308", "--lid-bias", "0"),
             "M.npy: cannot be scored:",
         ),
         ({}, ("--matrix", "M.npy"), "--truth: missing"),
