@@ -35,7 +35,7 @@ class PairScores:
 
 def _read_text(path: Path) -> list[str]:
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:  # a BOM is not part of a name
             return handle.read().splitlines()
     except FileNotFoundError:
         raise InputError(str(path), "no such file") from None

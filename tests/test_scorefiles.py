@@ -30,6 +30,16 @@ def test_join_on_enroll_and_trial_ignores_unkeyed_scores(tmp_path):
     np.testing.assert_array_equal(np.sort(pairs.non), [-1.0, 0.25])
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_name(tmp_path):
+    # Files saved by Windows editors start with U+FEFF; the first pair must still join.
+    scores = write(tmp_path / "s.txt", "\ufeffspk1 utt1 2.5\nspk1 utt2 -1.0\n")
+    key = write(tmp_path / "k.txt", "\ufeffspk1 utt1 target\nspk1 utt2 nontarget\n")
+    pairs = read_scores_key(scores, key)
+    assert pairs.tar.tolist() == [2.5] and pairs.non.tolist() == [-1.0]
+    matrix = write(tmp_path / "M.csv", "\ufeff1,2\n3,4\n")
+    np.testing.assert_array_equal(read_matrix(matrix), [[1, 2], [3, 4]])
+
+
 @pytest.mark.parametrize(
     ("scores", "key", "where", "problem"),
     [
