@@ -3,7 +3,10 @@
 Paper 000 counted VQ-VAE code indices; we count the phones pocketsphinx's bundled en-us model
 decodes with its phone language model: how often a speaker produces each of the 39 CMU phones
 is a habit of accent and speaking style. Silence and ``+...+`` fillers are not phones and are
-not counted. The decoder takes ~0.1 s to build, so there is one per process, made on first use.
+not counted. The decoder takes ~0.1 s to build, so there is one per process, made on first use;
+its feature front end keeps state between utterances (the same audio decoded after different
+audio gave different phones in about one file in five), so it is re-initialised before each one:
+an observation depends on its own audio only, which keeps calibration reproducible.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ def decode_phones(audio: np.ndarray, rate: int) -> list[str]:
     pcm = to_pcm16(audio, rate)
     with _LOCK:
         decoder = _decoder()
+        decoder.reinit_feat()  # no state carried over from the previous utterance
         decoder.start_utt()
         decoder.process_raw(pcm, full_utt=True)
         decoder.end_utt()
@@ -85,7 +89,7 @@ class PhoneFeature(HistogramFeature):
 
     name = "phone"
     dimension = len(CMU_PHONES)
-    version = "ps511-allphone-1"
+    version = "ps511-allphone-2"
 
     def counts(self, audio: np.ndarray, rate: int) -> np.ndarray:
         return phone_counts(audio, rate)
