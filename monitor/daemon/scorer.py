@@ -19,10 +19,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from monitor.calibration.fit import COMBINED, CalibrationSet, fuse_scores
+from monitor.calibration.fit import COMBINED, CalibrationSet
 from monitor.daemon.events import CompositionBounds, Disclosure
 from monitor.disclosure.composition import kairouz_advanced, nats_to_bits, optimal
-from monitor.disclosure.lid import lid_log_posteriors
 from monitor.disclosure.ranks import single_threaded_blas
 from monitor.disclosure.srd import betabinom_pmf
 from monitor.features.base import Feature, Observation, TemplateBatch
@@ -42,6 +41,24 @@ def _xlogx(x: np.ndarray) -> np.ndarray:
     """x·log2(x) with 0·log 0 = 0."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(x > 0, x * np.log2(np.where(x > 0, x, 1.0)), 0.0)
+
+
+def _znorm(scores: np.ndarray) -> np.ndarray:
+    """z-scores of one row (ddof 0), 0 where all are equal: monitor.disclosure.lid.znorm_rows."""
+    z = scores - scores.mean()
+    if scores.max() == scores.min():
+        z[:] = 0.0
+        return z
+    z /= math.sqrt(float(np.einsum("i,i->", z, z)) / z.size)  # not BLAS: no spinning threads
+    return z
+
+
+def _log_softmax(z: np.ndarray, weight: float) -> np.ndarray:
+    """ln P(j) = log-softmax_j(w·z_j) (nats): lid_log_posteriors of a row already z-normed."""
+    a = float(weight) * z
+    a -= a.max()
+    a -= math.log(float(np.exp(a).sum()))
+    return a
 
 
 _BLOCK = 8192  # templates per block: a block of every bin stays in L2 cache
@@ -305,12 +322,14 @@ class Scorer:
     def ceiling_bits(self) -> float:
         return math.log2(self.n)
 
-    def _feature_scores(self, name: str, scores: np.ndarray, seconds: float) -> FeatureScores:
+    def _feature_scores(
+        self, name: str, scores: np.ndarray, z: np.ndarray, seconds: float
+    ) -> FeatureScores:
         bucket, extrapolated = self.calibration.lookup(name, seconds)
         return FeatureScores(
             feature=name,
             scores=scores,
-            log_posterior=lid_log_posteriors(scores[None, :], bucket.lid_weight)[0],
+            log_posterior=_log_softmax(z, bucket.lid_weight),
             rank_cdf=_rank_cdf(self.n, bucket.alpha, bucket.beta),
             extrapolated=extrapolated,
         )
@@ -333,10 +352,15 @@ class Scorer:
         ]
 
     def _evidence(self, raw: dict[str, np.ndarray], seconds: float) -> Evidence:
-        scored = {name: self._feature_scores(name, s, seconds) for name, s in raw.items()}
+        # each row z-normalised once, for its own posterior and for the fusion (the figures of
+        # lid_log_posteriors and fuse_scores, which z-normalise again inside: tests compare)
+        z = {name: _znorm(s) for name, s in raw.items()}
+        scored = {name: self._feature_scores(name, raw[name], z[name], seconds) for name in raw}
         weights = self.calibration.fusion_weights(seconds, raw)
-        fused = fuse_scores({k: v[None, :] for k, v in raw.items()}, weights)[0]
-        scored[COMBINED] = self._feature_scores(COMBINED, fused, seconds)
+        fused = np.zeros(self.n)
+        for name, zf in z.items():
+            fused += float(weights[name]) * zf
+        scored[COMBINED] = self._feature_scores(COMBINED, fused, _znorm(fused), seconds)
         return Evidence(seconds=float(seconds), features=scored)
 
     def bounds(self, windows: int, max_window_bits: float) -> CompositionBounds:

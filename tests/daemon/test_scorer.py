@@ -251,3 +251,14 @@ def test_pooled_and_window_scored_together_equal_separately(setup, rng) -> None:
     )
     for d in first.disclosures:
         assert d.cumulative_bits == d.window_bits
+
+
+def test_empty_histogram_gives_uniform_posterior_as_library(setup, rng) -> None:
+    scorer, features, templates, calibration = setup
+    pooled = {name: random_observation(rng, name, 9.0) for name in FEATURE_NAMES}
+    pooled["f0"] = Observation("f0", np.zeros(DIMS["f0"]), 9.0)  # no voiced frame: all tie
+    evidence = scorer.evaluate(pooled, 9.0)
+    np.testing.assert_allclose(evidence.features["f0"].log_posterior, -math.log(N), atol=1e-12)
+    expected, _ = direct(features, templates, calibration, pooled, 9.0, 17)
+    for key, bits in evidence.disclosure_bits(17).items():
+        assert bits == pytest.approx(expected[key], abs=1e-9)
