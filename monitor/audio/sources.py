@@ -470,7 +470,9 @@ class MicrophoneSource:
     ``stats.device_errors`` and retried after a random capped exponential backoff, with
     PortAudio re-initialised so that a device which appears later is found.
     ``max_retries=None`` retries for ever (the daemon); after ``max_retries`` consecutive
-    failures :meth:`frames` raises :class:`AudioDeviceError`.
+    failures :meth:`frames` raises :class:`AudioDeviceError`. With ``wait_for_device=False`` a
+    device that cannot be opened at the very start is an error at once (a typo in the device
+    name should not look like an outage); once capture has begun, losses are always retried.
     """
 
     def __init__(
@@ -483,6 +485,7 @@ class MicrophoneSource:
         backoff_initial_seconds: float = 0.5,
         backoff_max_seconds: float = 30.0,
         max_retries: int | None = None,
+        wait_for_device: bool = True,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
@@ -495,6 +498,8 @@ class MicrophoneSource:
         self.backoff_initial_seconds = backoff_initial_seconds
         self.backoff_max_seconds = backoff_max_seconds
         self.max_retries = max_retries
+        self.wait_for_device = wait_for_device
+        self._captured = False  # whether the device ever opened
         self._backend: InputBackend = backend if backend is not None else SoundDeviceBackend()
         self._clock = clock
         self._sleep = sleep
@@ -565,6 +570,8 @@ class MicrophoneSource:
             except AudioDeviceError as exc:
                 failures += 1
                 self.stats.device_errors += 1
+                if not (self._captured or self.wait_for_device):
+                    raise
                 if self.max_retries is not None and failures > self.max_retries:
                     raise
                 delay = self.backoff_seconds(failures)
@@ -572,6 +579,7 @@ class MicrophoneSource:
                 await self._sleep(delay)
                 await asyncio.to_thread(self._backend.reinitialise)
                 continue
+            self._captured = True
             self._resample = _Resampler(handle.rate_hz)
             # Time goes on from the wall clock across an outage, and never backwards.
             self._next_start = max(self._next_start, self._clock() - self._started)

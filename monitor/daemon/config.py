@@ -121,6 +121,9 @@ class AudioSettings:
     retry_max_seconds: float = _setting(
         30.0, "largest retry delay (random capped backoff)", _positive
     )
+    wait_for_device: bool = _setting(
+        False, "a microphone missing at start: false = exit with an error, true = retry", None
+    )
 
 
 @dataclass(frozen=True)

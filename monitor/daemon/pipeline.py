@@ -901,6 +901,7 @@ def make_source(config: Config) -> AudioSource:
             device,
             backoff_initial_seconds=config.audio.retry_min_seconds,
             backoff_max_seconds=config.audio.retry_max_seconds,
+            wait_for_device=config.audio.wait_for_device,
         )
     return open_source(spec)
 

@@ -373,6 +373,38 @@ def test_microphone_gives_up_after_max_retries() -> None:
     assert mic.stats.device_errors == 3
 
 
+def test_microphone_missing_at_start_fails_at_once_unless_told_to_wait() -> None:
+    backend = FakeBackend([], rate_hz=16000, missing=10, lose=False)
+    clock = FakeClock()
+    mic = MicrophoneSource(
+        "typo", backend=backend, clock=clock, sleep=clock.sleep, wait_for_device=False
+    )
+    with pytest.raises(AudioDeviceError, match="'typo': not found"):
+        asyncio.run(collect(mic))
+    assert backend.opens == 1 and clock.sleeps == []
+
+
+def test_microphone_lost_after_start_is_retried_even_without_waiting_at_start() -> None:
+    blocks = [np.full((480, 1), i, dtype=np.int16) for i in range(5)]
+    backend = FakeBackend(blocks, rate_hz=16000, missing=0, lose=True)
+    clock = FakeClock()
+    mic = MicrophoneSource(
+        "usb", backend=backend, clock=clock, sleep=clock.sleep, wait_for_device=False
+    )
+
+    async def run() -> list[AudioFrame]:
+        got: list[AudioFrame] = []
+        async for frame in mic.frames():
+            got.append(frame)
+            if len(got) == 10:
+                mic.close()
+        return got
+
+    frames = asyncio.run(asyncio.wait_for(run(), 10))
+    assert backend.opens >= 2 and mic.stats.device_errors >= 1
+    assert [int(f.samples[0]) for f in frames] == [0, 1, 2, 3, 4] * 2
+
+
 def test_microphone_reopens_a_lost_stream() -> None:
     blocks = [np.full((480, 1), i, dtype=np.int16) for i in range(5)]
     backend = FakeBackend(blocks, rate_hz=16000, missing=0, lose=True)
