@@ -7,7 +7,9 @@ turns each into SRD (log2(N·γ_r), §1.4) and LID (log2(N·P(l|s)), §2.5) figu
 
 Everything is O(N) per feature: the rank of one identity is a count of larger scores (tied
 identities share the mass of their ranks, exactly as :func:`identity_posterior`), so 10⁵
-templates need no sort. The heavy part, the similarities, is one vectorised call per feature.
+templates need no sort. The heavy part, the similarities, reads each feature's templates once
+per window for both the pooled evidence and the window alone, in float32 by default (scores
+within ~1e-7 of float64; ``dtype=np.float64`` gives the library's figures to rounding).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def _log_softmax(z: np.ndarray, weight: float) -> np.ndarray:
     return a
 
 
-_BLOCK = 8192  # templates per block: a block of every bin stays in L2 cache
+_BLOCK = 8192  # templates per block (3.5 MB at 107 bins): fastest of 2048–8192 measured
 _COSINE_BLOCK = 1024  # embedding rows per block (1 MB in float32)
 _FULL_SUPPORT = 0.6  # tests with more non-empty bins than this share take every bin
 _FLOOR = 2.0**-60  # stored instead of q = 0: r·log2 r stays finite, normal, and ≈ 5e-17
