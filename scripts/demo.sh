@@ -140,7 +140,11 @@ else
         --buckets 3,6,12 --template-seconds rest
 fi
 
-# ---- 3. the stream: PulseAudio virtual microphone, else file replay --------------------------
+# ---- 3. the metrics offline: `voxmeter score` on a score matrix ---------------------------------
+say "offline: voxmeter score --matrix on a score matrix (SRD, LID, ZEBRA, baselines)"
+"$PY" scripts/demo_score.py || echo "demo: the offline score report failed (continuing with the live demo)"
+
+# ---- 4. the stream: PulseAudio virtual microphone, else file replay --------------------------
 SOURCE="file:$STREAM"
 if command -v pulseaudio >/dev/null && command -v paplay >/dev/null; then
     PA=$(mktemp -d "${TMPDIR:-/tmp}/vxpa.XXXXXX")  # short: the socket path must fit 108 bytes
@@ -171,7 +175,7 @@ if command -v pulseaudio >/dev/null && command -v paplay >/dev/null; then
     fi
 fi
 
-# ---- 4. the daemon ---------------------------------------------------------------------------
+# ---- 5. the daemon ---------------------------------------------------------------------------
 say "starting voxmeter run on $SOURCE; metrics on http://127.0.0.1:$PORT/metrics"
 SETTINGS=(--set "prometheus.port=$PORT" --set "budget.bits=$BUDGET" --set "budget.warn_fraction=0.6")
 if [ -f "$WORK/calibration.json" ]; then
@@ -191,18 +195,20 @@ if [ "$SOURCE" = "mic:pulse" ]; then
     PIDS+=($!)
 fi
 
-# ---- 5. watch it live ------------------------------------------------------------------------
+# ---- 6. watch it live ------------------------------------------------------------------------
 say "live view for ${SECONDS_TO_RUN} s (household member $(cat "$WORK/member"), then another voice, then the member again)"
 "$VOXMETER" status --db "$DB" --live --interval 1 --seconds "$SECONDS_TO_RUN" \
     --config "$REPO/config.toml" || true
 
-# ---- 6. stop and summarise -------------------------------------------------------------------
+# ---- 7. stop and summarise -------------------------------------------------------------------
 say "summary"
-if command -v curl >/dev/null; then
+if metrics=$("$PY" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "http://127.0.0.1:$PORT/metrics" 2>/dev/null); then
     echo "metrics (combined LID and budget states) at the end:"
-    curl -sf "http://127.0.0.1:$PORT/metrics" \
+    printf '%s\n' "$metrics" \
         | grep -E '^voxmeter_(disclosure_bits\{.*feature="combined".*measure="lid"|budget_state\{.*\} 1|disclosure_ceiling_bits|information_gain_bits|realtime_factor|frames_total)' \
-        || echo "(metrics endpoint not reachable)"
+        || true
+else
+    echo "(metrics endpoint not reachable)"
 fi
 kill -TERM "$DAEMON" 2>/dev/null || true
 wait "$DAEMON" 2>/dev/null || true
