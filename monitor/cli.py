@@ -242,6 +242,23 @@ def _db_path(db: Path | None) -> Path:
     return db if db is not None else default_db_path()
 
 
+# ---- options shared by the corpus commands (enroll, calibrate, evaluate) ----------------------
+SplitOption = Annotated[
+    str | None,
+    typer.Option("--split", help="Only speakers of this original_split (train|test)."),
+]
+JobsOption = Annotated[int, typer.Option("--jobs", min=1, help="Extraction processes.")]
+FeaturesOption = Annotated[str, typer.Option("--features", help="Comma-separated features.")]
+CacheOption = Annotated[
+    Path | None,
+    typer.Option("--cache", help="Feature cache (default $VOXMETER_CACHE, ~/.cache/voxmeter)."),
+]
+NoCacheOption = Annotated[
+    bool, typer.Option("--no-cache", help="Do not read or write the feature cache.")
+]
+ALL_FEATURES = "f0,phone,embedding"
+
+
 @app.command("enroll")
 @user_errors
 def enroll_command(
@@ -258,21 +275,11 @@ def enroll_command(
     local: Annotated[
         bool, typer.Option("--local", help="Also register every speaker as a device user.")
     ] = False,
-    split: Annotated[
-        str | None,
-        typer.Option("--split", help="Only speakers of this original_split (train|test)."),
-    ] = None,
-    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Worker processes.")] = 1,
-    features: Annotated[
-        str, typer.Option("--features", help="Comma-separated features to enrol.")
-    ] = "f0,phone,embedding",
-    cache: Annotated[
-        Path | None,
-        typer.Option("--cache", help="Feature cache (default $VOXMETER_CACHE, ~/.cache/voxmeter)."),
-    ] = None,
-    no_cache: Annotated[
-        bool, typer.Option("--no-cache", help="Do not read or write the feature cache.")
-    ] = False,
+    split: SplitOption = None,
+    jobs: JobsOption = 1,
+    features: FeaturesOption = ALL_FEATURES,
+    cache: CacheOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Build one template per speaker and feature from a corpus (replacing old templates)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -536,16 +543,11 @@ def _print_skipped(skipped: Any) -> None:
         )
 
 
-_CACHE_HELP = "Feature cache (default $VOXMETER_CACHE, ~/.cache/voxmeter/features)."
-
-
 @app.command("calibrate")
 @user_errors
 def calibrate_command(
     corpus: Annotated[Path, typer.Argument(help="Labelled dev corpus <root>/<speaker>/<utt>.")],
-    split: Annotated[
-        str | None, typer.Option("--split", help="Only speakers of this original_split.")
-    ] = None,
+    split: SplitOption = None,
     db: Annotated[
         Path | None,
         typer.Option("--db", help="Also store the calibration in this database ($VOXMETER_DB)."),
@@ -562,12 +564,10 @@ def calibrate_command(
     template_seconds: Annotated[
         str, typer.Option("--template-seconds", help="Template speech seconds, or 'rest'.")
     ] = "12",
-    features: Annotated[
-        str, typer.Option("--features", help="Comma-separated features.")
-    ] = "f0,phone,embedding",
-    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Extraction processes.")] = 1,
-    cache: Annotated[Path | None, typer.Option("--cache", help=_CACHE_HELP)] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not use the cache.")] = False,
+    features: FeaturesOption = ALL_FEATURES,
+    jobs: JobsOption = 1,
+    cache: CacheOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Fit the per-feature, per-length calibration (beta-binomial and LID) on a dev corpus."""
     import os
@@ -625,9 +625,7 @@ def calibrate_command(
 def evaluate_command(
     corpus: Annotated[Path, typer.Argument(help="Evaluation corpus <root>/<speaker>/<utt>.")],
     out: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.json, PNGs.")],
-    split: Annotated[
-        str | None, typer.Option("--split", help="Only speakers of this original_split.")
-    ] = None,
+    split: SplitOption = None,
     test_seconds: Annotated[
         str, typer.Option("--test-seconds", help="Test speech seconds (grid), e.g. 3,6,12.")
     ] = "3,6,12",
@@ -652,12 +650,10 @@ def evaluate_command(
             help="'calibration' or 'crossfit' (default: calibration if it covers every feature).",
         ),
     ] = None,
-    features: Annotated[
-        str, typer.Option("--features", help="Comma-separated features.")
-    ] = "f0,phone,embedding",
-    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Extraction processes.")] = 1,
-    cache: Annotated[Path | None, typer.Option("--cache", help=_CACHE_HELP)] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not use the cache.")] = False,
+    features: FeaturesOption = ALL_FEATURES,
+    jobs: JobsOption = 1,
+    cache: CacheOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
     from monitor.calibration.fit import DEFAULT_PATH, CalibrationSet
