@@ -52,7 +52,8 @@ SEED = 20261122
 SIZES = (1_000, 10_000, 100_000)
 DIMS = {"f0": 107, "phone": 39, "embedding": 256}
 PACED_TEMPLATES = 1_000
-LONG_AUDIO_SECONDS = 600.0
+LONG_AUDIO_SECONDS = float(os.environ.get("VOXMETER_BENCH_LONG_SECONDS", 3600.0))
+"""Speech replayed (fast) for the memory check: an hour by default, as issue 5 asks."""
 
 
 def _calibration() -> tuple[CalibrationSet, str]:
@@ -295,7 +296,7 @@ def bench_live(folder: Path, calibration: CalibrationSet) -> dict[str, Any]:
         "rss_at_end_mb": round(end_rss / 2**20, 1),
         "growth_mb": round((end_rss - probe.rss.get("after_1_min", end_rss)) / 2**20, 1),
         "cpu_share_per_audio_second_fast": round(cpu / summary.audio_seconds, 4),
-        "note": f"{LONG_AUDIO_SECONDS / 60:.0f} min of audio replayed fast, not an hour paced",
+        "note": f"{LONG_AUDIO_SECONDS / 60:.0f} min of speech replayed as fast as possible",
     }
     print(f"long replay: {memory}", flush=True)
     return {"paced": paced, "long_replay": memory}
