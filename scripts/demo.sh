@@ -201,6 +201,7 @@ say "live view for ${SECONDS_TO_RUN} s (household member $(cat "$WORK/member"), 
     --config "$REPO/config.toml" || true
 
 # ---- 7. stop and summarise -------------------------------------------------------------------
+echo
 say "summary"
 if metrics=$("$PY" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "http://127.0.0.1:$PORT/metrics" 2>/dev/null); then
     echo "metrics (combined LID and budget states) at the end:"
