@@ -849,7 +849,7 @@ def status_command(
     from rich.live import Live
 
     from monitor.daemon.config import load_config
-    from monitor.daemon.pipeline import current_status
+    from monitor.daemon.status import current_status
     from monitor.store import open_store
 
     settings = load_config(config, [f"daemon.db={json.dumps(str(db))}"] if db else [])

@@ -2,9 +2,10 @@
 
 One supervisor (:meth:`Pipeline.run`) owns one ``asyncio.TaskGroup``; every stage is a task
 named ``voxmeter.<stage>`` reading one bounded queue and writing the next (DESIGN §14, STYLE
-§3–4). Stages are thin loops around synchronous cores (:class:`WindowFeatures`,
-:class:`~monitor.daemon.tracker.SpeakerTracker`, :class:`TrackScorer`, :class:`LedgerWriter`)
-so the logic is tested without an event loop. Feature extraction and scoring run in a thread
+§3–4). Stages are thin loops around synchronous cores, each in its own module
+(:class:`~monitor.daemon.evidence.WindowFeatures`, :class:`~monitor.daemon.tracker.SpeakerTracker`,
+:class:`~monitor.daemon.evidence.TrackScorer`, :class:`~monitor.daemon.ledger.LedgerWriter`), so
+the logic is tested without an event loop. Feature extraction and scoring run in a thread
 executor; ledger writes are small SQLite transactions on the loop thread, so cancelling a task
 never interrupts one. ``None`` in a queue means end of input.
 
@@ -17,29 +18,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from monitor import __version__
 from monitor.audio.sources import AudioSource, FileSource, MicrophoneSource, open_source
 from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad
 from monitor.audio.windows import SpeechWindow, Windower
 from monitor.calibration.fit import CalibrationSet, load_default
-from monitor.daemon.budget import BudgetMachine, Transition, period_start
-from monitor.daemon.config import Config, LoggingSettings
+from monitor.daemon.budget import BudgetMachine, period_start
+from monitor.daemon.config import Config
 from monitor.daemon.events import (
     DaemonEvent,
     DaemonStarted,
@@ -48,430 +45,19 @@ from monitor.daemon.events import (
     FeatureWindow,
     PipelineStats,
     StateChanged,
-    TrackedWindow,
     TrackExpired,
     WindowScored,
 )
-from monitor.daemon.scorer import Scorer, TrackScore, score_track
+from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
+from monitor.daemon.ledger import LedgerWriter
+from monitor.daemon.logs import LogExporter, configure_logging
+from monitor.daemon.scorer import Scorer
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
 from monitor.errors import StoreError
-from monitor.features.base import Feature, Observation, get_feature
+from monitor.features.base import Feature, get_feature
 from monitor.store.database import Store
 
 logger = logging.getLogger(__name__)
-
-RATE_HZ = 16000
-
-
-# ---- synchronous cores -----------------------------------------------------------------------
-
-
-class WindowFeatures:
-    """One observation per enabled feature for a window of speech (runs in the executor)."""
-
-    def __init__(self, features: Mapping[str, Feature]) -> None:
-        self.features = dict(features)
-
-    def observe(self, name: str, samples: np.ndarray) -> Observation:
-        return self.features[name].observe(samples, RATE_HZ)
-
-    def warm_up(self) -> None:
-        """Load every model now (torch, pocketsphinx) so the first window is not late."""
-        noise = np.random.default_rng(0).normal(0.0, 0.05, RATE_HZ).astype(np.float32)
-        for feature in self.features.values():
-            # noise may hold no voiced frame: the model is loaded anyway
-            with contextlib.suppress(ValueError):
-                feature.observe(noise, RATE_HZ)
-
-
-@dataclass
-class TrackEvidence:
-    """What the daemon holds about one track in the current period."""
-
-    track: str
-    kind: str
-    identity: str | None
-    pooled: dict[str, Observation] = field(default_factory=dict)
-    windows: int = 0
-    speech_seconds: float = 0.0
-    max_window_bits: float = -math.inf
-
-
-@dataclass(frozen=True)
-class ScoredWindow:
-    """Scorer → ledger: a tracked window, its track's new evidence and the figures."""
-
-    tracked: TrackedWindow
-    evidence: TrackEvidence
-    score: TrackScore
-    period_start_unix: float
-    scorer_seconds: float
-
-
-class TrackScorer:
-    """Pools each track's windows and scores the pooled evidence (runs in the executor)."""
-
-    def __init__(self, scorer: Scorer, features: Mapping[str, Feature], measure: str) -> None:
-        self.scorer = scorer
-        self.features = dict(features)
-        feature, _, name = measure.partition(".")
-        self.measure = (feature, name)
-        self.tracks: dict[str, TrackEvidence] = {}
-        self.period_start_unix = -math.inf
-
-    def restore(self, evidence: TrackEvidence) -> None:
-        self.tracks[evidence.track] = evidence
-
-    def process(self, tracked: TrackedWindow, period_start_unix: float) -> ScoredWindow:
-        started = time.perf_counter()
-        if period_start_unix != self.period_start_unix:
-            self.tracks.clear()  # a new period: evidence starts afresh
-            self.period_start_unix = period_start_unix
-        window = tracked.window
-        old = self.tracks.get(tracked.track) or TrackEvidence(
-            tracked.track, tracked.kind, tracked.identity
-        )
-        pooled = {
-            name: (
-                feature.pool([old.pooled[name], window.observations[name]])
-                if name in old.pooled
-                else window.observations[name]
-            )
-            for name, feature in self.features.items()
-        }
-        speech = old.speech_seconds + window.speech_seconds
-        score = score_track(
-            self.scorer,
-            identity=tracked.identity,
-            pooled=pooled,
-            pooled_seconds=speech,
-            window=window.observations,
-            window_seconds=window.speech_seconds,
-            windows=old.windows + 1,
-            max_window_bits=old.max_window_bits,
-            measure=self.measure,
-        )
-        evidence = TrackEvidence(
-            track=tracked.track,
-            kind=tracked.kind,
-            identity=tracked.identity,
-            pooled=pooled,
-            windows=old.windows + 1,
-            speech_seconds=speech,
-            max_window_bits=max(old.max_window_bits, score.window_bits),
-        )
-        self.tracks[tracked.track] = evidence
-        return ScoredWindow(
-            tracked, evidence, score, period_start_unix, time.perf_counter() - started
-        )
-
-    def expire(self, track: str) -> None:
-        self.tracks.pop(track, None)
-
-    def reset(self) -> None:
-        self.tracks.clear()
-
-
-def _finite(bits: float) -> float:
-    """JSON and SQLite take no infinities: clamp to ±1e9 bits (never reached by real figures)."""
-    return float(np.clip(bits, -1e9, 1e9))
-
-
-class LedgerWriter:
-    """Writes windows to the ledger and runs the budget machine (on the loop thread)."""
-
-    def __init__(
-        self,
-        store: Store,
-        budget: BudgetMachine,
-        *,
-        budget_bits: float,
-        measure: str,
-        templates: int,
-        alert_topic: str,
-        device_id: str,
-        keep_seconds: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.store = store
-        self.budget = budget
-        self.keep_seconds = keep_seconds
-        self.budget_bits = budget_bits
-        self.measure = measure
-        self.templates = templates
-        self.alert_topic = alert_topic
-        self.device_id = device_id
-        self.clock = clock
-        self.wall_clock = wall_clock
-        self.period_start_unix: float | None = None
-
-    def _alert(
-        self, change: Transition, scored: ScoredWindow | None, window_end_unix: float
-    ) -> StateChanged:
-        payload: dict[str, Any] = {
-            "alias": change.track,
-            "from": change.from_state,
-            "to": change.to_state,
-            "bits": _finite(change.bits),
-            "budget": self.budget_bits,
-            "features": {},
-            "bounds": {},
-            "window_end": window_end_unix,
-            "device": self.device_id,
-            "reason": change.reason,
-        }
-        if scored is not None:
-            payload["features"] = {
-                f"{d.feature}.{d.measure}": _finite(d.cumulative_bits)
-                for d in scored.score.disclosures
-            }
-            b = scored.score.bounds
-            payload["bounds"] = {
-                "basic": b.basic_bits,
-                "advanced": b.advanced_bits,
-                "optimal": b.optimal_bits,
-            }
-        bits = _finite(change.bits)
-        seq = self.store.transition(change.track, change.to_state, bits, payload, self.alert_topic)
-        return StateChanged(
-            track=change.track,
-            from_state=change.from_state,
-            to_state=change.to_state,
-            bits=bits,
-            budget_bits=self.budget_bits,
-            seq=seq,
-            reason=change.reason,  # type: ignore[arg-type]
-            window_end_unix=window_end_unix,
-            changed_unix=self.wall_clock(),
-        )
-
-    def start_period(self, period_start_unix: float) -> list[StateChanged]:
-        """Enter a period; everyone not ok steps down to ok with one alert each."""
-        self.period_start_unix = period_start_unix
-        if self.keep_seconds is not None:  # evidence of periods beyond the kept ones goes
-            self.store.prune_ledger(period_start_unix - self.keep_seconds)
-        return [self._alert(c, None, self.wall_clock()) for c in self.budget.new_period()]
-
-    def process(self, scored: ScoredWindow) -> list[DaemonEvent]:
-        events: list[DaemonEvent] = []
-        if scored.period_start_unix != self.period_start_unix:
-            events.extend(self.start_period(scored.period_start_unix))
-        started = self.clock()
-        tracked, score, evidence = scored.tracked, scored.score, scored.evidence
-        window = tracked.window
-        feature, _, measure = self.measure.partition(".")
-        figure = next(
-            d.cumulative_bits
-            for d in score.disclosures
-            if d.feature == feature and d.measure == measure
-        )
-        previous = self.budget.state(tracked.track)
-        change = self.budget.process(tracked.track, figure)
-        state = self.budget.state(tracked.track)
-        window_end_unix = window.closed_unix
-        window_start_unix = window_end_unix - (window.end_seconds - window.start_seconds)
-        figures = {
-            "kind": tracked.kind,
-            "identity": tracked.identity,
-            "subject": score.subject,
-            "window_index": window.index,
-            "windows": evidence.windows,
-            "pooled_speech_seconds": evidence.speech_seconds,
-            "disclosures": {
-                f"{d.feature}.{d.measure}": [_finite(d.cumulative_bits), _finite(d.window_bits)]
-                for d in score.disclosures
-            },
-            "bounds": {
-                "basic": score.bounds.basic_bits,
-                "advanced": score.bounds.advanced_bits,
-                "optimal": score.bounds.optimal_bits,
-                "epsilon_nats": score.bounds.epsilon_nats,
-            },
-            "ceiling_bits": math.log2(self.templates),
-            "templates": self.templates,
-            "budget_bits": self.budget_bits,
-            "budget_figure_bits": _finite(figure),
-            "state": state,
-            "information_gain_bits": score.information_gain_bits,
-            "top_candidate": score.top_candidate,
-            "top_candidate_bits": score.top_candidate_bits,
-            "extrapolated": score.extrapolated,
-        }
-        self.store.record_window(
-            tracked.track,
-            period_start=scored.period_start_unix,
-            window_start=window_start_unix,
-            window_end=window_end_unix,
-            speech_seconds=window.speech_seconds,
-            pooled=evidence.pooled,
-            figures=figures,
-            window_bits=_finite(score.window_bits),
-        )
-        if change is not None:
-            events.append(self._alert(change, scored, window_end_unix))
-        elif previous == state:
-            self.store.update_budget(tracked.track, state, _finite(figure))
-        scored_unix = self.wall_clock()
-        ledger_seconds = self.clock() - started
-        events.insert(
-            0,
-            WindowScored(
-                track=tracked.track,
-                kind=tracked.kind,
-                identity=tracked.identity,
-                window_index=window.index,
-                window_start_seconds=window.start_seconds,
-                window_end_seconds=window.end_seconds,
-                window_speech_seconds=window.speech_seconds,
-                pooled_speech_seconds=evidence.speech_seconds,
-                windows=evidence.windows,
-                disclosures=score.disclosures,
-                bounds=score.bounds,
-                ceiling_bits=math.log2(self.templates),
-                templates=self.templates,
-                budget_bits=self.budget_bits,
-                budget_measure=self.measure,
-                budget_figure_bits=figure,
-                state=state,
-                information_gain_bits=score.information_gain_bits,
-                top_candidate=score.top_candidate,
-                top_candidate_bits=score.top_candidate_bits,
-                extrapolated=score.extrapolated,
-                period_start_unix=scored.period_start_unix,
-                window_closed_unix=window.closed_unix,
-                window_closed_monotonic=window.closed_monotonic,
-                scored_unix=scored_unix,
-                latency_seconds=self.clock() - window.closed_monotonic,
-                stage_seconds={
-                    "features": window.feature_seconds,
-                    "scorer": scored.scorer_seconds,
-                    "ledger": ledger_seconds,
-                },
-            ),
-        )
-        return events
-
-
-# ---- logs ------------------------------------------------------------------------------------
-
-
-class LineFormatter(logging.Formatter):
-    """One line per record: ``key=value`` pairs or one JSON object (no audio, aliases only)."""
-
-    def __init__(self, style: str) -> None:
-        super().__init__()
-        self.json = style == "json"
-
-    def format(self, record: logging.LogRecord) -> str:
-        fields: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created)
-            .astimezone()
-            .isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        fields.update(getattr(record, "fields", {}))
-        if record.exc_info:
-            fields["exc"] = self.formatException(record.exc_info).replace("\n", " | ")
-        if self.json:
-            return json.dumps(fields, default=str, separators=(",", ":"))
-        return " ".join(f"{k}={_kv(v)}" for k, v in fields.items())
-
-
-def _kv(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    text = str(value)
-    return json.dumps(text) if (" " in text or "=" in text or not text) else text
-
-
-def configure_logging(settings: LoggingSettings, stream: Any = None) -> None:
-    """Route the ``monitor`` loggers to one structured handler on stderr."""
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(LineFormatter(settings.format))
-    root = logging.getLogger("monitor")
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(settings.level.upper())
-    root.propagate = False
-
-
-class LogExporter:
-    """Every daemon event as one structured log line."""
-
-    name = "log"
-
-    def __init__(self, log: logging.Logger | None = None) -> None:
-        self.log = log or logging.getLogger("monitor.daemon.events")
-
-    async def run(self) -> None:
-        await asyncio.Event().wait()
-
-    async def handle(self, event: DaemonEvent) -> None:
-        match event:
-            case WindowScored():
-                fields: dict[str, Any] = {
-                    "track": event.track,
-                    "kind": event.kind,
-                    "window": event.window_index,
-                    "windows": event.windows,
-                    "speech_s": round(event.pooled_speech_seconds, 2),
-                    "bits": round(event.budget_figure_bits, 3),
-                    "state": event.state,
-                    "latency_s": round(event.latency_seconds, 3),
-                }
-                if event.kind == "unknown":
-                    fields["gain_bits"] = round(event.information_gain_bits or 0.0, 3)
-                    fields["top"] = event.top_candidate
-                self.log.info("window", extra={"fields": fields})
-            case StateChanged():
-                self.log.warning(
-                    "budget",
-                    extra={
-                        "fields": {
-                            "track": event.track,
-                            "from": event.from_state,
-                            "to": event.to_state,
-                            "bits": round(event.bits, 3),
-                            "budget": event.budget_bits,
-                            "seq": event.seq,
-                            "reason": event.reason,
-                        }
-                    },
-                )
-            case TrackExpired():
-                self.log.info("expired", extra={"fields": {"track": event.track}})
-            case PipelineStats():
-                self.log.debug(
-                    "stats",
-                    extra={
-                        "fields": {
-                            "frames": event.frames_total,
-                            "speech": event.frames_speech,
-                            "dropped": event.frames_dropped,
-                            "device_errors": event.audio_device_errors,
-                            "rtf": round(event.realtime_factor, 4),
-                            "tracks": event.tracks,
-                        }
-                    },
-                )
-            case DaemonStarted():
-                self.log.info(
-                    "started",
-                    extra={
-                        "fields": {
-                            "device": event.device_id,
-                            "version": event.version,
-                            "templates": max(event.templates.values(), default=0),
-                            "restored": len(event.states),
-                        }
-                    },
-                )
-            case DaemonStopping():
-                self.log.info("stopping", extra={"fields": {"reason": event.reason}})
 
 
 # ---- the supervisor --------------------------------------------------------------------------
@@ -1006,44 +592,3 @@ def run_daemon(config: Config) -> RunSummary:
         extra={"fields": {"reason": summary.stop_reason, "windows": summary.windows}},
     )
     return summary
-
-
-# ---- the daemon's state as stored (voxmeter status) ------------------------------------------
-
-
-@dataclass(frozen=True)
-class TrackStatus:
-    """The latest figures of one track in the current period, read from the ledger."""
-
-    track: str
-    state: str
-    windows: int
-    speech_seconds: float
-    window_end_unix: float
-    figures: dict[str, Any]
-
-
-def current_status(
-    store: Store, period_seconds: float, *, now: float | None = None
-) -> list[TrackStatus]:
-    """Every track of the current period with its last window's figures (oldest track first)."""
-    period = period_start(time.time() if now is None else now, period_seconds)
-    states = store.budget_states()
-    rows = []
-    for track in store.tracks(period):
-        windows = store.windows(track, period)
-        if not windows:
-            continue
-        last = windows[-1]
-        stored = states.get(track)
-        rows.append(
-            TrackStatus(
-                track=track,
-                state=stored.state if stored else last.figures.get("state", "ok"),
-                windows=len(windows),
-                speech_seconds=sum(w.speech_seconds for w in windows),
-                window_end_unix=last.window_end,
-                figures=last.figures,
-            )
-        )
-    return rows

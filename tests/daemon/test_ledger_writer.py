@@ -20,7 +20,8 @@ from monitor.daemon.events import (
     TrackedWindow,
     WindowScored,
 )
-from monitor.daemon.pipeline import LedgerWriter, ScoredWindow, TrackEvidence
+from monitor.daemon.evidence import ScoredWindow, TrackEvidence
+from monitor.daemon.ledger import LedgerWriter
 from monitor.daemon.scorer import TrackScore
 from monitor.features.base import Observation
 from monitor.store.database import open_store

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from monitor.cli import app
 from monitor.daemon.budget import BudgetMachine
 from monitor.daemon.config import BudgetSettings
-from monitor.daemon.pipeline import LedgerWriter
+from monitor.daemon.ledger import LedgerWriter
 from monitor.store.database import open_store
 from tests.daemon.test_ledger_writer import scored
 

@@ -1,0 +1,131 @@
+"""Synchronous cores of the features and scorer stages: a window's observations, a track's
+pooled evidence, and its scoring against every template (DESIGN §12 steps 1–5)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from monitor.daemon.events import (
+    TrackedWindow,
+)
+from monitor.daemon.scorer import Scorer, TrackScore, score_track
+from monitor.features.base import Feature, Observation
+
+RATE_HZ = 16000
+
+
+class WindowFeatures:
+    """One observation per enabled feature for a window of speech (runs in the executor)."""
+
+    def __init__(self, features: Mapping[str, Feature]) -> None:
+        self.features = dict(features)
+
+    def observe(self, name: str, samples: np.ndarray) -> Observation:
+        return self.features[name].observe(samples, RATE_HZ)
+
+    def warm_up(self) -> None:
+        """Load every model now (torch, pocketsphinx) so the first window is not late."""
+        noise = np.random.default_rng(0).normal(0.0, 0.05, RATE_HZ).astype(np.float32)
+        for feature in self.features.values():
+            # noise may hold no voiced frame: the model is loaded anyway
+            with contextlib.suppress(ValueError):
+                feature.observe(noise, RATE_HZ)
+
+
+@dataclass
+class TrackEvidence:
+    """What the daemon holds about one track in the current period."""
+
+    track: str
+    kind: str
+    identity: str | None
+    pooled: dict[str, Observation] = field(default_factory=dict)
+    windows: int = 0
+    speech_seconds: float = 0.0
+    max_window_bits: float = -math.inf
+
+
+@dataclass(frozen=True)
+class ScoredWindow:
+    """Scorer → ledger: a tracked window, its track's new evidence and the figures."""
+
+    tracked: TrackedWindow
+    evidence: TrackEvidence
+    score: TrackScore
+    period_start_unix: float
+    scorer_seconds: float
+
+
+class TrackScorer:
+    """Pools each track's windows and scores the pooled evidence (runs in the executor)."""
+
+    def __init__(self, scorer: Scorer, features: Mapping[str, Feature], measure: str) -> None:
+        self.scorer = scorer
+        self.features = dict(features)
+        feature, _, name = measure.partition(".")
+        self.measure = (feature, name)
+        self.tracks: dict[str, TrackEvidence] = {}
+        self.period_start_unix = -math.inf
+
+    def restore(self, evidence: TrackEvidence) -> None:
+        self.tracks[evidence.track] = evidence
+
+    def process(self, tracked: TrackedWindow, period_start_unix: float) -> ScoredWindow:
+        started = time.perf_counter()
+        if period_start_unix != self.period_start_unix:
+            self.tracks.clear()  # a new period: evidence starts afresh
+            self.period_start_unix = period_start_unix
+        window = tracked.window
+        old = self.tracks.get(tracked.track) or TrackEvidence(
+            tracked.track, tracked.kind, tracked.identity
+        )
+        pooled = {
+            name: (
+                feature.pool([old.pooled[name], window.observations[name]])
+                if name in old.pooled
+                else window.observations[name]
+            )
+            for name, feature in self.features.items()
+        }
+        speech = old.speech_seconds + window.speech_seconds
+        score = score_track(
+            self.scorer,
+            identity=tracked.identity,
+            pooled=pooled,
+            pooled_seconds=speech,
+            window=window.observations,
+            window_seconds=window.speech_seconds,
+            windows=old.windows + 1,
+            max_window_bits=old.max_window_bits,
+            measure=self.measure,
+        )
+        evidence = TrackEvidence(
+            track=tracked.track,
+            kind=tracked.kind,
+            identity=tracked.identity,
+            pooled=pooled,
+            windows=old.windows + 1,
+            speech_seconds=speech,
+            max_window_bits=max(old.max_window_bits, score.window_bits),
+        )
+        self.tracks[tracked.track] = evidence
+        return ScoredWindow(
+            tracked, evidence, score, period_start_unix, time.perf_counter() - started
+        )
+
+    def expire(self, track: str) -> None:
+        self.tracks.pop(track, None)
+
+    def reset(self) -> None:
+        self.tracks.clear()
+
+
+def finite_bits(bits: float) -> float:
+    """JSON and SQLite take no infinities: clamp to ±1e9 bits (never reached by real figures)."""
+    return float(np.clip(bits, -1e9, 1e9))

@@ -1,0 +1,197 @@
+"""The ledger stage's core: one SQLite transaction per window (record, pooled evidence,
+budget state and, on a transition, the alert in the outbox), so a restart resumes from it."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from monitor.daemon.budget import BudgetMachine, Transition
+from monitor.daemon.events import (
+    DaemonEvent,
+    StateChanged,
+    WindowScored,
+)
+from monitor.daemon.evidence import ScoredWindow, finite_bits
+from monitor.store.database import Store
+
+
+class LedgerWriter:
+    """Writes windows to the ledger and runs the budget machine (on the loop thread)."""
+
+    def __init__(
+        self,
+        store: Store,
+        budget: BudgetMachine,
+        *,
+        budget_bits: float,
+        measure: str,
+        templates: int,
+        alert_topic: str,
+        device_id: str,
+        keep_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.budget = budget
+        self.keep_seconds = keep_seconds
+        self.budget_bits = budget_bits
+        self.measure = measure
+        self.templates = templates
+        self.alert_topic = alert_topic
+        self.device_id = device_id
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.period_start_unix: float | None = None
+
+    def _alert(
+        self, change: Transition, scored: ScoredWindow | None, window_end_unix: float
+    ) -> StateChanged:
+        payload: dict[str, Any] = {
+            "alias": change.track,
+            "from": change.from_state,
+            "to": change.to_state,
+            "bits": finite_bits(change.bits),
+            "budget": self.budget_bits,
+            "features": {},
+            "bounds": {},
+            "window_end": window_end_unix,
+            "device": self.device_id,
+            "reason": change.reason,
+        }
+        if scored is not None:
+            payload["features"] = {
+                f"{d.feature}.{d.measure}": finite_bits(d.cumulative_bits)
+                for d in scored.score.disclosures
+            }
+            b = scored.score.bounds
+            payload["bounds"] = {
+                "basic": b.basic_bits,
+                "advanced": b.advanced_bits,
+                "optimal": b.optimal_bits,
+            }
+        bits = finite_bits(change.bits)
+        seq = self.store.transition(change.track, change.to_state, bits, payload, self.alert_topic)
+        return StateChanged(
+            track=change.track,
+            from_state=change.from_state,
+            to_state=change.to_state,
+            bits=bits,
+            budget_bits=self.budget_bits,
+            seq=seq,
+            reason=change.reason,  # type: ignore[arg-type]
+            window_end_unix=window_end_unix,
+            changed_unix=self.wall_clock(),
+        )
+
+    def start_period(self, period_start_unix: float) -> list[StateChanged]:
+        """Enter a period; everyone not ok steps down to ok with one alert each."""
+        self.period_start_unix = period_start_unix
+        if self.keep_seconds is not None:  # evidence of periods beyond the kept ones goes
+            self.store.prune_ledger(period_start_unix - self.keep_seconds)
+        return [self._alert(c, None, self.wall_clock()) for c in self.budget.new_period()]
+
+    def process(self, scored: ScoredWindow) -> list[DaemonEvent]:
+        events: list[DaemonEvent] = []
+        if scored.period_start_unix != self.period_start_unix:
+            events.extend(self.start_period(scored.period_start_unix))
+        started = self.clock()
+        tracked, score, evidence = scored.tracked, scored.score, scored.evidence
+        window = tracked.window
+        feature, _, measure = self.measure.partition(".")
+        figure = next(
+            d.cumulative_bits
+            for d in score.disclosures
+            if d.feature == feature and d.measure == measure
+        )
+        previous = self.budget.state(tracked.track)
+        change = self.budget.process(tracked.track, figure)
+        state = self.budget.state(tracked.track)
+        window_end_unix = window.closed_unix
+        window_start_unix = window_end_unix - (window.end_seconds - window.start_seconds)
+        figures = {
+            "kind": tracked.kind,
+            "identity": tracked.identity,
+            "subject": score.subject,
+            "window_index": window.index,
+            "windows": evidence.windows,
+            "pooled_speech_seconds": evidence.speech_seconds,
+            "disclosures": {
+                f"{d.feature}.{d.measure}": [
+                    finite_bits(d.cumulative_bits),
+                    finite_bits(d.window_bits),
+                ]
+                for d in score.disclosures
+            },
+            "bounds": {
+                "basic": score.bounds.basic_bits,
+                "advanced": score.bounds.advanced_bits,
+                "optimal": score.bounds.optimal_bits,
+                "epsilon_nats": score.bounds.epsilon_nats,
+            },
+            "ceiling_bits": math.log2(self.templates),
+            "templates": self.templates,
+            "budget_bits": self.budget_bits,
+            "budget_figure_bits": finite_bits(figure),
+            "state": state,
+            "information_gain_bits": score.information_gain_bits,
+            "top_candidate": score.top_candidate,
+            "top_candidate_bits": score.top_candidate_bits,
+            "extrapolated": score.extrapolated,
+        }
+        self.store.record_window(
+            tracked.track,
+            period_start=scored.period_start_unix,
+            window_start=window_start_unix,
+            window_end=window_end_unix,
+            speech_seconds=window.speech_seconds,
+            pooled=evidence.pooled,
+            figures=figures,
+            window_bits=finite_bits(score.window_bits),
+        )
+        if change is not None:
+            events.append(self._alert(change, scored, window_end_unix))
+        elif previous == state:
+            self.store.update_budget(tracked.track, state, finite_bits(figure))
+        scored_unix = self.wall_clock()
+        ledger_seconds = self.clock() - started
+        events.insert(
+            0,
+            WindowScored(
+                track=tracked.track,
+                kind=tracked.kind,
+                identity=tracked.identity,
+                window_index=window.index,
+                window_start_seconds=window.start_seconds,
+                window_end_seconds=window.end_seconds,
+                window_speech_seconds=window.speech_seconds,
+                pooled_speech_seconds=evidence.speech_seconds,
+                windows=evidence.windows,
+                disclosures=score.disclosures,
+                bounds=score.bounds,
+                ceiling_bits=math.log2(self.templates),
+                templates=self.templates,
+                budget_bits=self.budget_bits,
+                budget_measure=self.measure,
+                budget_figure_bits=figure,
+                state=state,
+                information_gain_bits=score.information_gain_bits,
+                top_candidate=score.top_candidate,
+                top_candidate_bits=score.top_candidate_bits,
+                extrapolated=score.extrapolated,
+                period_start_unix=scored.period_start_unix,
+                window_closed_unix=window.closed_unix,
+                window_closed_monotonic=window.closed_monotonic,
+                scored_unix=scored_unix,
+                latency_seconds=self.clock() - window.closed_monotonic,
+                stage_seconds={
+                    "features": window.feature_seconds,
+                    "scorer": scored.scorer_seconds,
+                    "ledger": ledger_seconds,
+                },
+            ),
+        )
+        return events
