@@ -7,6 +7,7 @@ restarted broker has forgotten everything, like a broker that crashed.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -50,6 +51,7 @@ class MosquittoBroker:
     directory: Path
     port: int = field(default_factory=free_port)
     host: str = "127.0.0.1"
+    persistent: bool = False  # keep sessions and queued messages across restarts (on disk)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -64,10 +66,19 @@ class MosquittoBroker:
         """Start the broker (again) and wait until it accepts connections."""
         if self.process is not None and self.process.poll() is None:
             return
+        persistence = (
+            f"persistence true\npersistence_location {self.directory}/\n"
+            if self.persistent
+            else "persistence false\n"
+        )
+        # Run as root, mosquitto drops to the `mosquitto` user, which cannot write its log or
+        # its persistence file into a test's private (0700) folder: keep the caller's user.
+        user = "user root\n" if os.geteuid() == 0 else ""
         self.config_path.write_text(
             f"listener {self.port} {self.host}\n"
+            f"{user}"
             "allow_anonymous true\n"
-            "persistence false\n"
+            f"{persistence}"
             f"log_dest file {self.log_path}\n"
             "log_type error\nlog_type warning\nlog_type notice\n"
         )
