@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,22 @@ pytest_plugins = [
     for p in sorted((Path(__file__).parent / "realparts").glob("*.py"))
     if p.stem != "__init__"
 ]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_feature_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One feature cache for the whole run, in pytest's temporary folder, never the user's
+    ~/.cache: tests share extractions with each other but leave nothing behind."""
+    cache = tmp_path_factory.mktemp("feature-cache")
+    before = os.environ.get("VOXMETER_CACHE")
+    os.environ["VOXMETER_CACHE"] = str(cache)
+    try:
+        yield cache
+    finally:
+        if before is None:
+            os.environ.pop("VOXMETER_CACHE", None)
+        else:
+            os.environ["VOXMETER_CACHE"] = before
 
 
 @pytest.fixture(scope="session")
