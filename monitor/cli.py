@@ -877,9 +877,27 @@ def status_command(
                 pass
 
 
-def main() -> None:
-    """Console-script entry point."""
-    app(prog_name="voxmeter")
+def main() -> int:
+    """Console-script entry point; usage errors (a missing or unknown option, a value of the wrong
+    type) are one line on stderr and exit 2, like every other user error."""
+    from typer.exceptions import TyperException
+
+    try:
+        code = app(prog_name="voxmeter", standalone_mode=False)
+    except typer.Abort:
+        err_console.print("voxmeter: aborted", markup=False, highlight=False)
+        return 130
+    except TyperException as error:  # click's UsageError family: exit_code 2
+        ctx = getattr(error, "ctx", None)
+        command = ctx.command_path if ctx is not None else "voxmeter"
+        err_console.print(
+            f"{command}: error: {error.format_message()} (see --help)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        return int(getattr(error, "exit_code", 2))
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

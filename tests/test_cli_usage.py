@@ -1,0 +1,41 @@
+"""Usage errors through the real entry point (``python -m monitor.cli``): one line, exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def voxmeter(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "monitor.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("compose", "--delta", "1e-5", "--steps", "10"), "Missing option '--epsilon'"),
+        (("compose", "--epsilon", "x", "--delta", "1e-5", "--steps", "10"), "'--epsilon'"),
+        (("no-such-command",), "No such command 'no-such-command'"),
+        (("score", "--matrix"), "--matrix"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(args: tuple[str, ...], expected: str) -> None:
+    result = voxmeter(*args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "error:" in lines[0] and expected in lines[0], result.stderr
+
+
+def test_help_and_version_still_exit_0() -> None:
+    assert voxmeter("--version").stdout.strip().startswith("voxmeter ")
+    result = voxmeter("compose", "--help")
+    assert result.returncode == 0 and "--epsilon" in result.stdout
