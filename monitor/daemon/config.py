@@ -10,6 +10,7 @@ wrong type or bad value raises :class:`~monitor.errors.ConfigError` naming the k
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -228,6 +229,27 @@ class MqttSettings:
     reconnect_max_seconds: float = _setting(30.0, "largest reconnect delay", _positive)
 
 
+def _topic_level(value: str) -> str | None:
+    if value and not any(c in value for c in "+#") and not value.startswith("/"):
+        return None
+    return "must be a non-empty MQTT topic without + or # (and not starting with /)"
+
+
+def _node_id(value: str) -> str | None:
+    return None if re.fullmatch(r"[a-zA-Z0-9_-]*", value) else "must match [a-zA-Z0-9_-]*"
+
+
+@dataclass(frozen=True)
+class HomeAssistantSettings:
+    """MQTT discovery of Home Assistant entities (needs ``[mqtt]`` enabled: same broker)."""
+
+    discovery: bool = _setting(False, "publish Home Assistant MQTT discovery configs")
+    discovery_prefix: str = _setting(
+        "homeassistant", "Home Assistant's discovery prefix", _topic_level
+    )
+    node_id: str = _setting("", "node in discovery topics; empty = device_id made safe", _node_id)
+
+
 @dataclass(frozen=True)
 class Config:
     """All settings of ``voxmeter run``; one attribute per config.toml section."""
@@ -242,6 +264,7 @@ class Config:
     logging: LoggingSettings = field(default_factory=LoggingSettings)
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
+    homeassistant: HomeAssistantSettings = field(default_factory=HomeAssistantSettings)
 
 
 SECTIONS: dict[str, type] = {f.name: f.default_factory for f in fields(Config)}  # type: ignore[misc]
@@ -334,6 +357,8 @@ def _check_together(config: Config) -> None:
         raise ConfigError("mqtt.reconnect_max_seconds", "must be >= mqtt.reconnect_min_seconds")
     if config.budget.hysteresis_bits >= config.budget.bits * config.budget.warn_fraction:
         raise ConfigError("budget.hysteresis_bits", "must be below the warning threshold")
+    if config.homeassistant.discovery and not config.mqtt.enabled:
+        raise ConfigError("homeassistant.discovery", "needs mqtt.enabled = true (same broker)")
 
 
 def documented_defaults() -> dict[str, dict[str, tuple[Any, str]]]:

@@ -1,4 +1,4 @@
-"""Exporters: Prometheus metrics and MQTT alerts (DESIGN §15).
+"""Exporters: Prometheus metrics, MQTT alerts and Home Assistant discovery (DESIGN §15).
 
 :func:`build_exporters` builds the enabled ones from the config and wires them together
 (``voxmeter_mqtt_connected`` is a Prometheus instrument fed by the MQTT connection).
@@ -7,15 +7,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
 from monitor.daemon.config import Config
 from monitor.daemon.events import Exporter
+from monitor.daemon.exporters.homeassistant import HomeAssistantExporter, Profiles
 from monitor.daemon.exporters.mqtt import MqttExporter, Outbox, Topics, topics_for
 from monitor.daemon.exporters.prometheus import Metrics, PrometheusExporter
 
 __all__ = [
+    "HomeAssistantExporter",
     "Metrics",
     "MqttExporter",
     "PrometheusExporter",
@@ -25,10 +28,14 @@ __all__ = [
 ]
 
 
+class ExporterStore(Outbox, Profiles, Protocol):
+    """What the exporters read from the store: the alert outbox and the household."""
+
+
 def build_exporters(
     config: Config,
     *,
-    store: Outbox,
+    store: ExporterStore,
     db_path: Path,
     device_id: str,
     registry: CollectorRegistry | None = None,
@@ -46,6 +53,12 @@ def build_exporters(
                 store=store,
                 device_id=device_id,
                 on_connection=prometheus.set_mqtt_connected if prometheus else None,
+            )
+        )
+    if config.mqtt.enabled and config.homeassistant.discovery:
+        exporters.append(
+            HomeAssistantExporter(
+                config.homeassistant, config.mqtt, store=store, device_id=device_id
             )
         )
     return exporters

@@ -1,0 +1,383 @@
+"""Home Assistant MQTT discovery: voxmeter's figures as entities of one HA device.
+
+Home Assistant creates an entity for every retained JSON config on
+``<discovery_prefix>/<component>/<node_id>/<object_id>/config``. This exporter publishes:
+
+- per speaker (local profile or ``unknown-N``): ``sensor`` *disclosure* (unit ``bit``, state
+  class ``measurement``, the budget figure) and ``sensor`` *budget* (enum ``ok``, ``warning``,
+  ``exceeded``), both reading the speaker's retained state topic that
+  :class:`~monitor.daemon.exporters.mqtt.MqttExporter` already publishes;
+- per device: ``binary_sensor`` *online* (connectivity, the existing status topic and its last
+  will), ``sensor`` *templates* (N) and ``sensor`` *speech seconds*, the last two from a retained
+  device state topic this exporter publishes.
+
+Every entity has a ``device`` block, a ``unique_id`` and the status topic as availability.
+Entities vanish (an empty retained config) when an ``unknown-N`` track expires and, at start,
+for every speaker that is no longer a local profile in the database: the exporter subscribes to
+its own node's configs, and a *retained* one (published before this run) for a speaker it does
+not know is cleared, with that speaker's retained state. Topics come from
+:func:`~monitor.daemon.exporters.mqtt.topics_for`; object ids are escaped to ``[a-zA-Z0-9_-]``.
+
+It keeps its own broker connection (client id ``<mqtt client id>-ha``), so the alert path of
+the MQTT exporter is untouched by discovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiomqtt
+
+from monitor import __version__
+from monitor.daemon.config import HomeAssistantSettings, MqttSettings
+from monitor.daemon.events import (
+    STATES,
+    DaemonEvent,
+    DaemonStarted,
+    TrackExpired,
+    WindowScored,
+)
+from monitor.daemon.exporters.mqtt import Topics, iso_utc, topics_for
+from monitor.store.templates import LocalProfile
+
+logger = logging.getLogger(__name__)
+
+PUBLISH_TIMEOUT_SECONDS = 10.0
+ONLINE, OFFLINE = "online", "offline"
+SPEAKER_ENTITIES = ("disclosure", "budget")
+"""Object-id suffixes of one speaker's entities."""
+
+
+class Profiles(Protocol):
+    """The part of :class:`monitor.store.Store` this exporter reads (the household members)."""
+
+    def local_profiles(self) -> list[LocalProfile]: ...
+
+
+def safe_id(text: str) -> str:
+    """``text`` as ``[a-zA-Z0-9_-]`` for HA object and unique ids, injectively.
+
+    Letters, digits and ``-`` stay; every other character (``_`` too) becomes ``_xx`` per UTF-8
+    byte, so ``a.b`` and ``a_b`` never share an entity.
+    """
+    return re.sub(
+        r"[^a-zA-Z0-9-]",
+        lambda m: "".join(f"_{byte:02x}" for byte in m.group().encode()),
+        text,
+    )
+
+
+def device_state_topic(topics: Topics) -> str:
+    """Retained device figures (templates, speech seconds) under the device's prefix."""
+    return f"{topics.prefix}/device"
+
+
+@dataclass(frozen=True)
+class Entity:
+    """One discovery config: where it goes and what it says."""
+
+    component: str
+    object_id: str
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """Builds the discovery configs of one device (pure: no network)."""
+
+    settings: HomeAssistantSettings
+    topics: Topics
+    device_id: str
+    version: str = __version__
+
+    @property
+    def node_id(self) -> str:
+        return self.settings.node_id or safe_id(self.device_id)
+
+    def config_topic(self, component: str, object_id: str) -> str:
+        prefix = self.settings.discovery_prefix.rstrip("/")
+        return f"{prefix}/{component}/{self.node_id}/{object_id}/config"
+
+    @property
+    def subscription(self) -> str:
+        """Every config of this node, whatever the component."""
+        return self.config_topic("+", "+")
+
+    def _device(self) -> dict[str, Any]:
+        return {
+            "identifiers": [f"voxmeter_{self.node_id}"],
+            "name": f"voxmeter {self.device_id}",
+            "manufacturer": "voxmeter",
+            "model": "speaker disclosure monitor",
+            "sw_version": self.version,
+        }
+
+    def _common(self, object_id: str, name: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "unique_id": f"voxmeter_{self.node_id}_{object_id}",
+            "device": self._device(),
+            "availability": [
+                {
+                    "topic": self.topics.status,
+                    "value_template": "{{ value_json.state }}",
+                    "payload_available": ONLINE,
+                    "payload_not_available": OFFLINE,
+                }
+            ],
+        }
+
+    def device_entities(self) -> list[Entity]:
+        """Online status (last will), number of templates, seconds of speech scored."""
+        status = {
+            **self._common("online", "Online"),
+            "state_topic": self.topics.status,
+            "value_template": "{{ value_json.state }}",
+            "payload_on": ONLINE,
+            "payload_off": OFFLINE,
+            "device_class": "connectivity",
+            "entity_category": "diagnostic",
+        }
+        del status["availability"]  # it *is* the availability: unavailable would hide offline
+        state = device_state_topic(self.topics)
+        templates = {
+            **self._common("templates", "Templates"),
+            "state_topic": state,
+            "value_template": "{{ value_json.templates }}",
+            "state_class": "measurement",
+            "icon": "mdi:account-group",
+            "entity_category": "diagnostic",
+        }
+        speech = {
+            **self._common("speech_seconds", "Speech seconds"),
+            "state_topic": state,
+            "value_template": "{{ value_json.speech_seconds }}",
+            "unit_of_measurement": "s",
+            "device_class": "duration",
+            "state_class": "total_increasing",
+        }
+        return [
+            Entity("binary_sensor", "online", status),
+            Entity("sensor", "templates", templates),
+            Entity("sensor", "speech_seconds", speech),
+        ]
+
+    def speaker_entities(self, alias: str) -> list[Entity]:
+        """Disclosure bits and budget state of one speaker, from its retained state topic."""
+        base = safe_id(alias)
+        state_topic = self.topics.speaker_state(alias)
+        disclosure = {
+            **self._common(f"{base}_disclosure", f"{alias} disclosure"),
+            "state_topic": state_topic,
+            "value_template": "{{ value_json.bits }}",
+            "unit_of_measurement": "bit",
+            "state_class": "measurement",
+            "suggested_display_precision": 2,
+            "icon": "mdi:account-voice",
+            "json_attributes_topic": state_topic,
+            "json_attributes_template": (
+                "{{ {'budget': value_json.budget, 'measure': value_json.measure, "
+                "'ceiling': value_json.ceiling, 'windows': value_json.windows, "
+                "'speech_seconds': value_json.speech_seconds} | tojson }}"
+            ),
+        }
+        budget = {
+            **self._common(f"{base}_budget", f"{alias} budget"),
+            "state_topic": state_topic,
+            "value_template": "{{ value_json.state }}",
+            "device_class": "enum",
+            "options": list(STATES),
+            "icon": "mdi:shield-account",
+        }
+        return [
+            Entity("sensor", f"{base}_disclosure", disclosure),
+            Entity("sensor", f"{base}_budget", budget),
+        ]
+
+
+class HomeAssistantExporter:
+    """Publishes discovery configs and the device state; clears entities that went away.
+
+    ``handle`` only updates memory and wakes ``run``; ``run`` owns its own connection and
+    retries it with random capped backoff (``[mqtt]`` reconnect settings).
+    """
+
+    name = "homeassistant"
+
+    def __init__(
+        self,
+        settings: HomeAssistantSettings,
+        mqtt: MqttSettings,
+        *,
+        store: Profiles,
+        device_id: str,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.mqtt = mqtt
+        self.topics = topics_for(mqtt, device_id)
+        self.discovery = Discovery(settings, self.topics, device_id)
+        self.client_id = f"{mqtt.client_id or f'voxmeter-{device_id}'}-ha"
+        self._store = store
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+        self._speakers: set[str] = set()
+        self._configs: dict[str, bytes] = {}  # config topic → payload wanted on the broker
+        self._dirty: dict[str, bytes] = {}  # config topic → payload to publish (b"" clears)
+        self._device: dict[str, Any] = {"templates": 0, "speech_seconds": 0.0}
+        self._device_dirty = False
+        self._started = asyncio.Event()
+        self._wake = asyncio.Event()
+        self.connected = False
+
+    # ---- what should exist (no network) ----------------------------------------------------
+
+    def _want(self, entities: Iterable[Entity]) -> None:
+        for entity in entities:
+            topic = self.discovery.config_topic(entity.component, entity.object_id)
+            payload = json.dumps(entity.config, sort_keys=True).encode()
+            if self._configs.get(topic) != payload:
+                self._configs[topic] = payload
+                self._dirty[topic] = payload
+
+    def _forget(self, alias: str) -> None:
+        self._speakers.discard(alias)
+        for entity in self.discovery.speaker_entities(alias):
+            topic = self.discovery.config_topic(entity.component, entity.object_id)
+            self._configs.pop(topic, None)
+            self._dirty[topic] = b""
+
+    def _add_speaker(self, alias: str) -> None:
+        if alias not in self._speakers:
+            self._speakers.add(alias)
+            self._want(self.discovery.speaker_entities(alias))
+
+    async def handle(self, event: DaemonEvent) -> None:
+        match event:
+            case DaemonStarted():
+                self.discovery = Discovery(
+                    self.discovery.settings, self.topics, event.device_id, event.version
+                )
+                self._configs.clear()
+                self._want(self.discovery.device_entities())
+                household = {p.alias for p in self._store.local_profiles()}
+                for alias in sorted(self._speakers | household):
+                    self._speakers.discard(alias)
+                    self._add_speaker(alias)
+                self._device["templates"] = max(event.templates.values(), default=0)
+                self._device_dirty = True
+                self._started.set()
+            case WindowScored():
+                self._add_speaker(event.track)
+                self._device["speech_seconds"] = round(
+                    self._device["speech_seconds"] + event.window_speech_seconds, 3
+                )
+                self._device["templates"] = event.templates
+                self._device_dirty = True
+            case TrackExpired():
+                self._forget(event.track)
+            case _:
+                return  # PipelineStats, StateChanged, DaemonStopping: nothing to show
+        self._wake.set()
+
+    def is_wanted(self, config_topic: str) -> bool:
+        return config_topic in self._configs
+
+    def device_payload(self) -> bytes:
+        return json.dumps({**self._device, "updated": iso_utc(self._clock())}).encode()
+
+    # ---- connection ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """After ``DaemonStarted``: connect, publish, and reconnect until cancelled."""
+        await self._started.wait()
+        s = self.mqtt
+        ceiling = s.reconnect_min_seconds
+        while True:
+            try:
+                async with aiomqtt.Client(
+                    s.host,
+                    s.port,
+                    username=s.username or None,
+                    password=s.password or None,
+                    identifier=self.client_id,
+                    keepalive=s.keepalive_seconds,
+                    timeout=PUBLISH_TIMEOUT_SECONDS,
+                ) as client:
+                    self.connected = True
+                    ceiling = s.reconnect_min_seconds
+                    await self._session(client)
+            except aiomqtt.MqttError as error:
+                logger.log(
+                    logging.WARNING if self.connected else logging.INFO,
+                    "Home Assistant discovery, MQTT broker %s:%d: %s",
+                    s.host,
+                    s.port,
+                    error,
+                )
+            finally:
+                self.connected = False
+            delay = self._rng.uniform(s.reconnect_min_seconds, ceiling)
+            ceiling = min(s.reconnect_max_seconds, ceiling * 2)
+            await self._sleep(delay)
+
+    async def _session(self, client: aiomqtt.Client) -> None:
+        # Subscribe before publishing: retained configs delivered now predate this session.
+        await client.subscribe(self.discovery.subscription, qos=1)
+        self._dirty.update(self._configs)  # a restarted broker has forgotten retained messages
+        self._device_dirty = True
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(self._sweep(client), name="voxmeter.exporter.homeassistant.sweep")
+            tasks.create_task(self._publisher(client), name="voxmeter.exporter.homeassistant.pub")
+
+    async def _sweep(self, client: aiomqtt.Client) -> None:
+        """Clear retained configs (and their speaker state) this run does not want."""
+        async for message in client.messages:
+            topic = message.topic.value
+            if not message.retain or not message.payload or self.is_wanted(topic):
+                continue
+            if topic in self._dirty:  # this run decided about it already
+                continue
+            logger.info("removing Home Assistant entity %s", topic)
+            self._dirty[topic] = b""
+            stale = _state_topic(message.payload)
+            live = {self.topics.speaker_state(alias) for alias in self._speakers}
+            if stale and stale.startswith(f"{self.topics.prefix}/speakers/") and stale not in live:
+                self._dirty[stale] = b""  # the removed speaker's figures go too
+            self._wake.set()
+        raise aiomqtt.MqttError("message stream ended")
+
+    async def _publisher(self, client: aiomqtt.Client) -> None:
+        qos = max(1, self.mqtt.qos)
+        while True:
+            self._wake.clear()
+            for topic in list(self._dirty):
+                payload = self._dirty[topic]
+                await client.publish(topic, payload, qos=qos, retain=True)
+                if self._dirty.get(topic) is payload:
+                    del self._dirty[topic]
+            if self._device_dirty:
+                self._device_dirty = False
+                await client.publish(
+                    device_state_topic(self.topics), self.device_payload(), qos=qos, retain=True
+                )
+            await self._wake.wait()
+
+
+def _state_topic(payload: Any) -> str | None:
+    try:
+        config = json.loads(payload)
+    except (TypeError, ValueError):
+        return None
+    topic = config.get("state_topic") if isinstance(config, dict) else None
+    return topic if isinstance(topic, str) else None
