@@ -628,7 +628,9 @@ def open_source(spec: str) -> AudioSource:
 
     ``mic`` (default input), ``mic:NAME`` or ``mic:INDEX``; ``file:PATH`` (paced in real time),
     ``file:PATH?fast`` (as fast as possible); ``stdin`` (16 kHz), ``stdin:RATE`` or
-    ``stdin:RATE:CHANNELS`` (raw s16le PCM).
+    ``stdin:RATE:CHANNELS`` (raw s16le PCM); ``wyoming://HOST:PORT`` (a Wyoming microphone
+    service) or ``wyoming-listen://HOST:PORT`` (Wyoming clients stream to us), ``?once`` to end
+    with the first connection (monitor/audio/wyoming.py).
     """
     kind, _, arg = spec.partition(":")
     if kind == "mic":
@@ -646,8 +648,12 @@ def open_source(spec: str) -> AudioSource:
             channels = int(parts[1]) if len(parts) == 2 else 1
             return StdinSource(rate, channels=channels)
         raise InputError("stdin", f"bad stream spec {spec!r} (expected stdin[:RATE[:CHANNELS]])")
+    if kind in ("wyoming", "wyoming-listen"):
+        from monitor.audio.wyoming import WyomingSource, parse_endpoint
+
+        return WyomingSource(parse_endpoint(spec))
     raise InputError(
         "source",
         f"unknown audio source {spec!r} (expected mic[:DEVICE], file:PATH[?fast], "
-        "stdin[:RATE[:CHANNELS]])",
+        "stdin[:RATE[:CHANNELS]], wyoming://HOST:PORT, wyoming-listen://HOST:PORT)",
     )

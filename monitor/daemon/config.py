@@ -56,7 +56,18 @@ def _source(value: str) -> str | None:
         return None
     if value.startswith("file:") and len(value) > 5:
         return None
-    return "must be mic, mic:DEVICE, file:PATH, stdin or stdin:RATE[:CHANNELS]"
+    if value.startswith(("wyoming://", "wyoming-listen://")):
+        from monitor.audio.wyoming import parse_endpoint
+
+        try:
+            parse_endpoint(value)
+        except InputError as error:
+            return error.problem
+        return None
+    return (
+        "must be mic, mic:DEVICE, file:PATH, stdin, stdin:RATE[:CHANNELS], "
+        "wyoming://HOST:PORT or wyoming-listen://HOST:PORT"
+    )
 
 
 def _features(value: tuple[str, ...]) -> str | None:
@@ -123,7 +134,9 @@ class AudioSettings:
         30.0, "largest retry delay (random capped backoff)", _positive
     )
     wait_for_device: bool = _setting(
-        False, "a microphone missing at start: false = exit with an error, true = retry", None
+        False,
+        "a microphone or Wyoming service missing at start: false = exit with an error, true = wait",
+        None,
     )
 
 

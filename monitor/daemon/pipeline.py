@@ -489,6 +489,15 @@ def make_source(config: Config) -> AudioSource:
             backoff_max_seconds=config.audio.retry_max_seconds,
             wait_for_device=config.audio.wait_for_device,
         )
+    if spec.startswith(("wyoming://", "wyoming-listen://")):
+        from monitor.audio.wyoming import WyomingSource, parse_endpoint
+
+        return WyomingSource(
+            parse_endpoint(spec),
+            backoff_initial_seconds=config.audio.retry_min_seconds,
+            backoff_max_seconds=config.audio.retry_max_seconds,
+            wait_for_device=config.audio.wait_for_device,
+        )
     return open_source(spec)
 
 

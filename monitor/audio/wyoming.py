@@ -1,0 +1,311 @@
+"""Audio from the Wyoming protocol (Home Assistant voice satellites), as an :class:`AudioSource`.
+
+Two ways in, both consuming ``audio-start`` / ``audio-chunk`` / ``audio-stop`` events of any rate,
+sample width and channel count, converted to 16 kHz mono int16 with soxr like every source:
+
+- ``wyoming://HOST:PORT`` connects to a Wyoming *microphone service* (wyoming-mic-external,
+  or any server that streams audio chunks to a client that connects, the way wyoming-satellite
+  reads its ``--mic-uri``). A lost or refused connection is retried with random capped backoff.
+- ``wyoming-listen://HOST:PORT`` listens: a Wyoming client (a satellite's audio forwarder, a
+  script, another service) connects and streams its audio to voxmeter. One client streams at a
+  time; audio from a second client during another's session is dropped and counted.
+
+``?once`` (either form) ends the source when the first connection closes, as a file ends: for
+replaying a recording, and for ``--exit-at-end``. Stream time runs on across sessions; a gap
+between sessions advances it by the wall-clock time that passed, as after a microphone outage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import numpy as np
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.event import Event
+from wyoming.info import Describe, Info
+from wyoming.server import AsyncEventHandler, AsyncTcpServer
+
+from monitor.audio.sources import (
+    RATE_HZ,
+    AudioFrame,
+    Clock,
+    Sleep,
+    SourceStats,
+    _check_frame_ms,
+    _Resampler,
+)
+from monitor.errors import AudioDeviceError, InputError
+
+logger = logging.getLogger(__name__)
+
+SCHEMES = ("wyoming", "wyoming-listen")
+WIDTHS = (1, 2, 3, 4)
+"""Sample widths in bytes: signed little-endian PCM, as the wyoming package's audioop reads it."""
+
+
+@dataclass(frozen=True)
+class WyomingEndpoint:
+    """Where the audio comes from, parsed from ``wyoming[-listen]://HOST:PORT[?once]``."""
+
+    host: str
+    port: int
+    listen: bool
+    once: bool
+
+    def __str__(self) -> str:
+        scheme = SCHEMES[1] if self.listen else SCHEMES[0]
+        return f"{scheme}://{self.host}:{self.port}{'?once' if self.once else ''}"
+
+
+def parse_endpoint(spec: str) -> WyomingEndpoint:
+    """The endpoint of a source spec; a malformed one raises InputError naming it."""
+    problem = "expected wyoming://HOST:PORT or wyoming-listen://HOST:PORT, optionally ?once"
+    parts = urlsplit(spec)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if (
+        parts.scheme not in SCHEMES
+        or not parts.hostname
+        or port is None
+        or parts.path not in ("", "/")
+        or parts.query not in ("", "once")
+    ):
+        raise InputError("source", f"bad Wyoming source {spec!r} ({problem})")
+    return WyomingEndpoint(parts.hostname, port, parts.scheme == SCHEMES[1], parts.query == "once")
+
+
+def pcm_to_float(audio: bytes, *, width: int, channels: int) -> np.ndarray:
+    """Signed little-endian PCM → float32 (n, channels) in [-1, 1); a partial last frame is cut."""
+    if width not in WIDTHS:
+        raise ValueError(f"sample width {width} bytes not supported (1, 2, 3 or 4)")
+    if not 1 <= channels <= 64:
+        raise ValueError(f"channel count {channels} not supported (1..64)")
+    usable = len(audio) - len(audio) % (width * channels)
+    raw = np.frombuffer(audio, dtype=np.uint8, count=usable)
+    if width == 3:  # 24-bit: assemble, then sign-extend from bit 23
+        b = raw.reshape(-1, 3).astype(np.int32)
+        values = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
+        values = (values ^ 0x800000) - 0x800000
+    else:
+        values = raw.view({1: "i1", 2: "<i2", 4: "<i4"}[width])
+    scale = np.float32(2.0 ** (8 * width - 1))
+    return (values.astype(np.float32) / scale).reshape(-1, channels)
+
+
+class WyomingDecoder:
+    """Audio events → 16 kHz mono int16, one streaming resampler per audio format.
+
+    ``audio-start`` opens a stream, ``audio-chunk`` s carry their own format (a format change
+    flushes the old stream), ``audio-stop`` and :meth:`flush` drain the resampler's tail.
+    Other events give no audio. A malformed chunk raises ``ValueError`` naming the bad value.
+    """
+
+    def __init__(self) -> None:
+        self._format: tuple[int, int, int] | None = None
+        self._resample: _Resampler | None = None
+
+    def flush(self) -> np.ndarray:
+        """The resampler's last samples; the next chunk starts a new stream."""
+        resample, self._resample, self._format = self._resample, None, None
+        if resample is None:
+            return np.zeros(0, dtype=np.int16)
+        return resample(np.zeros(0, dtype=np.float32), last=True)
+
+    def process(self, event: Event) -> np.ndarray:
+        """int16 (n,) at 16 kHz (possibly empty) for one event."""
+        if AudioStart.is_type(event.type) or AudioStop.is_type(event.type):
+            return self.flush()
+        if not AudioChunk.is_type(event.type):
+            return np.zeros(0, dtype=np.int16)
+        chunk = AudioChunk.from_event(event)
+        fmt = (int(chunk.rate), int(chunk.width), int(chunk.channels))
+        if not 4000 <= fmt[0] <= 384000:
+            raise ValueError(f"sample rate {fmt[0]} Hz not supported (4000..384000)")
+        pcm = pcm_to_float(chunk.audio, width=fmt[1], channels=fmt[2])
+        tail = np.zeros(0, dtype=np.int16)
+        if fmt != self._format:
+            tail = self.flush()
+            self._format, self._resample = fmt, _Resampler(fmt[0])
+        assert self._resample is not None
+        return np.concatenate([tail, self._resample(pcm)])
+
+
+_END = object()
+"""Queue marker: the source is finished (``?once`` and the first client left)."""
+
+
+class _Listener(AsyncEventHandler):
+    """One connected client of ``wyoming-listen``: forwards its audio events to the source."""
+
+    def __init__(self, source: WyomingSource, *args: object) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self.source = source
+        self.streamed = False  # whether any of its audio was taken
+        self.rejected = False  # its current session began while another client streamed
+
+    async def handle_event(self, event: Event) -> bool:
+        if Describe.is_type(event.type):
+            await self.write_event(Info().event())
+            return True
+        await self.source._from_client(self, event)
+        return True
+
+    async def disconnect(self) -> None:
+        await self.source._client_left(self)
+
+
+class WyomingSource:
+    """Frames from a Wyoming audio stream (see the module docstring for both modes)."""
+
+    def __init__(
+        self,
+        endpoint: WyomingEndpoint,
+        *,
+        frame_ms: int = 30,
+        backoff_initial_seconds: float = 0.5,
+        backoff_max_seconds: float = 30.0,
+        wait_for_device: bool = False,
+        queue_events: int = 64,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.name = str(endpoint)
+        self.frame_ms = _check_frame_ms(frame_ms)
+        self.stats = SourceStats()
+        self.backoff_initial_seconds = backoff_initial_seconds
+        self.backoff_max_seconds = backoff_max_seconds
+        self.wait_for_device = wait_for_device
+        self._clock = clock
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._queue_events = queue_events
+        self._queue: asyncio.Queue[object] | None = None
+        self._owner: _Listener | None = None
+        self._closed = False
+
+    def close(self) -> None:
+        self._closed = True
+        if self._queue is not None:
+            with contextlib.suppress(asyncio.QueueFull):
+                self._queue.put_nowait(_END)
+
+    # ---- frames: one decoder and one timeline for both modes ------------------------------
+
+    async def frames(self) -> AsyncIterator[AudioFrame]:
+        events = self._serve() if self.endpoint.listen else self._connect()
+        decoder = WyomingDecoder()
+        frame = RATE_HZ * self.frame_ms // 1000
+        pending = np.zeros(0, dtype=np.int16)
+        emitted = 0  # samples on the stream timeline so far (gaps included)
+        started: float | None = None
+        async for event in events:
+            if event is None:  # a connection ended: drain the resampler
+                samples = decoder.flush()
+            else:
+                if AudioStart.is_type(event.type) or AudioChunk.is_type(event.type):
+                    now = self._clock()
+                    if started is None:
+                        started = now
+                    elif pending.shape[0] == 0 and AudioStart.is_type(event.type):
+                        # a new session: time went on while nobody streamed
+                        emitted = max(emitted, round((now - started) * RATE_HZ))
+                try:
+                    samples = decoder.process(event)
+                except ValueError as error:
+                    self.stats.dropped += 1
+                    logger.warning("%s: audio chunk dropped: %s", self.name, error)
+                    continue
+            pending = np.concatenate([pending, samples])
+            last = event is None or AudioStop.is_type(event.type)
+            while pending.shape[0] >= frame or (last and pending.shape[0]):
+                out, pending = pending[:frame], pending[frame:]
+                self.stats.frames_total += 1
+                yield AudioFrame(out, emitted / RATE_HZ)
+                emitted += out.shape[0]
+
+    def backoff_seconds(self, attempt: int) -> float:
+        """Random delay before retry ``attempt`` (1-based), as the microphone source does."""
+        cap = min(self.backoff_max_seconds, self.backoff_initial_seconds * 2 ** (attempt - 1))
+        return self._rng.uniform(cap / 2, cap)
+
+    # ---- wyoming:// — a client of a microphone service ----------------------------------------
+
+    async def _connect(self) -> AsyncIterator[Event | None]:
+        host, port = self.endpoint.host, self.endpoint.port
+        failures = 0
+        connected_once = False
+        while not self._closed:
+            try:
+                async with AsyncTcpClient(host, port) as client:
+                    connected_once, failures = True, 0
+                    logger.info("reading Wyoming audio from %s", self.name)
+                    while (event := await client.read_event()) is not None:
+                        yield event
+                problem = "connection closed"
+            except OSError as error:
+                problem = error.strerror or str(error)
+                if not (connected_once or self.wait_for_device):  # a typo, not an outage
+                    raise AudioDeviceError(f"{self.name}: cannot connect ({problem})") from error
+            yield None
+            if self.endpoint.once:
+                return
+            failures += 1
+            self.stats.device_errors += 1
+            delay = self.backoff_seconds(failures)
+            logger.warning("%s: %s; retry %d in %.1f s", self.name, problem, failures, delay)
+            await self._sleep(delay)
+
+    # ---- wyoming-listen:// — a server clients stream to --------------------------------------
+
+    async def _serve(self) -> AsyncIterator[Event | None]:
+        self._queue = asyncio.Queue(self._queue_events)
+        server = AsyncTcpServer(self.endpoint.host, self.endpoint.port)
+        try:
+            await server.start(lambda reader, writer: _Listener(self, reader, writer))
+        except OSError as error:
+            raise AudioDeviceError(
+                f"{self.name}: cannot listen ({error.strerror or error})"
+            ) from error
+        logger.info("listening for Wyoming audio on %s", self.name)
+        try:
+            while (item := await self._queue.get()) is not _END:
+                yield item  # type: ignore[misc]
+        finally:
+            await server.stop()
+
+    async def _from_client(self, client: _Listener, event: Event) -> None:
+        """Audio of the client that streams now; anyone else's session is dropped, counted."""
+        start, stop = AudioStart.is_type(event.type), AudioStop.is_type(event.type)
+        if not (start or stop or AudioChunk.is_type(event.type)):
+            return
+        if self._owner is None and (start or not client.rejected) and not stop:
+            self._owner, client.rejected = client, False
+        if self._owner is not client:
+            self.stats.dropped += 1
+            client.rejected = not stop  # its session ends with its audio-stop
+            return
+        client.streamed = True
+        assert self._queue is not None
+        await self._queue.put(event)  # lossless: a full queue slows the sender, TCP-style
+        if stop:
+            self._owner = None
+
+    async def _client_left(self, client: _Listener) -> None:
+        if self._owner is client:
+            self._owner = None
+            assert self._queue is not None
+            await self._queue.put(None)
+        if self.endpoint.once and client.streamed and self._queue is not None:
+            await self._queue.put(_END)  # a probe that only asked `describe` does not end it

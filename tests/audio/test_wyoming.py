@@ -1,0 +1,196 @@
+"""The Wyoming source: PCM of every width, format changes, specs, and real Wyoming peers from the
+``wyoming`` package streaming corpus speech, sample for sample what the file source gives."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+
+from monitor.audio.sources import FileSource, open_source, read_audio
+from monitor.audio.wyoming import (
+    WyomingDecoder,
+    WyomingEndpoint,
+    WyomingSource,
+    parse_endpoint,
+    pcm_to_float,
+)
+from monitor.daemon.config import load_config
+from monitor.errors import AudioDeviceError, ConfigError, InputError
+from tests.audio.wyoming_peers import microphone_service, stream_to
+from tests.realparts.mosquitto import free_port
+
+
+def test_pcm_of_every_width_matches_a_slow_reference(rng: np.random.Generator) -> None:
+    for width in (1, 2, 3, 4):
+        bits = 8 * width
+        values = rng.integers(-(2 ** (bits - 1)), 2 ** (bits - 1), size=(50, 2))
+        raw = b"".join(int(v).to_bytes(width, "little", signed=True) for v in values.ravel())
+        got = pcm_to_float(raw + b"\x01", width=width, channels=2)  # a stray byte is cut
+        assert got.shape == (50, 2) and got.dtype == np.float32
+        np.testing.assert_allclose(got, values / 2.0 ** (bits - 1), rtol=1e-6)
+    with pytest.raises(ValueError, match="width 5"):
+        pcm_to_float(b"", width=5, channels=1)
+
+
+def chunk(samples: np.ndarray, rate: int, channels: int = 1) -> AudioChunk:
+    return AudioChunk(rate=rate, width=2, channels=channels, audio=samples.astype("<i2").tobytes())
+
+
+def test_decoder_resamples_downmixes_and_restarts_on_a_format_change() -> None:
+    t = np.arange(48000) / 48000
+    left = (8000 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
+    stereo = np.stack([left, left // 2], axis=1)
+    decoder = WyomingDecoder()
+    out = [decoder.process(AudioStart(rate=48000, width=2, channels=2).event())]
+    for start in range(0, 48000, 1000):
+        out.append(decoder.process(chunk(stereo[start : start + 1000], 48000, 2).event()))
+    out.append(decoder.process(chunk(left[:16000], 16000).event()))  # new format: old one drained
+    out.append(decoder.process(AudioStop().event()))
+    samples = np.concatenate(out)
+    assert samples.dtype == np.int16 and samples.shape == (16000 + 16000,)
+    mono = (stereo.astype(np.float32) / 32768).mean(axis=1)
+    expected = soxr.resample(mono, 48000, 16000, quality="HQ")
+    np.testing.assert_allclose(samples[:16000] / 32768, expected, atol=2 / 32768)
+    np.testing.assert_array_equal(samples[16000:], left[:16000])
+    with pytest.raises(ValueError, match="sample rate 100"):
+        decoder.process(chunk(left[:10], 100).event())
+
+
+def test_specs_parse_and_errors_name_the_source() -> None:
+    assert parse_endpoint("wyoming://10.0.0.5:10600") == WyomingEndpoint(
+        "10.0.0.5", 10600, listen=False, once=False
+    )
+    assert parse_endpoint("wyoming-listen://0.0.0.0:10700?once") == WyomingEndpoint(
+        "0.0.0.0", 10700, listen=True, once=True
+    )
+    assert isinstance(open_source("wyoming://127.0.0.1:10600"), WyomingSource)
+    for bad in ("wyoming://host", "wyoming://:1", "wyoming://h:99999", "wyoming://h:1/x?y"):
+        with pytest.raises(InputError, match="bad Wyoming source"):
+            parse_endpoint(bad)
+    with pytest.raises(ConfigError, match=r"daemon\.source.*wyoming://HOST:PORT"):
+        load_config(None, ["daemon.source=wyoming://nowhere"])
+    assert load_config(None, ["daemon.source=wyoming-listen://127.0.0.1:1?once"])
+
+
+def test_a_missing_service_is_one_error_unless_told_to_wait() -> None:
+    source = WyomingSource(parse_endpoint(f"wyoming://127.0.0.1:{free_port()}"))
+
+    async def first() -> None:
+        async for _ in source.frames():
+            pass
+
+    with pytest.raises(AudioDeviceError, match=r"wyoming://127\.0\.0\.1:\d+: cannot connect"):
+        asyncio.run(first())
+
+
+# ------------------------------------------------------------------------ real Wyoming peers
+@pytest.fixture
+def variants(corpus_root: Path, tmp_path: Path) -> dict[str, Path]:
+    """One corpus utterance as 16 kHz mono and 44.1 kHz stereo 16-bit WAVs (temporary)."""
+    flac = sorted(next(p for p in sorted(corpus_root.iterdir()) if p.is_dir()).glob("*.flac"))[0]
+    mono, _ = read_audio(flac)
+    wide = soxr.resample(mono, 16000, 44100, quality="HQ")
+    stereo = np.stack([wide, 0.6 * wide + 0.01 * np.sin(np.arange(wide.shape[0]) / 7)], axis=1)
+    paths = {"16k-mono": tmp_path / "mono.wav", "44k1-stereo": tmp_path / "stereo.wav"}
+    sf.write(paths["16k-mono"], mono, 16000, subtype="PCM_16")
+    sf.write(paths["44k1-stereo"], np.clip(stereo, -1, 1), 44100, subtype="PCM_16")
+    return paths
+
+
+async def collect(source: FileSource | WyomingSource) -> tuple[np.ndarray, np.ndarray]:
+    frames = [frame async for frame in source.frames()]
+    return np.concatenate([f.samples for f in frames]), np.array([f.start_seconds for f in frames])
+
+
+def file_frames(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    return asyncio.run(collect(FileSource(path, realtime=False)))
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("variant", ["16k-mono", "44k1-stereo"])
+def test_a_wyoming_client_streaming_to_us_gives_the_file_sources_samples(
+    variants: dict[str, Path], variant: str
+) -> None:
+    path = variants[variant]
+    port = free_port()
+    source = WyomingSource(parse_endpoint(f"wyoming-listen://127.0.0.1:{port}?once"))
+
+    async def scenario() -> tuple[np.ndarray, np.ndarray]:
+        received, _ = await asyncio.gather(collect(source), stream_to("127.0.0.1", port, path))
+        return received
+
+    samples, starts = asyncio.run(asyncio.wait_for(scenario(), 60))
+    expected, expected_starts = file_frames(path)
+    np.testing.assert_array_equal(samples, expected)
+    np.testing.assert_allclose(starts, expected_starts, atol=1e-9)
+    assert source.stats.dropped == 0
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("variant", ["16k-mono", "44k1-stereo"])
+def test_a_wyoming_microphone_service_gives_the_file_sources_samples(
+    variants: dict[str, Path], variant: str
+) -> None:
+    path = variants[variant]
+
+    async def scenario() -> tuple[np.ndarray, np.ndarray]:
+        async with microphone_service(path) as port:
+            return await collect(WyomingSource(parse_endpoint(f"wyoming://127.0.0.1:{port}?once")))
+
+    samples, _ = asyncio.run(asyncio.wait_for(scenario(), 60))
+    np.testing.assert_array_equal(samples, file_frames(path)[0])
+
+
+@pytest.mark.corpus
+def test_a_second_client_during_a_session_is_dropped_and_a_lost_service_retried(
+    variants: dict[str, Path],
+) -> None:
+    path = variants["16k-mono"]
+    port = free_port()
+    source = WyomingSource(parse_endpoint(f"wyoming-listen://127.0.0.1:{port}"))
+
+    async def listen() -> np.ndarray:
+        got = []
+        async for frame in source.frames():
+            got.append(frame.samples)
+            if sum(g.shape[0] for g in got) >= 2 * expected.shape[0]:
+                source.close()
+                break
+        return np.concatenate(got)
+
+    expected = file_frames(path)[0]
+
+    async def scenario() -> np.ndarray:
+        task = asyncio.create_task(listen())
+        # two clients at once: one of them streams, the other's chunks are dropped
+        await asyncio.gather(stream_to("127.0.0.1", port, path), stream_to("127.0.0.1", port, path))
+        await stream_to("127.0.0.1", port, path)  # a later session is taken again
+        return await task
+
+    samples = asyncio.run(asyncio.wait_for(scenario(), 60))
+    np.testing.assert_array_equal(samples[: expected.shape[0]], expected)
+    np.testing.assert_array_equal(samples[expected.shape[0] :], expected)
+    assert source.stats.dropped > 0
+
+    # wyoming:// reconnects after the service hung up (each connection streams the file again)
+    async def twice() -> int:
+        async with microphone_service(path) as service:
+            client = WyomingSource(
+                parse_endpoint(f"wyoming://127.0.0.1:{service}"), backoff_initial_seconds=0.05
+            )
+            total = 0
+            async for frame in client.frames():
+                total += frame.samples.shape[0]
+                if total >= 2 * expected.shape[0]:
+                    client.close()
+                    break
+            assert client.stats.device_errors >= 1
+            return total
+
+    assert asyncio.run(asyncio.wait_for(twice(), 60)) == 2 * expected.shape[0]
