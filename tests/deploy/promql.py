@@ -14,9 +14,10 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "voxmeter.json"
 RULES = DEPLOY / "prometheus" / "rules.yml"
+HOUSEHOLD_RULES = DEPLOY / "prometheus" / "household.yml"
 
 # Dashboard variables → what "All" / the default selects.
-VARIABLES = {"$speaker": ".*", "$measure": "lid"}
+VARIABLES = {"$instance": ".*", "$speaker": ".*", "$measure": "lid"}
 
 
 def dashboard() -> dict:
@@ -35,12 +36,13 @@ def dashboard_expressions() -> dict[str, str]:
     return found
 
 
-def rule_expressions() -> dict[str, str]:
-    """Alert name → ``expr`` from rules.yml (a deliberately small reader: our own file's layout)."""
-    text = RULES.read_text()
+def rule_expressions(path: Path = RULES, *, kind: str = "alert") -> dict[str, str]:
+    """Alert (or ``kind="record"``: recording rule) name → ``expr`` from a rule file of ours
+    (a deliberately small reader: our own files' layout)."""
+    text = path.read_text()
     found: dict[str, str] = {}
     pattern = re.compile(
-        r"- alert: (\w+)\n\s+expr: (?:>-\n((?:\s{10,}.*\n)+)|(.*)\n)", re.MULTILINE
+        rf"- {kind}: ([\w:]+)\n\s+expr: (?:>-\n((?:\s{{10,}}.*\n)+)|(.*)\n)", re.MULTILINE
     )
     for match in pattern.finditer(text):
         folded = match.group(2)

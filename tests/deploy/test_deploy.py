@@ -16,6 +16,7 @@ from monitor.daemon.config import load_config
 from tests.deploy.promql import (
     DASHBOARD,
     DEPLOY,
+    HOUSEHOLD_RULES,
     REPO,
     RULES,
     dashboard,
@@ -39,12 +40,32 @@ def test_promtool_checks_the_scrape_config_and_its_rule_files() -> None:
     result = promtool("check", "config", str(PROMETHEUS_DIR / "prometheus.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 rule files found" in result.stdout
+    household = promtool("check", "config", str(PROMETHEUS_DIR / "prometheus-household.yml"))
+    assert household.returncode == 0, household.stdout + household.stderr
+    assert "2 rule files found" in household.stdout
 
 
 def test_promtool_checks_the_rules() -> None:
     result = promtool("check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{len(rule_expressions())} rules found" in result.stdout
+    result = promtool("check", "rules", str(HOUSEHOLD_RULES))
+    assert result.returncode == 0, result.stdout + result.stderr
+    expected = len(rule_expressions(HOUSEHOLD_RULES)) + len(
+        rule_expressions(HOUSEHOLD_RULES, kind="record")
+    )
+    assert f"{expected} rules found" in result.stdout
+
+
+def test_household_rules_leave_unknown_tracks_out_and_are_unit_tested() -> None:
+    """Every household expression composes local aliases only (unknown-N are per device)."""
+    records = rule_expressions(HOUSEHOLD_RULES, kind="record")
+    assert len(records) >= 3 and all(name.startswith("household:") for name in records)
+    for name, expr in records.items():
+        assert 'speaker!~"unknown-.*"' in expr, name
+    tested = (PROMETHEUS_DIR / "tests" / "household_test.yml").read_text()
+    for name in [*records, *rule_expressions(HOUSEHOLD_RULES)]:
+        assert name in tested, f"{name} has no promtool unit test"
 
 
 def test_rule_unit_tests_pass() -> None:
@@ -224,10 +245,14 @@ def test_device_broker_config_starts_a_real_mosquitto(tmp_path: Path) -> None:
 def test_a_real_prometheus_loads_the_rules_healthy(
     prometheus_server: Callable[..., object],
 ) -> None:
-    server = prometheus_server(["127.0.0.1:9"], rule_files=[RULES])
+    server = prometheus_server(["127.0.0.1:9"], rule_files=[RULES, HOUSEHOLD_RULES])
     groups = server.api("rules")["groups"]  # type: ignore[attr-defined]
     loaded = {r["name"]: r for g in groups for r in g["rules"]}
-    expected = rule_expressions()
+    expected = {
+        **rule_expressions(),
+        **rule_expressions(HOUSEHOLD_RULES),
+        **rule_expressions(HOUSEHOLD_RULES, kind="record"),
+    }
     assert set(loaded) == set(expected)
     for name, rule in loaded.items():
         assert rule["health"] in ("ok", "unknown"), (name, rule.get("lastError"))
