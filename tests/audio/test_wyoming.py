@@ -11,6 +11,8 @@ import pytest
 import soundfile as sf
 import soxr
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.info import Describe, Info
 
 from monitor.audio.sources import FileSource, open_source, read_audio
 from monitor.audio.wyoming import (
@@ -194,3 +196,26 @@ def test_a_second_client_during_a_session_is_dropped_and_a_lost_service_retried(
             return total
 
     assert asyncio.run(asyncio.wait_for(twice(), 60)) == 2 * expected.shape[0]
+
+
+def test_the_listener_answers_describe_like_a_wyoming_service() -> None:
+    port = free_port()
+    source = WyomingSource(parse_endpoint(f"wyoming-listen://127.0.0.1:{port}"))
+
+    async def scenario() -> bool:
+        frames = source.frames()
+        listening = asyncio.create_task(anext(frames, None))
+        for _ in range(100):
+            try:
+                async with AsyncTcpClient("127.0.0.1", port) as client:
+                    await client.write_event(Describe().event())
+                    reply = await client.read_event()
+                    break
+            except OSError:
+                await asyncio.sleep(0.05)
+        source.close()
+        await listening
+        await frames.aclose()
+        return reply is not None and Info.is_type(reply.type)
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 30))
