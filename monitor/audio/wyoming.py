@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import time
 from collections.abc import AsyncIterator
@@ -140,6 +141,11 @@ class WyomingDecoder:
         return np.concatenate([tail, self._resample(pcm)])
 
 
+def _reason(error: OSError) -> str:
+    """``Connection refused``, not asyncio's ``Connect call failed ('127.0.0.1', 1)``."""
+    return os.strerror(error.errno) if error.errno else str(error)
+
+
 _END = object()
 """Queue marker: the source is finished (``?once`` and the first client left)."""
 
@@ -255,7 +261,7 @@ class WyomingSource:
                         yield event
                 problem = "connection closed"
             except OSError as error:
-                problem = error.strerror or str(error)
+                problem = _reason(error)
                 if not (connected_once or self.wait_for_device):  # a typo, not an outage
                     raise AudioDeviceError(f"{self.name}: cannot connect ({problem})") from error
             yield None
@@ -275,9 +281,7 @@ class WyomingSource:
         try:
             await server.start(lambda reader, writer: _Listener(self, reader, writer))
         except OSError as error:
-            raise AudioDeviceError(
-                f"{self.name}: cannot listen ({error.strerror or error})"
-            ) from error
+            raise AudioDeviceError(f"{self.name}: cannot listen ({_reason(error)})") from error
         logger.info("listening for Wyoming audio on %s", self.name)
         try:
             while (item := await self._queue.get()) is not _END:
