@@ -11,8 +11,9 @@ sample width and channel count, converted to 16 kHz mono int16 with soxr like ev
   time; audio from a second client during another's session is dropped and counted.
 
 ``?once`` (either form) ends the source when the first connection closes, as a file ends: for
-replaying a recording, and for ``--exit-at-end``. Stream time runs on across sessions; a gap
-between sessions advances it by the wall-clock time that passed, as after a microphone outage.
+replaying a recording, and for ``--exit-at-end``. Stream time counts the audio received:
+sessions follow one another without a gap, since no audio was lost between them (a gap would
+count as dropped frames); outages of a ``wyoming://`` service are counted as device errors.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import contextlib
 import logging
 import os
 import random
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -37,7 +37,6 @@ from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from monitor.audio.sources import (
     RATE_HZ,
     AudioFrame,
-    Clock,
     Sleep,
     SourceStats,
     _check_frame_ms,
@@ -182,7 +181,6 @@ class WyomingSource:
         backoff_max_seconds: float = 30.0,
         wait_for_device: bool = False,
         queue_events: int = 64,
-        clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
@@ -193,7 +191,6 @@ class WyomingSource:
         self.backoff_initial_seconds = backoff_initial_seconds
         self.backoff_max_seconds = backoff_max_seconds
         self.wait_for_device = wait_for_device
-        self._clock = clock
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._queue_events = queue_events
@@ -214,19 +211,11 @@ class WyomingSource:
         decoder = WyomingDecoder()
         frame = RATE_HZ * self.frame_ms // 1000
         pending = np.zeros(0, dtype=np.int16)
-        emitted = 0  # samples on the stream timeline so far (gaps included)
-        started: float | None = None
+        emitted = 0  # samples received so far: the stream's clock
         async for event in events:
             if event is None:  # a connection ended: drain the resampler
                 samples = decoder.flush()
             else:
-                if AudioStart.is_type(event.type) or AudioChunk.is_type(event.type):
-                    now = self._clock()
-                    if started is None:
-                        started = now
-                    elif pending.shape[0] == 0 and AudioStart.is_type(event.type):
-                        # a new session: time went on while nobody streamed
-                        emitted = max(emitted, round((now - started) * RATE_HZ))
                 try:
                     samples = decoder.process(event)
                 except ValueError as error:
