@@ -7,8 +7,11 @@ Each command parses its options, calls the library, and prints. User errors
 from __future__ import annotations
 
 import json
+import logging
 import sys
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from functools import wraps
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,6 +31,11 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Inspect and edit the template database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+cache_app = typer.Typer(
+    help="See or clear the feature cache (per-file observations, voice embeddings included).",
+    no_args_is_help=True,
+)
+app.add_typer(cache_app, name="cache")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -47,6 +55,29 @@ def user_errors(function: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(error.exit_code) from None
 
     return wrapper
+
+
+class _WarningLine(logging.Handler):
+    """Library warnings of the offline commands as 'voxmeter: warning: ...' lines on stderr
+    (through err_console, which follows sys.stderr even when a test runner swaps it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        err_console.print(
+            f"voxmeter: warning: {record.getMessage()}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _offline_warnings() -> None:
+    """Show the monitor package's warnings once each as one line (the daemon has its own
+    logging set-up; offline commands use this)."""
+    package = logging.getLogger("monitor")
+    if not any(isinstance(h, _WarningLine) for h in package.handlers):
+        handler = _WarningLine(logging.WARNING)
+        package.addHandler(handler)
+        package.setLevel(min(package.level or logging.WARNING, logging.WARNING))
 
 
 @app.callback(invoke_without_command=True)
@@ -256,6 +287,12 @@ CacheOption = Annotated[
 NoCacheOption = Annotated[
     bool, typer.Option("--no-cache", help="Do not read or write the feature cache.")
 ]
+MinSpeechOption = Annotated[
+    float,
+    typer.Option(
+        "--min-speech", min=0.0, help="Skip files with less speech than this (seconds, after VAD)."
+    ),
+]
 ALL_FEATURES = "f0,phone,embedding"
 
 
@@ -280,11 +317,12 @@ def enroll_command(
     features: FeaturesOption = ALL_FEATURES,
     cache: CacheOption = None,
     no_cache: NoCacheOption = False,
+    min_speech: MinSpeechOption = 0.3,
 ) -> None:
     """Build one template per speaker and feature from a corpus (replacing old templates)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from monitor.corpus import scan_corpus
+    from monitor.corpus import check_speaker_names, scan_corpus
     from monitor.enroll import default_cache_dir, enroll_corpus
     from monitor.features.base import FEATURE_NAMES
     from monitor.features.extract import FeatureCache
@@ -304,9 +342,10 @@ def enroll_command(
     if local and "embedding" not in names:
         raise VoxmeterError("--local needs the embedding feature (local profiles track voices)")
     scanned = scan_corpus(corpus, split=split)
+    check_speaker_names(scanned)  # before the database is touched or any audio processed
     path = _db_path(db)
     feature_cache = None if no_cache else FeatureCache(cache or default_cache_dir())
-    with open_store(path) as store:
+    with _new_file_removed_on_error(path), open_store(path) as store:
         store.check_writable()  # fail now, not after minutes of extraction
         with Progress(
             TextColumn("[bold]enrolling[/]"),
@@ -332,12 +371,16 @@ def enroll_command(
                 jobs=jobs,
                 cache=feature_cache,
                 progress=progress,
+                min_speech_seconds=min_speech,
             )
     out = {"markup": False, "highlight": False, "soft_wrap": True}
     for file, reason in report.skipped_files:
         err_console.print(f"voxmeter: skipped file {file}: {reason}", **out)
+    for file, reason in report.partial_files:
+        err_console.print(f"voxmeter: file {file}: {reason}", **out)
     for alias, reason in report.skipped_speakers:
         err_console.print(f"voxmeter: skipped speaker {alias}: {reason}", **out)
+    _print_drops_per_speaker([file for file, _ in report.skipped_files])
     for speaker in report.enrolled:
         if speaker.short:
             asked = f"{utterances} utterances" if utterances else f"{seconds:g} s"
@@ -355,6 +398,34 @@ def enroll_command(
         + (f"; {len(report.local_profiles)} local profiles" if report.local_profiles else ""),
         **out,
     )
+
+
+def _print_drops_per_speaker(files: Sequence[str]) -> None:
+    """One line: how many files each speaker lost (speaker = the file's folder)."""
+    counts = Counter(Path(file).parent.name for file in files)
+    if counts:
+        listed = ", ".join(f"{speaker} {n}" for speaker, n in sorted(counts.items()))
+        err_console.print(
+            f"voxmeter: files skipped per speaker: {listed}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+@contextmanager
+def _new_file_removed_on_error(path: Path) -> Iterator[None]:
+    """If ``path`` does not exist yet and the block fails, remove what it created there (the
+    database and its -wal/-shm): an error never leaves an empty database behind."""
+    existed = path.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with suppress(OSError):
+                    path.with_name(path.name + suffix).unlink()
+        raise
 
 
 def _identity_json(identity: Any) -> dict[str, Any]:
@@ -435,20 +506,71 @@ def db_show_command(
 def db_remove_command(
     alias: Annotated[str, typer.Argument(help="Identity alias.")],
     db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
+    cache: CacheOption = None,
 ) -> None:
-    """Delete an identity with its templates and local profiles."""
+    """Delete an identity with its templates and local profiles, and that speaker's feature
+    cache entries (they hold the voice embedding of every utterance)."""
+    from monitor.enroll import default_cache_dir
+    from monitor.features.extract import FeatureCache
     from monitor.store import open_store
 
     path = _db_path(db)
     with open_store(path, create=False) as store:
         identity = store.identity(alias)
         store.remove_identity(alias)
+    cache_dir = cache or default_cache_dir()
+    entries = 0
+    if cache_dir.is_dir():
+        corpus = identity.metadata.get("corpus")
+        entries = FeatureCache(cache_dir).remove_speaker(
+            alias, corpus if isinstance(corpus, str) else None
+        )
     profiles = f", local profiles {', '.join(identity.local_profiles)}"
     console.print(
         f"removed {alias} from {path} ({len(identity.templates)} templates"
-        f"{profiles if identity.local_profiles else ''})",
+        f"{profiles if identity.local_profiles else ''}) and {entries} feature cache entries "
+        f"from {cache_dir}",
         markup=False,
         highlight=False,
+        soft_wrap=True,
+    )
+
+
+# ---- voxmeter cache ----------------------------------------------------------------------------
+
+
+@cache_app.command("info")
+@user_errors
+def cache_info_command(cache: CacheOption = None) -> None:
+    """Where the feature cache is and how big (entries hold paths and voice embeddings)."""
+    from monitor.enroll import default_cache_dir
+    from monitor.features.extract import FeatureCache
+
+    directory = cache or default_cache_dir()
+    if not directory.is_dir():
+        console.print(f"{directory}: no feature cache", markup=False, highlight=False)
+        return
+    info = FeatureCache(directory).info()
+    console.print(
+        f"{info.directory}: {info.entries} entries, {info.bytes / 1e6:.1f} MB "
+        "(per audio file: its absolute path and observations, including the voice embedding)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@cache_app.command("clear")
+@user_errors
+def cache_clear_command(cache: CacheOption = None) -> None:
+    """Delete every feature cache entry (the next corpus command extracts again)."""
+    from monitor.enroll import default_cache_dir
+    from monitor.features.extract import FeatureCache
+
+    directory = cache or default_cache_dir()
+    removed = FeatureCache(directory).clear() if directory.is_dir() else 0
+    console.print(
+        f"removed {removed} feature cache entries from {directory}", markup=False, highlight=False
     )
 
 
@@ -541,20 +663,26 @@ def _print_skipped(skipped: Any) -> None:
         err_console.print(
             f"voxmeter: skipped {item}: {reason}", markup=False, highlight=False, soft_wrap=True
         )
+    _print_drops_per_speaker([item for item, _ in skipped if not item.startswith("speaker ")])
 
 
 @app.command("calibrate")
 @user_errors
 def calibrate_command(
     corpus: Annotated[Path, typer.Argument(help="Labelled dev corpus <root>/<speaker>/<utt>.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            help="Calibration JSON to write (required: the shipped models/calibration.json is "
+            "replaced only when named here).",
+        ),
+    ],
     split: SplitOption = None,
     db: Annotated[
         Path | None,
         typer.Option("--db", help="Also store the calibration in this database ($VOXMETER_DB)."),
     ] = None,
-    out: Annotated[Path, typer.Option("--out", help="Calibration JSON to write.")] = Path(
-        "models/calibration.json"
-    ),
     loss: Annotated[
         str, typer.Option("--loss", help="Beta-binomial loss: ll (default), ms, wms, rwms, cll.")
     ] = "ll",
@@ -568,12 +696,14 @@ def calibrate_command(
     jobs: JobsOption = 1,
     cache: CacheOption = None,
     no_cache: NoCacheOption = False,
+    min_speech: MinSpeechOption = 0.3,
 ) -> None:
     """Fit the per-feature, per-length calibration (beta-binomial and LID) on a dev corpus."""
     import os
 
     from monitor.calibration.fit import calibrate_corpus
     from monitor.enroll import default_cache_dir
+    from monitor.outputs import check_output_file
 
     names = _feature_list(features)
     loss = _check_loss(loss)
@@ -581,6 +711,8 @@ def calibrate_command(
     template = _seconds_list(template_seconds, "--template-seconds", allow_rest=True)
     if len(template) != 1:
         raise VoxmeterError(f"--template-seconds {template_seconds!r}: give one length")
+    check_output_file(out, "--out")
+    _offline_warnings()
     with _LazyBar("extracting") as extraction_progress:
         calibration, skipped = calibrate_corpus(
             corpus,
@@ -593,6 +725,7 @@ def calibrate_command(
             jobs=jobs,
             extraction_progress=extraction_progress,
             progress=lambda text: err_console.print(f"fitting {text}", markup=False),
+            min_speech_seconds=min_speech,
         )
     _print_skipped(skipped)
     calibration.save(out)
@@ -654,11 +787,13 @@ def evaluate_command(
     jobs: JobsOption = 1,
     cache: CacheOption = None,
     no_cache: NoCacheOption = False,
+    min_speech: MinSpeechOption = 0.3,
 ) -> None:
     """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
     from monitor.calibration.fit import DEFAULT_PATH, CalibrationSet
     from monitor.enroll import default_cache_dir
     from monitor.evaluate import evaluate_corpus
+    from monitor.outputs import check_output_folder
 
     names = _feature_list(features)
     loss = _check_loss(loss)
@@ -670,6 +805,8 @@ def evaluate_command(
     loaded = None
     if calibration is not None or lid_from == "calibration" or DEFAULT_PATH.is_file():
         loaded = CalibrationSet.load(calibration_path)
+    check_output_folder(out, "--out")
+    _offline_warnings()
     with _LazyBar("extracting") as extraction_progress:
         _, document = evaluate_corpus(
             corpus,
@@ -687,6 +824,7 @@ def evaluate_command(
             jobs=jobs,
             extraction_progress=extraction_progress,
             progress=lambda text: err_console.print(f"auditing {text}", markup=False),
+            min_speech_seconds=min_speech,
         )
     _print_skipped([(s["item"], s["reason"]) for s in document["skipped"]])
     summary = ", ".join(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import os
+import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -96,6 +97,33 @@ def _probe(path: Path) -> str | None:
     if info.frames <= 0:
         return "no audio samples"
     return None
+
+
+def alias_problem(name: str) -> str | None:
+    """Why a speaker folder's name cannot be an identity alias, or None if it can.
+
+    Aliases appear in the database, logs, metrics and MQTT topics: no outer spaces (two
+    folders would look alike), no control characters (they forge terminal and log lines).
+    """
+    if not name.strip():
+        return "is blank"
+    if name != name.strip():
+        return "has leading or trailing spaces"
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in name):
+        return "contains a control character"
+    return None
+
+
+def check_speaker_names(corpus: Corpus) -> None:
+    """InputError naming the first speaker folder that is not a valid alias (see
+    :func:`alias_problem`), so that enrolment stops before any audio is processed."""
+    for speaker in corpus.speakers:
+        problem = alias_problem(speaker)
+        if problem is not None:
+            raise InputError(
+                str(corpus.root / speaker),
+                f"speaker folder name {speaker!r} {problem}; rename the folder",
+            )
 
 
 def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Corpus:

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from monitor.corpus import Corpus
+from monitor.corpus import Corpus, check_speaker_names
 from monitor.features.base import FEATURE_NAMES, Observation, get_feature
 from monitor.features.extract import FeatureCache, FileFeatures, extract_many
 from monitor.store import Enrolment, Store
 from monitor.store.templates import LOCAL_PROFILE_FEATURE
 
 __all__ = [
+    "METADATA_COLUMNS",
     "MIN_SPEECH_SECONDS",
     "EnrolledSpeaker",
     "EnrolmentReport",
@@ -35,7 +36,12 @@ __all__ = [
 ]
 
 MIN_SPEECH_SECONDS = 0.3
-"""A file with less speech than this (after VAD) adds nothing reliable to a template."""
+"""Default minimum speech per file (after VAD); ``min_speech_seconds`` changes it (a corpus of
+single spoken digits has utterances of 0.2–0.4 s)."""
+
+METADATA_COLUMNS = ("gender", "age", "original_split")
+"""The only speakers.tsv columns stored with an identity: any other column (a name, an e-mail)
+stays out of the database."""
 
 Progress = Callable[[int, int, str], None]
 """progress(done, total, path): total grows when a later round needs more files."""
@@ -71,20 +77,39 @@ class EnrolmentReport:
     enrolled: tuple[EnrolledSpeaker, ...]
     skipped_files: tuple[tuple[str, str], ...]  # (path, reason)
     skipped_speakers: tuple[tuple[str, str], ...]  # (alias, reason)
+    partial_files: tuple[tuple[str, str], ...]  # (path, features it lacked): used for the rest
     local_profiles: tuple[str, ...]
     features: tuple[str, ...]
     files_extracted: int  # files processed (from cache or extracted)
     cache_hits: int
 
 
-def _file_problem(result: FileFeatures, features: Sequence[str]) -> str | None:
-    """Why a file cannot go into a template, or None if it can."""
-    if result.speech_seconds < MIN_SPEECH_SECONDS:
-        return f"no usable speech ({result.speech_seconds:.2f} s after VAD)"
-    empty = [f for f in features if not np.any(result.observations[f].values != 0)]
-    if empty:
-        return f"speech gives no {'/'.join(empty)} evidence"
+def _empty_features(result: FileFeatures, features: Sequence[str]) -> list[str]:
+    """Features whose observation of this file carries no evidence (no counts, zero vector)."""
+    return [f for f in features if not np.any(result.observations[f].values != 0)]
+
+
+def _file_problem(
+    result: FileFeatures, features: Sequence[str], min_speech_seconds: float = MIN_SPEECH_SECONDS
+) -> str | None:
+    """Why a file cannot go into any template, or None if it can (it may still lack some
+    features: those are left out of that feature's template only)."""
+    if result.speech_seconds < min_speech_seconds:
+        return (
+            f"too little speech ({result.speech_seconds:.2f} s after VAD, "
+            f"minimum {min_speech_seconds:g} s)"
+        )
+    if len(_empty_features(result, features)) == len(features):
+        return "speech gives no evidence for any feature"
     return None
+
+
+def _pool_kept(feature: str, results: Sequence[FileFeatures]) -> Observation:
+    """The feature's pool over the files that carry evidence for it (all files if none do:
+    an empty template scores as no evidence)."""
+    observations = [r.observations[feature] for r in results]
+    kept = [o for o in observations if np.any(o.values != 0)] or observations
+    return get_feature(feature).pool(kept)
 
 
 @dataclass
@@ -131,13 +156,17 @@ def enroll_corpus(
     jobs: int = 1,
     cache: FeatureCache | None = None,
     progress: Progress | None = None,
+    min_speech_seconds: float = MIN_SPEECH_SECONDS,
 ) -> EnrolmentReport:
     """Enrol every speaker of ``corpus`` into ``store`` (replacing their old templates).
 
     ``utterances`` = K first usable utterances, or ``seconds`` = first S seconds of speech
     (at most one; neither means every utterance). ``local`` also registers each speaker as a
-    device user (local profile) under the same alias. Raises ``ValueError`` for bad options
-    and ``InputError`` when no speaker has usable speech.
+    device user (local profile) under the same alias. A file needs ``min_speech_seconds`` of
+    speech and evidence for at least one feature; a feature it lacks is left out of that
+    feature's template only. Raises ``ValueError`` for bad options, ``InputError`` for a
+    speaker folder that is not a valid alias (before any extraction) or when no speaker has
+    usable speech.
     """
     from monitor.errors import InputError
 
@@ -152,12 +181,19 @@ def enroll_corpus(
         raise ValueError(f"seconds must be a positive number, got {seconds}")
     if local and LOCAL_PROFILE_FEATURE not in names:
         raise ValueError(f"local profiles need the {LOCAL_PROFILE_FEATURE!r} feature")
+    if not (math.isfinite(min_speech_seconds) and min_speech_seconds >= 0):
+        raise ValueError(f"min_speech_seconds must be >= 0, got {min_speech_seconds}")
+    check_speaker_names(corpus)
+
+    def problem(result: FileFeatures) -> str | None:
+        return _file_problem(result, names, min_speech_seconds)
 
     speakers = {
         alias: _Speaker(alias, [str(u.path) for u in corpus.utterances_of(alias)])
         for alias in corpus.speakers
     }
     skipped_files: list[tuple[str, str]] = [(str(p), reason) for p, reason in corpus.unreadable]
+    partial_files: list[tuple[str, str]] = []
     results: dict[str, FileFeatures] = {}
     done = 0
     total = 0
@@ -182,19 +218,19 @@ def enroll_corpus(
         results.update(extraction.files)
         skipped_files += [(p, getattr(e, "problem", str(e))) for p, e in extraction.errors.items()]
         for path, result in extraction.files.items():
-            problem = _file_problem(result, names)
-            if problem is not None:
-                skipped_files.append((path, problem))
+            reason = problem(result)
+            if reason is not None:
+                skipped_files.append((path, reason))
+            elif empty := _empty_features(result, names):
+                partial_files.append((path, f"no {'/'.join(empty)} evidence: used for the rest"))
         wanted = {}
-        speech_rates = [
-            r.speech_seconds for r in results.values() if _file_problem(r, names) is None
-        ]
+        speech_rates = [r.speech_seconds for r in results.values() if problem(r) is None]
         mean_speech = float(np.mean(speech_rates)) if speech_rates else 1.0
         for alias, speaker in speakers.items():
             usable = [
                 results[p]
                 for p in speaker.paths[: speaker.next_index]
-                if p in results and _file_problem(results[p], names) is None
+                if p in results and problem(results[p]) is None
             ]
             speaker.usable = usable
             chosen, met = _selection(usable, utterances=utterances, seconds=seconds)
@@ -204,24 +240,21 @@ def enroll_corpus(
                 need = utterances - len(usable)
             else:
                 missing = float(seconds or 0.0) - sum(u.speech_seconds for u in usable)
-                need = max(1, math.ceil(missing / max(mean_speech, MIN_SPEECH_SECONDS)))
+                need = max(1, math.ceil(missing / max(mean_speech, min_speech_seconds, 0.1)))
             wanted[alias] = speaker.take(need)
 
     enrolments: list[Enrolment] = []
     enrolled: list[EnrolledSpeaker] = []
     skipped_speakers: list[tuple[str, str]] = []
-    pools = {name: get_feature(name) for name in names}
     for alias, speaker in speakers.items():
         chosen, met = _selection(speaker.usable or [], utterances=utterances, seconds=seconds)
         if not chosen:
             tried = speaker.next_index
             skipped_speakers.append((alias, f"no usable speech in {tried} file(s)"))
             continue
-        templates: dict[str, Observation] = {
-            name: feature.pool([r.observations[name] for r in chosen])
-            for name, feature in pools.items()
-        }
-        metadata = {k: v for k, v in corpus.metadata.get(alias, {}).items() if k != "speaker"}
+        templates = {name: _pool_kept(name, chosen) for name in names}
+        row = corpus.metadata.get(alias, {})
+        metadata = {k: row[k] for k in METADATA_COLUMNS if k in row}
         metadata["corpus"] = corpus.root.name
         enrolments.append(
             Enrolment(alias, templates, metadata, local_profile=alias if local else None)
@@ -243,6 +276,7 @@ def enroll_corpus(
         enrolled=tuple(enrolled),
         skipped_files=tuple(skipped_files),
         skipped_speakers=tuple(skipped_speakers),
+        partial_files=tuple(partial_files),
         local_profiles=tuple(e.alias for e in enrolled) if local else (),
         features=names,
         files_extracted=done,

@@ -123,12 +123,45 @@ def read_scores_key(scores_path: str | Path, key_path: str | Path) -> PairScores
 
 
 def _load_npy(path: Path) -> np.ndarray:
+    """An .npy array, its header checked before any memory is allocated.
+
+    A renamed .npz (a zip archive), a header whose shape needs more bytes than the file holds,
+    or an object array is refused with one line; the data are memory-mapped, never read twice.
+    """
     if not path.exists():
         raise InputError(str(path), "no such file")
+    if path.is_dir():
+        raise InputError(str(path), "is a directory, not a file")
     try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as error:
+        with open(path, "rb") as stream:
+            if stream.read(4) == b"PK\x03\x04":
+                raise InputError(str(path), "a .npz (zip) archive, not a .npy array")
+            stream.seek(0)
+            version = np.lib.format.read_magic(stream)
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, _fortran, dtype = read_header(stream)
+            offset = stream.tell()
+        size = path.stat().st_size
+    except InputError:
+        raise
+    except (ValueError, OSError, EOFError, SyntaxError) as error:
         raise InputError(str(path), f"not a readable .npy array ({error})") from None
+    if dtype.hasobject:
+        raise InputError(str(path), f"expected numbers, got dtype {dtype}")
+    needed = math.prod(shape) * dtype.itemsize
+    if needed != size - offset:
+        raise InputError(
+            str(path),
+            f"header says shape {shape} of {dtype} ({needed} bytes) but the file holds "
+            f"{size - offset} bytes of data",
+        )
+    if needed == 0:
+        return np.zeros(shape, dtype=dtype)
+    return np.load(path, mmap_mode="r", allow_pickle=False)
 
 
 def _suffix(path: Path, allowed: tuple[str, ...]) -> str:

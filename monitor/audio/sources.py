@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -76,6 +76,39 @@ def read_audio(path: str | os.PathLike[str]) -> tuple[np.ndarray, float]:
         mono = soxr.resample(mono, rate, RATE_HZ, quality="HQ").astype(np.float32, copy=False)
     np.clip(mono, -1.0, 1.0, out=mono)
     return mono, duration
+
+
+def audio_length_seconds(path: str | os.PathLike[str]) -> float:
+    """Duration of an audio file from its header (the same checks as :func:`read_audio`)."""
+    with _open_soundfile(str(path)) as handle:
+        return int(handle.frames) / int(handle.samplerate)
+
+
+def read_audio_blocks(path: str | os.PathLike[str], block_seconds: float) -> Iterator[np.ndarray]:
+    """:func:`read_audio` in consecutive blocks of about ``block_seconds`` (float32 mono 16 kHz),
+    so a file of any length is read in bounded memory. The blocks joined are the same samples
+    as :func:`read_audio` up to soxr's streaming edges; the same files are refused."""
+    name = str(path)
+    with _open_soundfile(name) as handle:
+        rate = int(handle.samplerate)
+        declared = int(handle.frames)
+        stream = None if rate == RATE_HZ else soxr.ResampleStream(rate, RATE_HZ, 1, "float32", "HQ")
+        size = max(1, int(block_seconds * rate))
+        read = 0
+        while read < declared:
+            try:
+                data = handle.read(min(size, declared - read), dtype="float32", always_2d=True)
+            except sf.LibsndfileError as exc:
+                raise InputError(name, f"not readable as audio ({exc.error_string})") from exc
+            if data.shape[0] == 0:
+                raise InputError(name, f"truncated: header says {declared} samples, {read} read")
+            read += data.shape[0]
+            if not np.isfinite(data).all():
+                raise InputError(name, "audio contains NaN or infinite samples")
+            mono = data.mean(axis=1, dtype=np.float32)
+            if stream is not None:
+                mono = stream.resample_chunk(mono, last=read >= declared)
+            yield np.clip(mono, -1.0, 1.0)
 
 
 # --------------------------------------------------------------------------- streaming sources

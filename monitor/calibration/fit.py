@@ -15,7 +15,9 @@ them from :meth:`CalibrationSet.fusion_weights` and builds the score with :func:
 from __future__ import annotations
 
 import json
+import logging
 import math
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from monitor.calibration.protocol import (
+    MIN_SPEECH_SECONDS,
     SpeakerUtterances,
     Trials,
     describe_template,
@@ -32,7 +35,10 @@ from monitor.calibration.protocol import (
     plan_splits,
     score_trials,
 )
+from monitor.disclosure.lid import LidCalibration
 from monitor.errors import InputError
+
+logger = logging.getLogger(__name__)
 
 COMBINED = "combined"
 """Name of the fused feature."""
@@ -202,10 +208,10 @@ class CalibrationSet:
             raise InputError(source, str(error)) from error
 
     def save(self, path: str | Path) -> None:
-        """Write JSON to ``path`` (parent folders created)."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(self.to_json(), encoding="utf-8")
+        """Write JSON to ``path`` atomically (parent folders created; InputError if it cannot)."""
+        from monitor.outputs import write_text_atomic
+
+        write_text_atomic(path, self.to_json())
 
     @classmethod
     def load_default(cls) -> CalibrationSet:
@@ -288,12 +294,54 @@ def fit_fusion_weights(scores: Mapping[str, np.ndarray], truth: np.ndarray) -> d
     return {name: float(w) for name, w in zip(names, result.x, strict=True)}
 
 
+SeparableNotes = dict[str, list[float]]
+"""feature -> test lengths (seconds) whose dev scores were perfectly separable."""
+
+
+def fit_lid_noting(
+    name: str, S: np.ndarray, truth: np.ndarray, seconds: float, notes: SeparableNotes | None
+) -> LidCalibration:
+    """``fit_lid_calibration`` that records a separable fit under the feature's name in
+    ``notes`` (reported once per feature by :func:`warn_separable`) instead of warning."""
+    from monitor.disclosure.lid import SeparableWarning, fit_lid_calibration
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error" if notes is not None else "default", SeparableWarning)
+        try:
+            return fit_lid_calibration(S, truth)
+        except SeparableWarning:
+            pass
+    assert notes is not None
+    lengths = notes.setdefault(name, [])
+    if seconds not in lengths:
+        lengths.append(seconds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SeparableWarning)
+        return fit_lid_calibration(S, truth)
+
+
+def warn_separable(notes: SeparableNotes) -> None:
+    """One warning naming every feature (and length) whose LID fit was separable."""
+    if notes:
+        listed = "; ".join(
+            f"{name} at {', '.join(f'{s:g}' for s in sorted(lengths))} s"
+            for name, lengths in notes.items()
+        )
+        logger.warning(
+            "LID calibration: the dev scores are perfectly separable for %s: the "
+            "maximum-likelihood weight is infinite, so the L2 penalty sets it (more or harder "
+            "dev speakers give a real fit)",
+            listed,
+        )
+
+
 def fit_trials(
     trials: Trials,
     *,
     seconds: float,
     loss: str = "ll",
     features: Sequence[str] | None = None,
+    separable: SeparableNotes | None = None,
 ) -> dict[str, BucketCalibration]:
     """One bucket per feature and for ``combined`` from the trials of one length setting.
 
@@ -301,7 +349,6 @@ def fit_trials(
     logistic on the z-normalised rows (§2.3). ``combined`` fuses the features' z-scores with
     weights from :func:`fit_fusion_weights` and is then fitted the same way.
     """
-    from monitor.disclosure.lid import fit_lid_calibration
     from monitor.disclosure.ranks import rank_histogram
     from monitor.disclosure.srd import fit_rank_model
 
@@ -313,7 +360,7 @@ def fit_trials(
         name: str, S: np.ndarray, fusion: Mapping[str, float] | None = None
     ) -> BucketCalibration:
         rank_fit = fit_rank_model(rank_histogram(S, trials.truth), loss=loss)  # type: ignore[arg-type]
-        lid = fit_lid_calibration(S, trials.truth)
+        lid = fit_lid_noting(name, S, trials.truth, seconds, separable)
         return BucketCalibration(
             seconds=float(seconds),
             alpha=rank_fit.alpha,
@@ -358,6 +405,7 @@ def calibrate_speakers(
         raise ValueError(f"calibration needs at least 2 speakers, got {len(speakers)}")
     per_feature: dict[str, list[BucketCalibration]] = {}
     used: list[dict[str, Any]] = []
+    separable: SeparableNotes = {}
     for seconds in sorted_buckets(buckets):
         usable = len(plan_splits(speakers, seconds, template_seconds)[0])
         if usable < max(2.0, min_speakers_fraction * len(speakers)):
@@ -368,12 +416,13 @@ def calibrate_speakers(
         if progress is not None:
             progress(f"bucket {seconds:g} s: N = {trials.N}, {trials.T} trials")
         for name, bucket in fit_trials(
-            trials, seconds=seconds, loss=loss, features=features
+            trials, seconds=seconds, loss=loss, features=features, separable=separable
         ).items():
             per_feature.setdefault(name, []).append(bucket)
         used.append(
             {"seconds": seconds, "N": trials.N, "trials": trials.T, "dropped": len(trials.dropped)}
         )
+    warn_separable(separable)
     if not per_feature:
         shortest = min(buckets)
         raise ValueError(
@@ -413,6 +462,7 @@ def calibrate_corpus(
     jobs: int = 1,
     extraction_progress: Callable[[int, int, str], None] | None = None,
     progress: Callable[[str], None] | None = None,
+    min_speech_seconds: float = MIN_SPEECH_SECONDS,
 ) -> tuple[CalibrationSet, tuple[tuple[str, str], ...]]:
     """Extract (through the cache) a labelled dev corpus and fit every bucket it allows.
 
@@ -426,6 +476,7 @@ def calibrate_corpus(
         cache_dir=cache_dir,
         jobs=jobs,
         progress=extraction_progress,
+        min_speech_seconds=min_speech_seconds,
     )
     try:
         calibration = calibrate_speakers(
@@ -442,6 +493,9 @@ def calibrate_corpus(
                 "features": list(features),
                 "files": loaded.files,
                 "skipped": len(loaded.skipped),
+                # corpus speaker ids (aliases, never names): lets an audit check that its
+                # speakers are disjoint from these
+                "dev_speakers": [s.alias for s in loaded.speakers],
             },
         )
     except ValueError as error:

@@ -33,6 +33,10 @@ MEAN_POOLED: frozenset[str] = frozenset({"embedding"})
 others (histograms of counts) pool by addition (DESIGN §11)."""
 
 
+MIN_SPEECH_SECONDS = 0.3
+"""Default minimum speech per utterance (after VAD); the corpus commands take --min-speech."""
+
+
 class NotEnoughSpeakersError(ValueError):
     """A length setting that fewer than 2 speakers of the corpus can supply."""
 
@@ -266,13 +270,15 @@ def load_speakers(
     features: Sequence[str],
     cache_dir: str | Path | None = None,
     jobs: int = 1,
-    min_speech_seconds: float = 0.3,
+    min_speech_seconds: float = MIN_SPEECH_SECONDS,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> CorpusSpeakers:
     """Scan ``root``, extract (or read from the cache) every file, group by speaker.
 
-    Files that cannot be read, utterances with less than ``min_speech_seconds`` of speech or an
-    empty observation, and speakers left with fewer than 2 utterances are skipped and listed.
+    Files that cannot be read, utterances with less than ``min_speech_seconds`` of speech or
+    with no evidence for any feature, and speakers left with fewer than 2 utterances are
+    skipped and listed. An utterance empty for some features only is kept: its empty
+    observations pool as nothing.
     Raises ``InputError`` when no speaker remains.
     """
     from monitor.corpus import scan_corpus
@@ -296,13 +302,19 @@ def load_speakers(
                 continue
             if result.speech_seconds < min_speech_seconds:
                 skipped.append(
-                    (str(utterance.path), f"no usable speech ({result.speech_seconds:.2f} s)")
+                    (
+                        str(utterance.path),
+                        f"too little speech ({result.speech_seconds:.2f} s, "
+                        f"minimum {min_speech_seconds:g} s)",
+                    )
                 )
                 continue
             empty = [f for f in features if not usable_observation(result.observations[f].values)]
-            if empty:
+            if len(empty) == len(features):
                 skipped.append((str(utterance.path), f"empty {', '.join(empty)} observation"))
                 continue
+            # An empty observation of one feature pools as nothing (zero counts, zero
+            # vector): the utterance still serves the other features.
             kept.append((utterance.path.stem, result))
         if len(kept) < 2:
             skipped.append(

@@ -26,6 +26,12 @@ from monitor.disclosure.ranks import (
 
 logger = logging.getLogger(__name__)
 
+
+class SeparableWarning(RuntimeWarning):
+    """The dev scores are perfectly separable: the LID weight is set by the L2 penalty.
+    Callers that fit many calibrations collect these and report each feature once."""
+
+
 DEFAULT_C = 1e6  # inverse L2 strength on w (scikit-learn's C): nearly maximum likelihood
 _LN2 = math.log(2.0)
 
@@ -199,8 +205,7 @@ def fit_lid_calibration(
             f"LID calibration: the dev scores are perfectly separable ({T} trials, N' = {N}); "
             f"the maximum-likelihood weight is infinite, so the L2 penalty (c = {c:g}) sets it"
         )
-        logger.warning(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        warnings.warn(message, SeparableWarning, stacklevel=2)
     with single_threaded_blas():
         w, b = _newton_logistic(z, n_mated, float(z_mated.sum()), log_prior_odds, c)
     return LidCalibration(weight=float(w), bias=float(b), log_prior_odds=log_prior_odds)

@@ -9,7 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from monitor.calibration.fit import CalibrationSet
-from monitor.calibration.protocol import NotEnoughSpeakersError, load_speakers
+from monitor.calibration.protocol import (
+    MIN_SPEECH_SECONDS,
+    NotEnoughSpeakersError,
+    load_speakers,
+)
 from monitor.errors import InputError
 from monitor.evaluate.audit import Audit, protected_audit, run_audit
 
@@ -33,6 +37,7 @@ def evaluate_corpus(
     jobs: int = 1,
     extraction_progress: Callable[[int, int, str], None] | None = None,
     progress: Callable[[str], None] | None = None,
+    min_speech_seconds: float = MIN_SPEECH_SECONDS,
 ) -> tuple[Audit, dict[str, Any]]:
     """Extract (through the cache), audit every length setting, write report and plots.
 
@@ -50,6 +55,7 @@ def evaluate_corpus(
         cache_dir=cache_dir,
         jobs=jobs,
         progress=extraction_progress,
+        min_speech_seconds=min_speech_seconds,
     )
     metadata: dict[str, Any] = {
         "corpus": Path(loaded.root).name,

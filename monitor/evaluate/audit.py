@@ -22,8 +22,11 @@ from monitor.calibration.fit import (
     COMBINED,
     LOSSES,
     CalibrationSet,
+    SeparableNotes,
     fit_fusion_weights,
+    fit_lid_noting,
     fuse_scores,
+    warn_separable,
 )
 from monitor.calibration.protocol import (
     NotEnoughSpeakersError,
@@ -35,7 +38,6 @@ from monitor.disclosure.baselines import eer_rocch, eer_sweep, split_mated
 from monitor.disclosure.lid import (
     LidCalibration,
     LidSummary,
-    fit_lid_calibration,
     lid_per_trial,
     lid_summary,
 )
@@ -129,6 +131,40 @@ class LidSetup:
     description: str  # how the weights were obtained, for the report
 
 
+def dev_overlap(
+    calibration: CalibrationSet, aliases: Sequence[str], evaluated: Mapping[str, Any] | None
+) -> str:
+    """What is true of the calibration's dev speakers against the evaluated ones: disjoint,
+    overlapping (how many), or unknown. Uses the dev speaker list a calibration records
+    (``dev_speakers``), else compares corpus name and split."""
+    info = calibration.metadata
+    corpus = info.get("corpus", "an unknown corpus")
+    split = info.get("split")
+    where = f"{corpus}{f', split {split}' if split else ''}"
+    dev = info.get("dev_speakers")
+    evaluated = evaluated or {}
+    same_corpus = corpus == evaluated.get("corpus")
+    if isinstance(dev, list):
+        if not same_corpus:
+            return f"dev corpus {where} (another corpus: speaker-disjoint by construction)"
+        shared = sorted(set(aliases) & {str(a) for a in dev})
+        if not shared:
+            return f"dev corpus {where}: speaker-disjoint from the evaluated speakers"
+        return (
+            f"dev corpus {where}: NOT speaker-disjoint, {len(shared)} of the {len(aliases)} "
+            "evaluated speakers were dev speakers (LID is optimistic)"
+        )
+    if not same_corpus:
+        return f"dev corpus {where} (another corpus)"
+    eval_split = evaluated.get("split")
+    if split and eval_split and split != eval_split:
+        return f"dev corpus {where}: speaker-disjoint if the corpus's splits are"
+    return (
+        f"dev corpus {where}: the same corpus and split as the evaluation, so NOT "
+        "speaker-disjoint (LID is optimistic)"
+    )
+
+
 def lid_weights(
     trials: Trials,
     features: Sequence[str],
@@ -136,6 +172,8 @@ def lid_weights(
     calibration: CalibrationSet | None,
     seconds: float,
     source: str = "calibration",
+    separable: SeparableNotes | None = None,
+    evaluated: Mapping[str, Any] | None = None,
 ) -> LidSetup:
     """Scores (with ``combined``), per-trial LID and the LID calibration of every feature.
 
@@ -166,11 +204,9 @@ def lid_weights(
             scores[COMBINED] = fuse_scores(scores, fusion)
         lid = {name: lid_per_trial(scores[name], trials.truth, cals[name].weight) for name in cals}
         bucket_seconds = calibration.lookup(features[0], seconds)[0].seconds
-        corpus = calibration.metadata.get("corpus", "unknown corpus")
-        split = calibration.metadata.get("split")
         description = (
-            f"calibration weights of the {bucket_seconds:g} s bucket, fitted on a "
-            f"speaker-disjoint dev corpus ({corpus}{f', split {split}' if split else ''})"
+            f"calibration weights of the {bucket_seconds:g} s bucket, fitted on "
+            f"{dev_overlap(calibration, trials.aliases, evaluated)}"
             + (", extrapolated beyond the calibrated lengths" if extrapolated else "")
         )
         return LidSetup(scores, lid, cals, fusion, description)
@@ -186,12 +222,17 @@ def lid_weights(
     fusions: list[dict[str, float]] = []
     for h in (0, 1):
         dev, ev = row_half != h, row_half == h
-        fold = {f: fit_lid_calibration(scores[f][dev], trials.truth[dev]) for f in features}
+        fold = {
+            f: fit_lid_noting(f, scores[f][dev], trials.truth[dev], seconds, separable)
+            for f in features
+        }
         if combine:
             fusion = fit_fusion_weights({f: scores[f][dev] for f in features}, trials.truth[dev])
             fused = fuse_scores(scores, fusion)
             fusions.append(fusion)
-            fold[COMBINED] = fit_lid_calibration(fused[dev], trials.truth[dev])
+            fold[COMBINED] = fit_lid_noting(
+                COMBINED, fused[dev], trials.truth[dev], seconds, separable
+            )
             combined[ev] = fused[ev]  # type: ignore[index]
         for name in names:
             matrix = combined if name == COMBINED else scores[name]
@@ -267,6 +308,8 @@ def audit_setting(
     calibration: CalibrationSet | None = None,
     lid_source: str | None = None,
     per_speaker: bool = True,
+    separable: SeparableNotes | None = None,
+    evaluated: Mapping[str, Any] | None = None,
 ) -> SettingAudit:
     """Audit one length setting. ``lid_source`` None: the calibration when it covers every
     feature, else cross-fitting."""
@@ -281,7 +324,13 @@ def audit_setting(
         )
         lid_source = "calibration" if covered else "crossfit"
     setup = lid_weights(
-        trials, features, calibration=calibration, seconds=test_seconds, source=lid_source
+        trials,
+        features,
+        calibration=calibration,
+        seconds=test_seconds,
+        source=lid_source,
+        separable=separable,
+        evaluated=evaluated,
     )
     audits = {
         name: audit_feature(
@@ -335,6 +384,7 @@ def run_audit(
     pairs = [(t, template_seconds[0]) for t in test_seconds]
     pairs += [(test_seconds[0], d) for d in template_seconds[1:]]
     settings: list[SettingAudit] = []
+    separable: SeparableNotes = {}
     for index, (test, template) in enumerate(pairs):
         label = f"test {test:g} s, template {'rest' if template is None else f'{template:g} s'}"
         if progress is not None:
@@ -350,23 +400,45 @@ def run_audit(
                     calibration=calibration,
                     lid_source=lid_source,
                     per_speaker=index == 0,
+                    separable=separable,
+                    evaluated=metadata,
                 )
             )
         except NotEnoughSpeakersError as error:
             if index == 0:
-                raise
+                raise NotEnoughSpeakersError(
+                    f"{error}; speech per speaker: {speech_listing(speakers)}; "
+                    "try a shorter --template-seconds or --test-seconds"
+                ) from error
             logger.warning("skipping %s: %s", label, error)
+    warn_separable(separable)
     return Audit(tuple(settings), dict(metadata or {}), tuple(skipped))
 
 
-def composition_curves(lengths: np.ndarray, disclosure: np.ndarray) -> dict[str, np.ndarray]:
-    """Shape curves of §5.7 anchored at the shortest length: D(L0)·(L/L0) and D(L0)·√(L/L0)."""
+def speech_listing(speakers: Sequence[SpeakerUtterances], limit: int = 20) -> str:
+    """'alias 3.1 s (4 utt.), ...' for the speakers with least speech first (at most ``limit``)."""
+    ordered = sorted(speakers, key=lambda s: s.total_seconds)
+    shown = ", ".join(
+        f"{s.alias} {s.total_seconds:.1f} s ({len(s.utterances)} utt.)" for s in ordered[:limit]
+    )
+    return shown + (f", ... ({len(ordered) - limit} more)" if len(ordered) > limit else "")
+
+
+def composition_curves(
+    lengths: np.ndarray, disclosure: np.ndarray, ceiling: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """Shape curves of §5.7 anchored at the shortest length: D(L0)·(L/L0) and D(L0)·√(L/L0),
+    capped at ``ceiling`` (log2 N per length) when given: no disclosure exceeds log2 N."""
     lengths = np.asarray(lengths, dtype=np.float64)
     disclosure = np.asarray(disclosure, dtype=np.float64)
     order = np.argsort(lengths)
     L0, D0 = lengths[order[0]], disclosure[order[0]]
     steps = lengths / L0
-    return {"basic": D0 * steps, "advanced": D0 * np.sqrt(steps)}
+    curves = {"basic": D0 * steps, "advanced": D0 * np.sqrt(steps)}
+    if ceiling is not None:
+        cap = np.asarray(ceiling, dtype=np.float64)
+        curves = {name: np.minimum(curve, cap) for name, curve in curves.items()}
+    return curves
 
 
 def finite_or_none(value: float) -> float | None:

@@ -131,7 +131,8 @@ def length_dependence(audit: Audit, directory: Path) -> str | None:
             measured = np.array([s.features[name].histogram_stats.MeanD for s in settings])
             ax.plot(lengths, measured, "o-", color=colour, label=name)
             if axis_name == "test" and lengths.size > 1:
-                curves = composition_curves(lengths, measured)
+                ceilings = np.log2([s.N for s in settings])
+                curves = composition_curves(lengths, measured, ceilings)
                 ax.plot(lengths, curves["basic"], "--", color=colour, lw=0.8)
                 ax.plot(lengths, curves["advanced"], ":", color=colour, lw=0.8)
         ax.plot(lengths, [math.log2(s.N) for s in settings], "k-", lw=1.2, label="log2 N")
@@ -142,8 +143,16 @@ def length_dependence(audit: Audit, directory: Path) -> str | None:
         ax.xaxis.set_minor_formatter(ScalarFormatter())
         if axis_name == "test":
             ax.set_title("disclosure vs test length (-- basic, ·· advanced)")
-            top = max(math.log2(s.N) for s in settings) * 1.6
+            top = max(math.log2(s.N) for s in settings) * 1.08
             ax.set_ylim(0, top)
+            counts = [s.N for s in settings]
+            if len(set(counts)) > 1:
+                ax.annotate(
+                    f"N changes: {' → '.join(str(n) for n in counts)}",
+                    (0.02, 0.02),
+                    xycoords="axes fraction",
+                    fontsize=7,
+                )
         else:
             ax.set_title("disclosure vs template length")
         ax.legend(fontsize=7)

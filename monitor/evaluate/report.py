@@ -128,7 +128,8 @@ def composition_dict(audit: Audit) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in audit.main.features:
         measured = np.array([s.features[name].histogram_stats.MeanD for s in settings])
-        curves = composition_curves(lengths, measured)
+        ceilings = np.log2([s.N for s in settings])
+        curves = composition_curves(lengths, measured, ceilings)
         out[name] = {
             "test_seconds": [s.test_seconds for s in settings],
             "mean_test_seconds": lengths,
@@ -384,9 +385,17 @@ def markdown(report: Mapping[str, Any]) -> str:
     if composition:
         out += [
             "Composition curves anchored at the shortest test length (§5.7): basic D(L0)·L/L0, "
-            "advanced D(L0)·√(L/L0), ceiling log2 N.",
+            "advanced D(L0)·√(L/L0), both capped at the ceiling log2 N.",
             "",
         ]
+        counts = next(iter(composition.values()))["N"]
+        if len(set(counts)) > 1:
+            out += [
+                f"N changes with the test length ({' → '.join(str(n) for n in counts)}): "
+                "speakers without enough speech for the longer tests drop out, so the "
+                "figures and ceilings at different lengths are over different speaker sets.",
+                "",
+            ]
         rows = []
         for name, c in composition.items():
             rows.append(
@@ -395,7 +404,7 @@ def markdown(report: Mapping[str, Any]) -> str:
                     " → ".join(bits(v, 2) for v in c["MeanD"]),
                     " → ".join(bits(v, 2) for v in c["advanced"]),
                     " → ".join(bits(v, 2) for v in c["basic"]),
-                    bits(c["ceiling_bits"][-1], 2),
+                    " → ".join(bits(v, 2) for v in c["ceiling_bits"]),
                 ]
             )
         out += _table(["feature", "measured MeanD", "advanced", "basic", "log2 N"], rows)

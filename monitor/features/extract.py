@@ -8,6 +8,7 @@ corpus file once, optionally in a pool of worker processes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -54,38 +55,78 @@ def _check_features(features: Sequence[str]) -> tuple[str, ...]:
     return tuple(features)
 
 
+BLOCK_SECONDS = 60.0
+"""Files longer than this are read, trimmed to speech and observed block by block, and each
+feature pools its blocks (counts add, embeddings average): memory stays bounded for any length.
+Shorter files (every corpus utterance) go through in one piece, so their figures are unchanged."""
+
+
 def extract_file(
-    path: str | os.PathLike[str], features: Sequence[str] = FEATURE_NAMES
+    path: str | os.PathLike[str],
+    features: Sequence[str] = FEATURE_NAMES,
+    *,
+    block_seconds: float = BLOCK_SECONDS,
 ) -> FileFeatures:
     """Read ``path`` once, trim it to speech, observe it under every feature named.
 
     Raises :class:`InputError` naming the file when it is missing, empty, truncated, not audio or
     at an unsupported rate. A file without speech gives empty observations with 0 seconds.
+    A file longer than ``block_seconds`` is streamed in blocks of that length (see
+    :data:`BLOCK_SECONDS`).
     """
-    from monitor.audio.sources import RATE_HZ, read_audio
-    from monitor.audio.vad import speech_only
+    from monitor.audio.sources import RATE_HZ, audio_length_seconds, read_audio, read_audio_blocks
 
     names = _check_features(features)
-    timing: dict[str, float] = {}
+    if not block_seconds > 0:
+        raise ValueError(f"block_seconds must be positive, got {block_seconds}")
+    timing: dict[str, float] = dict.fromkeys(["read", "vad", *names], 0.0)
     start = time.perf_counter()
-    audio, duration = read_audio(path)
-    timing["read"] = time.perf_counter() - start
-    mark = time.perf_counter()
-    speech = speech_only(audio, RATE_HZ)
-    timing["vad"] = time.perf_counter() - mark
-    observations: dict[str, Observation] = {}
-    for name in names:
+    duration = audio_length_seconds(path)
+    if duration <= block_seconds:
+        blocks: Iterable[np.ndarray] = [read_audio(path)[0]]
+    else:
+        blocks = read_audio_blocks(path, block_seconds)
+    parts: dict[str, list[Observation]] = {name: [] for name in names}
+    speech_samples = 0
+    iterator = iter(blocks)
+    while True:
         mark = time.perf_counter()
-        observations[name] = get_feature(name).observe(speech, RATE_HZ)
-        timing[name] = time.perf_counter() - mark
+        audio = next(iterator, None)
+        timing["read"] += time.perf_counter() - mark
+        if audio is None:
+            break
+        speech = _timed(timing, "vad", _speech_only, audio, RATE_HZ)
+        del audio
+        speech_samples += speech.shape[0]
+        for name in names:
+            parts[name].append(_timed(timing, name, get_feature(name).observe, speech, RATE_HZ))
+    observations = {
+        name: found[0] if len(found) == 1 else get_feature(name).pool(found)
+        for name, found in parts.items()
+    }
     timing["total"] = time.perf_counter() - start
     return FileFeatures(
         path=str(Path(path).absolute()),
         duration_seconds=float(duration),
-        speech_seconds=speech.shape[0] / RATE_HZ,
+        speech_seconds=speech_samples / RATE_HZ,
         observations=observations,
         timing_seconds=timing,
     )
+
+
+def _speech_only(audio: np.ndarray, rate: int) -> np.ndarray:
+    from monitor.audio.vad import speech_only
+
+    return speech_only(audio, rate)
+
+
+def _timed(timing: dict[str, float], stage: str, function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)``, adding its wall time to ``timing[stage]``."""
+    mark = time.perf_counter()
+    try:
+        return function(*args)
+    finally:
+        timing[stage] += time.perf_counter() - mark
 
 
 class FeatureCache:
@@ -93,16 +134,30 @@ class FeatureCache:
 
     An entry is valid while the file keeps its absolute path, size and mtime and each
     feature keeps its ``version``; anything else is a miss and is extracted again.
+
+    Privacy: an entry holds the file's absolute path and its observations, among them the
+    utterance's voice embedding. ``clear()``, ``remove_speaker(alias)`` and ``info()`` let a
+    user see and delete them (``voxmeter cache``).
+
+    A cache that cannot be created or written (read-only folder, full disk) is not an error:
+    one warning is logged and the run continues without writing entries.
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
+        self.hits = 0
+        self.misses = 0
+        self.problem: str | None = None  # why entries are not written, once known
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreError(f"{self.directory}: cannot create feature cache ({exc})") from exc
-        self.hits = 0
-        self.misses = 0
+            self._disable(f"cannot create it ({exc.strerror or exc})")
+
+    def _disable(self, reason: str) -> None:
+        """Stop writing entries; warn once (the run goes on without the cache)."""
+        if self.problem is None:
+            self.problem = f"feature cache {self.directory}: {reason}; continuing without it"
+            logger.warning(self.problem)
 
     @staticmethod
     def _stamp(path: Path) -> dict[str, Any]:
@@ -145,10 +200,17 @@ class FeatureCache:
         )
 
     def put(self, result: FileFeatures) -> None:
-        """Store ``result`` atomically (write to a temporary file, then rename)."""
+        """Store ``result`` atomically (write to a temporary file, then rename); a cache that
+        cannot be written warns once and is skipped from then on."""
+        if self.problem is not None:
+            return
         absolute = Path(result.path)
+        try:
+            stamp = self._stamp(absolute)
+        except OSError:
+            return  # the file went away after extraction: nothing valid to key the entry on
         record = {
-            "stamp": self._stamp(absolute),
+            "stamp": stamp,
             "front_end": FRONT_END_VERSION,
             "duration_seconds": result.duration_seconds,
             "speech_seconds": result.speech_seconds,
@@ -163,14 +225,73 @@ class FeatureCache:
             },
         }
         entry = self._entry(absolute)
-        handle, temporary = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+        temporary: str | None = None
         try:
+            handle, temporary = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
             with os.fdopen(handle, "w") as stream:
                 json.dump(record, stream)
             os.replace(temporary, entry)
         except OSError as exc:
-            Path(temporary).unlink(missing_ok=True)
-            raise StoreError(f"{entry}: cannot write feature cache entry ({exc})") from exc
+            if temporary is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+            self._disable(f"cannot write entries ({exc.strerror or exc})")
+
+    # ---- what the user can see and delete (voxmeter cache / db remove) -------------------------
+    def _entries(self) -> list[Path]:
+        try:
+            return sorted(self.directory.glob("*.json"))
+        except OSError:
+            return []
+
+    def info(self) -> CacheInfo:
+        """Where the cache is, how many entries and bytes it holds."""
+        entries = self._entries()
+        size = 0
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                size += entry.stat().st_size
+        return CacheInfo(self.directory, len(entries), size)
+
+    def clear(self) -> int:
+        """Delete every entry (and left-over temporary files); return how many entries."""
+        entries = self._entries()
+        for entry in [*entries, *self.directory.glob("*.tmp")]:
+            self._delete(entry)
+        return len(entries)
+
+    def remove_speaker(self, alias: str, corpus: str | None = None) -> int:
+        """Delete the entries of every file in a speaker folder named ``alias`` (of a corpus
+        root named ``corpus``, when given); return how many. The cache stores no alias, so
+        entries are matched by the path stored inside each one (``<corpus>/<alias>/<file>``)."""
+        removed = 0
+        for entry in self._entries():
+            try:
+                stored = json.loads(entry.read_text()).get("stamp", {}).get("path", "")
+            except (OSError, ValueError, AttributeError):
+                continue
+            parts = Path(os.path.normpath(str(stored))).parts
+            if len(parts) >= 3 and parts[-2] == alias and corpus in (None, parts[-3]):
+                self._delete(entry)
+                removed += 1
+        return removed
+
+    def _delete(self, entry: Path) -> None:
+        try:
+            entry.unlink(missing_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"{entry}: cannot delete feature cache entry ({exc.strerror})"
+            ) from exc
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """Where the feature cache is and what it holds."""
+
+    directory: Path
+    entries: int
+    bytes: int
 
 
 @dataclass(frozen=True)
