@@ -149,6 +149,7 @@ def features_command(
     """
     from monitor.features.extract import describe, extract_file
 
+    _offline_warnings()
     reports: list[dict[str, Any]] = []
     status = 0
     for path in files:
@@ -343,6 +344,7 @@ def enroll_command(
         raise VoxmeterError("--local needs the embedding feature (local profiles track voices)")
     scanned = scan_corpus(corpus, split=split)
     check_speaker_names(scanned)  # before the database is touched or any audio processed
+    _offline_warnings()
     path = _db_path(db)
     feature_cache = None if no_cache else FeatureCache(cache or default_cache_dir())
     with _new_file_removed_on_error(path), open_store(path) as store:

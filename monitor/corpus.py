@@ -121,8 +121,7 @@ def check_speaker_names(corpus: Corpus) -> None:
         problem = alias_problem(speaker)
         if problem is not None:
             raise InputError(
-                str(corpus.root / speaker),
-                f"speaker folder name {speaker!r} {problem}; rename the folder",
+                str(corpus.root), f"speaker folder {speaker!r} {problem}; rename the folder"
             )
 
 

@@ -270,7 +270,12 @@ def enroll_corpus(
     unreadable_only = sorted({Path(p).parent.name for p, _ in corpus.unreadable} - set(speakers))
     skipped_speakers += [(alias, "no readable audio file") for alias in unreadable_only]
     if not enrolments:
-        raise InputError(str(corpus.root), "no speaker has usable speech; nothing enrolled")
+        example = f"; e.g. {skipped_files[0][0]}: {skipped_files[0][1]}" if skipped_files else ""
+        raise InputError(
+            str(corpus.root),
+            f"no speaker has usable speech; nothing enrolled ({len(skipped_files)} files "
+            f"skipped{example})",
+        )
     store.bulk_replace_templates(enrolments)
     return EnrolmentReport(
         enrolled=tuple(enrolled),

@@ -58,3 +58,56 @@ def corpus_speakers(corpus_root: Path) -> list[dict[str, str]]:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(20261122)
+
+
+DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+DIGIT_VOICES = (  # (espeak-ng voice, pitch 0..99): six distinct synthetic speakers
+    ("en-us+m3", 35),
+    ("en-gb+f2", 70),
+    ("en-gb-scotland+m1", 45),
+    ("en-029+f4", 80),
+    ("en-gb-x-rp+m5", 25),
+    ("en-us+f1", 60),
+)
+
+
+@pytest.fixture(scope="session")
+def digits_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An 8 kHz corpus of single spoken digits: 6 espeak-ng speakers × 10 digits (0.3–0.6 s of
+    speech each), the small-N, short-utterance case. Made with espeak-ng and sox (Debian)."""
+    import shutil
+    import subprocess
+
+    for tool in ("espeak-ng", "sox"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not installed (scripts/install-system.sh installs it)")
+    root = tmp_path_factory.mktemp("digits")
+    rows = ["speaker\tgender\tage\toriginal_split"]
+    for index, (voice, pitch) in enumerate(DIGIT_VOICES):
+        speaker = f"d{index + 1}"
+        folder = root / speaker
+        folder.mkdir()
+        for number, word in enumerate(DIGITS):
+            raw = folder / f"{number}.22k.wav"
+            subprocess.run(
+                ["espeak-ng", "-v", voice, "-p", str(pitch), "-s", "150", "-w", str(raw), word],
+                check=True,
+            )
+            subprocess.run(
+                [
+                    "sox",
+                    str(raw),
+                    "-r",
+                    "8000",
+                    "-c",
+                    "1",
+                    "-b",
+                    "16",
+                    str(folder / f"{number}.wav"),
+                ],
+                check=True,
+            )
+            raw.unlink()
+        rows.append(f"{speaker}\t{'f' if '+f' in voice else 'm'}\t30\ttrain")
+    (root / "speakers.tsv").write_text("\n".join(rows) + "\n")
+    return root

@@ -34,6 +34,7 @@ from monitor.calibration.protocol import (
     load_speakers,
     plan_splits,
     score_trials,
+    speech_listing,
 )
 from monitor.disclosure.lid import LidCalibration
 from monitor.errors import InputError
@@ -427,7 +428,9 @@ def calibrate_speakers(
         shortest = min(buckets)
         raise ValueError(
             f"too few speakers have {shortest:g} s of test speech plus "
-            f"{describe_template(template_seconds)} of template speech for the shortest bucket"
+            f"{describe_template(template_seconds)} of template speech for the shortest bucket; "
+            f"speech per speaker: {speech_listing(speakers)}; try a shorter --template-seconds "
+            "or --buckets"
         )
     info = {
         "protocol": {

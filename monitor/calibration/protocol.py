@@ -159,6 +159,15 @@ def pool_groups(
     return groups @ values
 
 
+def speech_listing(speakers: Sequence[SpeakerUtterances], limit: int = 20) -> str:
+    """'alias 3.1 s (4 utt.), ...' for the speakers with least speech first (at most ``limit``)."""
+    ordered = sorted(speakers, key=lambda s: s.total_seconds)
+    shown = ", ".join(
+        f"{s.alias} {s.total_seconds:.1f} s ({len(s.utterances)} utt.)" for s in ordered[:limit]
+    )
+    return shown + (f", ... ({len(ordered) - limit} more)" if len(ordered) > limit else "")
+
+
 def describe_template(template_seconds: float | None) -> str:
     return "all-remaining-speech" if template_seconds is None else f"{template_seconds:g} s"
 

@@ -33,6 +33,7 @@ from monitor.calibration.protocol import (
     SpeakerUtterances,
     Trials,
     score_trials,
+    speech_listing,
 )
 from monitor.disclosure.baselines import eer_rocch, eer_sweep, split_mated
 from monitor.disclosure.lid import (
@@ -413,15 +414,6 @@ def run_audit(
             logger.warning("skipping %s: %s", label, error)
     warn_separable(separable)
     return Audit(tuple(settings), dict(metadata or {}), tuple(skipped))
-
-
-def speech_listing(speakers: Sequence[SpeakerUtterances], limit: int = 20) -> str:
-    """'alias 3.1 s (4 utt.), ...' for the speakers with least speech first (at most ``limit``)."""
-    ordered = sorted(speakers, key=lambda s: s.total_seconds)
-    shown = ", ".join(
-        f"{s.alias} {s.total_seconds:.1f} s ({len(s.utterances)} utt.)" for s in ordered[:limit]
-    )
-    return shown + (f", ... ({len(ordered) - limit} more)" if len(ordered) > limit else "")
 
 
 def composition_curves(

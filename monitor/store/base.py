@@ -69,9 +69,12 @@ class Database:
             return current_version(conn)
 
     def check_writable(self) -> None:
-        """Raise StoreError now if another process holds the write lock (before long work)."""
-        with self._transaction():
-            pass
+        """Raise StoreError now if the database cannot be written — another process holds the
+        write lock, or the file or its folder is read-only — before long work starts. The
+        probe rewrites the header's user_version with its own value: nothing changes."""
+        with self._transaction() as conn:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            conn.execute(f"PRAGMA user_version = {version}")
 
     # ---- transactions ------------------------------------------------------------------------
     def _error(self, error: sqlite3.Error) -> StoreError:

@@ -246,7 +246,7 @@ def connect(
     except BaseException:
         conn.close()
         raise
-    for suffix in ("-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm"):  # an existing 0644 database is made private too
         side = path.with_name(path.name + suffix)
         if side.exists() and stat.S_IMODE(side.stat().st_mode) != 0o600:
             # Owned by another user (e.g. the daemon's): leave it as it is.

@@ -129,8 +129,11 @@ def test_empty_corpus_is_one_line(tmp_path: Path) -> None:
 
 def test_bad_options_are_one_line(tmp_path: Path) -> None:
     cases = [
-        (["calibrate", str(tmp_path), "--loss", "l2"], "--loss 'l2'"),
-        (["calibrate", str(tmp_path), "--buckets", "3,x"], "'x' is not a number"),
+        (["calibrate", str(tmp_path), "--out", "c.json", "--loss", "l2"], "--loss 'l2'"),
+        (
+            ["calibrate", str(tmp_path), "--out", "c.json", "--buckets", "3,x"],
+            "'x' is not a number",
+        ),
         (["evaluate", str(tmp_path), "--out", "r", "--test-seconds", "-3"], "positive"),
         (["evaluate", str(tmp_path), "--out", "r", "--features", "f0,pitch"], "unknown ['pitch']"),
         (["evaluate", str(tmp_path), "--out", "r", "--lid-from", "dev"], "--lid-from 'dev'"),
