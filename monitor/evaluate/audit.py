@@ -146,11 +146,14 @@ def dev_overlap(
     evaluated = evaluated or {}
     same_corpus = corpus == evaluated.get("corpus")
     if isinstance(dev, list):
-        if not same_corpus:
-            return f"dev corpus {where} (another corpus: speaker-disjoint by construction)"
         shared = sorted(set(aliases) & {str(a) for a in dev})
         if not shared:
             return f"dev corpus {where}: speaker-disjoint from the evaluated speakers"
+        if not same_corpus:
+            return (
+                f"dev corpus {where}: {len(shared)} of the {len(aliases)} evaluated speaker ids "
+                "are also dev speaker ids (NOT speaker-disjoint if they are the same people)"
+            )
         return (
             f"dev corpus {where}: NOT speaker-disjoint, {len(shared)} of the {len(aliases)} "
             "evaluated speakers were dev speakers (LID is optimistic)"
