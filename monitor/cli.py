@@ -541,14 +541,24 @@ def db_remove_command(
 # ---- voxmeter cache ----------------------------------------------------------------------------
 
 
+def _cache_folder(cache: Path | None) -> Path:
+    """The cache folder asked for (or the default); a file there is a user error."""
+    from monitor.enroll import default_cache_dir
+    from monitor.errors import InputError
+
+    directory = cache or default_cache_dir()
+    if directory.exists() and not directory.is_dir():
+        raise InputError(str(directory), "a file, not a feature cache folder")
+    return directory
+
+
 @cache_app.command("info")
 @user_errors
 def cache_info_command(cache: CacheOption = None) -> None:
     """Where the feature cache is and how big (entries hold paths and voice embeddings)."""
-    from monitor.enroll import default_cache_dir
     from monitor.features.extract import FeatureCache
 
-    directory = cache or default_cache_dir()
+    directory = _cache_folder(cache)
     if not directory.is_dir():
         console.print(f"{directory}: no feature cache", markup=False, highlight=False)
         return
@@ -566,10 +576,9 @@ def cache_info_command(cache: CacheOption = None) -> None:
 @user_errors
 def cache_clear_command(cache: CacheOption = None) -> None:
     """Delete every feature cache entry (the next corpus command extracts again)."""
-    from monitor.enroll import default_cache_dir
     from monitor.features.extract import FeatureCache
 
-    directory = cache or default_cache_dir()
+    directory = _cache_folder(cache)
     removed = FeatureCache(directory).clear() if directory.is_dir() else 0
     console.print(
         f"removed {removed} feature cache entries from {directory}", markup=False, highlight=False
@@ -794,6 +803,7 @@ def evaluate_command(
     """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
     from monitor.calibration.fit import DEFAULT_PATH, CalibrationSet
     from monitor.enroll import default_cache_dir
+    from monitor.errors import InputError
     from monitor.evaluate import evaluate_corpus
     from monitor.outputs import check_output_folder
 
@@ -808,6 +818,8 @@ def evaluate_command(
     if calibration is not None or lid_from == "calibration" or DEFAULT_PATH.is_file():
         loaded = CalibrationSet.load(calibration_path)
     check_output_folder(out, "--out")
+    if protected is not None and not protected.is_dir():
+        raise InputError(str(protected), "--protected: not a corpus folder")
     _offline_warnings()
     with _LazyBar("extracting") as extraction_progress:
         _, document = evaluate_corpus(

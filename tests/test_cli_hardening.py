@@ -174,6 +174,12 @@ def test_outputs_are_checked_before_extraction(digits_corpus: Path, tmp_path: Pa
         ["calibrate", str(digits_corpus), "--out", str(existing / "c.json"), "--cache", str(cache)],
     )
     one_error_line(result, "--out", "is a file, not a folder")
+    result = runner.invoke(
+        app,
+        ["evaluate", str(digits_corpus), "--out", str(tmp_path / "r"), "--protected",
+         str(tmp_path / "missing"), "--cache", str(cache)],
+    )  # fmt: skip
+    one_error_line(result, "--protected", "missing")
     assert entries(cache) == []
 
 
@@ -267,3 +273,4 @@ def test_cache_info_clear_and_db_remove(digits_corpus: Path, tmp_path: Path) -> 
     cleared = runner.invoke(app, ["cache", "clear", "--cache", str(cache)])
     assert cleared.exit_code == 0 and "removed 3 feature cache entries" in cleared.stdout
     assert entries(cache) == []
+    one_error_line(runner.invoke(app, ["cache", "info", "--cache", str(db)]), "not a feature cache")
