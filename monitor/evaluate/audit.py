@@ -163,9 +163,10 @@ def dev_overlap(
     eval_split = evaluated.get("split")
     if split and eval_split and split != eval_split:
         return f"dev corpus {where}: speaker-disjoint if the corpus's splits are"
+    evaluated_part = f"split {eval_split}" if eval_split else "every speaker"
     return (
-        f"dev corpus {where}: the same corpus and split as the evaluation, so NOT "
-        "speaker-disjoint (LID is optimistic)"
+        f"dev corpus {where}: the evaluation ({evaluated_part} of the same corpus) includes "
+        "dev speakers, so NOT speaker-disjoint (LID is optimistic)"
     )
 
 

@@ -131,3 +131,24 @@ def test_a_file_empty_for_one_feature_serves_the_others() -> None:
     assert "minimum 1.5 s" in str(_file_problem(with_f0, names, 1.5))
     pooled = _pool_kept("f0", [no_f0, with_f0])
     assert pooled.values[40] == 5 and pooled.seconds == 1.0  # only the file with f0 counts
+
+
+def test_dev_overlap_says_what_is_true() -> None:
+    from monitor.calibration.fit import CalibrationSet
+    from monitor.evaluate.audit import dev_overlap
+
+    def calibration(**metadata: object) -> CalibrationSet:
+        return CalibrationSet({}, dict(metadata))
+
+    here = {"corpus": "so762", "split": "test"}
+    listed = calibration(corpus="so762", split="train", dev_speakers=["a", "b"])
+    assert "speaker-disjoint from the evaluated" in dev_overlap(listed, ["c", "d"], here)
+    assert "NOT speaker-disjoint, 1 of the 2" in dev_overlap(listed, ["a", "d"], here)
+    assert "NOT speaker-disjoint if they are the same people" in dev_overlap(
+        listed, ["a", "d"], {"corpus": "other"}
+    )
+    unlisted = calibration(corpus="so762", split="train")  # an older calibration file
+    assert "speaker-disjoint if the corpus's splits are" in dev_overlap(unlisted, ["a"], here)
+    everyone = {"corpus": "so762", "split": None}
+    assert "NOT speaker-disjoint" in dev_overlap(unlisted, ["a"], everyone)
+    assert "another corpus" in dev_overlap(unlisted, ["a"], {"corpus": "digits"})
