@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+import sqlite3
 import stat
 import struct
 import subprocess
@@ -126,6 +127,23 @@ def test_newer_schema_database_fails_before_extraction(digits_corpus: Path, tmp_
     one_error_line(result, str(db), "newer than this voxmeter supports")
     assert entries(cache) == []
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+def test_locked_database_fails_before_extraction(digits_corpus: Path, tmp_path: Path) -> None:
+    db, cache = tmp_path / "v.db", tmp_path / "cache"
+    with open_store(db):
+        pass
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process writing, as a second enrolment would
+    try:
+        result = runner.invoke(
+            app, ["enroll", str(digits_corpus), "--db", str(db), "--cache", str(cache)]
+        )
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    one_error_line(result, str(db), "locked by another process")
+    assert entries(cache) == [] and db.exists()  # nothing extracted; the database is kept
 
 
 def test_failed_enrolment_leaves_no_empty_database(digits_corpus: Path, tmp_path: Path) -> None:
