@@ -37,7 +37,7 @@ __all__ = [
 
 MIN_SPEECH_SECONDS = 0.3
 """Default minimum speech per file (after VAD); ``min_speech_seconds`` changes it (a corpus of
-single spoken digits has utterances of 0.2–0.4 s)."""
+single spoken words may need less)."""
 
 METADATA_COLUMNS = ("gender", "age", "original_split")
 """The only speakers.tsv columns stored with an identity: any other column (a name, an e-mail)

@@ -303,22 +303,23 @@ def fit_lid_noting(
     name: str, S: np.ndarray, truth: np.ndarray, seconds: float, notes: SeparableNotes | None
 ) -> LidCalibration:
     """``fit_lid_calibration`` that records a separable fit under the feature's name in
-    ``notes`` (reported once per feature by :func:`warn_separable`) instead of warning."""
+    ``notes`` (reported once per feature by :func:`warn_separable`) instead of warning each
+    time; without ``notes`` it warns as usual."""
     from monitor.disclosure.lid import SeparableWarning, fit_lid_calibration
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error" if notes is not None else "default", SeparableWarning)
-        try:
-            return fit_lid_calibration(S, truth)
-        except SeparableWarning:
-            pass
-    assert notes is not None
-    lengths = notes.setdefault(name, [])
-    if seconds not in lengths:
-        lengths.append(seconds)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SeparableWarning)
-        return fit_lid_calibration(S, truth)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calibration = fit_lid_calibration(S, truth)
+    for warning in caught:
+        if notes is not None and issubclass(warning.category, SeparableWarning):
+            lengths = notes.setdefault(name, [])
+            if seconds not in lengths:
+                lengths.append(seconds)
+        else:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
+    return calibration
 
 
 def warn_separable(notes: SeparableNotes) -> None:
