@@ -70,14 +70,25 @@ class _WarningLine(logging.Handler):
         )
 
 
-def _offline_warnings() -> None:
-    """Show the monitor package's warnings once each as one line (the daemon has its own
-    logging set-up; offline commands use this)."""
-    package = logging.getLogger("monitor")
-    if not any(isinstance(h, _WarningLine) for h in package.handlers):
+def warning_lines(function: Callable[..., Any]) -> Callable[..., Any]:
+    """While an offline command runs, the monitor package's warnings print once each as one
+    line; the handler is removed afterwards (the daemon has its own logging set-up)."""
+
+    @wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        package = logging.getLogger("monitor")
         handler = _WarningLine(logging.WARNING)
+        level = package.level
         package.addHandler(handler)
-        package.setLevel(min(package.level or logging.WARNING, logging.WARNING))
+        if level == logging.NOTSET or level > logging.WARNING:
+            package.setLevel(logging.WARNING)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            package.removeHandler(handler)
+            package.setLevel(level)
+
+    return wrapper
 
 
 @app.callback(invoke_without_command=True)
@@ -135,6 +146,7 @@ def _print_features(report: dict[str, Any]) -> None:
 
 
 @app.command("features")
+@warning_lines
 def features_command(
     files: Annotated[list[Path], typer.Argument(help="Audio files (wav, flac, ...) to analyse.")],
     as_json: Annotated[
@@ -149,7 +161,6 @@ def features_command(
     """
     from monitor.features.extract import describe, extract_file
 
-    _offline_warnings()
     reports: list[dict[str, Any]] = []
     status = 0
     for path in files:
@@ -299,6 +310,7 @@ ALL_FEATURES = "f0,phone,embedding"
 
 @app.command("enroll")
 @user_errors
+@warning_lines
 def enroll_command(
     corpus: Annotated[Path, typer.Argument(help="Corpus root: <root>/<speaker>/<utt>.wav|flac.")],
     db: Annotated[Path | None, typer.Option("--db", help=_DB_HELP)] = None,
@@ -344,7 +356,6 @@ def enroll_command(
         raise VoxmeterError("--local needs the embedding feature (local profiles track voices)")
     scanned = scan_corpus(corpus, split=split)
     check_speaker_names(scanned)  # before the database is touched or any audio processed
-    _offline_warnings()
     path = _db_path(db)
     feature_cache = None if no_cache else FeatureCache(cache or default_cache_dir())
     with _new_file_removed_on_error(path), open_store(path) as store:
@@ -679,6 +690,7 @@ def _print_skipped(skipped: Any) -> None:
 
 @app.command("calibrate")
 @user_errors
+@warning_lines
 def calibrate_command(
     corpus: Annotated[Path, typer.Argument(help="Labelled dev corpus <root>/<speaker>/<utt>.")],
     out: Annotated[
@@ -723,7 +735,6 @@ def calibrate_command(
     if len(template) != 1:
         raise VoxmeterError(f"--template-seconds {template_seconds!r}: give one length")
     check_output_file(out, "--out")
-    _offline_warnings()
     with _LazyBar("extracting") as extraction_progress:
         calibration, skipped = calibrate_corpus(
             corpus,
@@ -766,6 +777,7 @@ def calibrate_command(
 
 @app.command("evaluate")
 @user_errors
+@warning_lines
 def evaluate_command(
     corpus: Annotated[Path, typer.Argument(help="Evaluation corpus <root>/<speaker>/<utt>.")],
     out: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.json, PNGs.")],
@@ -820,7 +832,6 @@ def evaluate_command(
     check_output_folder(out, "--out")
     if protected is not None and not protected.is_dir():
         raise InputError(str(protected), "--protected: not a corpus folder")
-    _offline_warnings()
     with _LazyBar("extracting") as extraction_progress:
         _, document = evaluate_corpus(
             corpus,
