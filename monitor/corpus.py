@@ -150,10 +150,19 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
 
     utterances: list[Utterance] = []
     unreadable: list[tuple[Path, str]] = []
-    for folder in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    try:
+        folders = sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError as exc:
+        raise InputError(str(base), f"cannot list the corpus ({exc.strerror or exc})") from exc
+    for folder in folders:
         if allowed is not None and folder.name not in allowed:
             continue
-        for path in sorted(folder.iterdir()):
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError as exc:  # e.g. a speaker folder without read permission: listed, not lost
+            unreadable.append((folder, f"cannot list the folder ({exc.strerror or exc})"))
+            continue
+        for path in entries:
             if not path.is_file() or path.suffix.lower() not in AUDIO_SUFFIXES:
                 continue
             problem = _probe(path)
