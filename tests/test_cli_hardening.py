@@ -16,7 +16,7 @@ import stat
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -221,11 +221,13 @@ def test_calibrate_never_replaces_the_shipped_file_by_default(
 
 
 @contextlib.contextmanager
-def read_only_folder(path: Path) -> Iterator[Path]:
-    """A folder nobody can write in: mode 0500 for a normal user; for root (who ignores
-    modes) a read-only tmpfs mount, or a skip where mounting is not allowed."""
+def read_only_folder(path: Path, fill: Callable[[Path], None] = lambda _: None) -> Iterator[Path]:
+    """A folder nobody can write in, after ``fill(path)`` put files there: mode 0500 for a
+    normal user; for root (who ignores modes) a tmpfs remounted read-only, or a skip where
+    mounting is not allowed."""
     path.mkdir()
     if os.geteuid() != 0:
+        fill(path)
         path.chmod(0o500)
         try:
             yield path
@@ -233,14 +235,34 @@ def read_only_folder(path: Path) -> Iterator[Path]:
             path.chmod(0o700)
         return
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)], capture_output=True
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(path)], capture_output=True
     )
     if mounted.returncode != 0:
         pytest.skip(f"root cannot make a read-only folder here: {mounted.stderr.decode().strip()}")
     try:
+        fill(path)
+        subprocess.run(["mount", "-o", "remount,ro", str(path)], check=True)
         yield path
     finally:
         subprocess.run(["umount", str(path)], check=True)
+
+
+def test_read_only_database_fails_before_extraction(digits_corpus: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+
+    def database(folder: Path) -> None:
+        with open_store(folder / "v.db"):
+            pass
+
+    with read_only_folder(tmp_path / "ro", database) as folder:
+        for db in (folder / "v.db", folder / "new.db"):  # existing, and to be created
+            result = runner.invoke(
+                app, ["enroll", str(digits_corpus), "--db", str(db), "--cache", str(cache)]
+            )
+            line = one_error_line(result, str(db))
+            assert "read-only" in line.lower(), line
+            assert entries(cache) == []
+        assert sorted(p.name for p in folder.iterdir()) == ["v.db"]
 
 
 def test_read_only_cache_warns_once_and_enrols(digits_corpus: Path, tmp_path: Path) -> None:

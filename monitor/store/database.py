@@ -242,6 +242,11 @@ def connect(
             raise StoreError(locked_message(path, busy_timeout_seconds)) from error
         if "not a database" in str(error) or "encrypted" in str(error):
             raise StoreError(f"{path}: not an SQLite database ({error})") from error
+        if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+            raise StoreError(
+                f"{path}: cannot open database ({error}): the file or its folder is read-only, "
+                "and SQLite's WAL needs to write both"
+            ) from error
         raise StoreError(f"{path}: cannot open database: {error}") from error
     except BaseException:
         conn.close()
