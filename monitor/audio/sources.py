@@ -552,6 +552,11 @@ class MicrophoneSource:
         self._closed = True
         self._wake.set()
 
+    def probe(self) -> None:
+        """Open and close the device now: :class:`AudioDeviceError` if it is missing, so that
+        the daemon can refuse to start before it prints or serves anything."""
+        self._backend.open(self.device, lambda block, overflowed: None).close()
+
     def backoff_seconds(self, attempt: int) -> float:
         """Random delay before retry ``attempt`` (1-based): full jitter under a capped doubling."""
         cap = min(self.backoff_max_seconds, self.backoff_initial_seconds * 2 ** (attempt - 1))

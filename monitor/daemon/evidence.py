@@ -30,12 +30,21 @@ class WindowFeatures:
         return self.features[name].observe(samples, RATE_HZ)
 
     def warm_up(self) -> None:
-        """Load every model now (torch, pocketsphinx) so the first window is not late."""
+        """Load every model now (torch, pocketsphinx) so the first window is not late; once
+        per extractor and process (a second pipeline in the same process starts at once)."""
         noise = np.random.default_rng(0).normal(0.0, 0.05, RATE_HZ).astype(np.float32)
         for feature in self.features.values():
+            if id(feature) in _WARM:
+                continue
             # noise may hold no voiced frame: the model is loaded anyway
             with contextlib.suppress(ValueError):
                 feature.observe(noise, RATE_HZ)
+            _WARM.add(id(feature))
+
+
+#: ``id`` of every extractor already warmed up in this process (the registry's instances live
+#: as long as the process, so an id is never reused for another one).
+_WARM: set[int] = set()
 
 
 @dataclass

@@ -20,8 +20,10 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +52,7 @@ from monitor.daemon.events import (
 )
 from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
 from monitor.daemon.ledger import LedgerWriter
+from monitor.daemon.lock import DaemonLock
 from monitor.daemon.logs import LogExporter, configure_logging
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
@@ -141,6 +144,11 @@ class Pipeline:
         )
         self._stop = asyncio.Event()
         self._stop_reason = ""
+        self._tasks: list[asyncio.Task[Any]] = []
+        #: After SIGTERM/SIGINT, leave the process by force if still here after this many
+        #: seconds (``run_daemon`` sets it; None in tests, which run in-process).
+        self.exit_deadline_seconds: float | None = None
+        self._watchdog: threading.Timer | None = None
         self._windows = 0
         self._busy: dict[str, float] = {"features": 0.0, "scorer": 0.0, "ledger": 0.0}
         self.audio_seconds = 0.0
@@ -365,11 +373,23 @@ class Pipeline:
         duration = self.config.daemon.duration_seconds
         if duration > 0:
             try:
-                await asyncio.wait_for(self._stop.wait(), timeout=duration)
+                async with asyncio.timeout(duration):
+                    await self._stop.wait()
             except TimeoutError:
                 self.stop("duration")
         await self._stop.wait()
+        await _cancel_until_done([t for t in self._tasks if t is not asyncio.current_task()])
         raise _StopRequestError
+
+    def _on_signal(self, name: str) -> None:
+        """SIGTERM/SIGINT: stop, and with ``exit_deadline_seconds`` make sure we do."""
+        self.stop(name)
+        deadline = self.exit_deadline_seconds
+        if deadline is None or self._watchdog is not None:
+            return
+        self._watchdog = threading.Timer(deadline, _force_exit, args=(name, deadline))
+        self._watchdog.daemon = True
+        self._watchdog.start()
 
     # ---- the run -----------------------------------------------------------------------------
 
@@ -379,7 +399,7 @@ class Pipeline:
         handled: list[int] = []
         for signum, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
             try:
-                loop.add_signal_handler(signum, self.stop, name)
+                loop.add_signal_handler(signum, self._on_signal, name)
                 handled.append(signum)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread (tests): callers use stop()
@@ -415,8 +435,10 @@ class Pipeline:
                 ]
                 stages += [(f"exporter.{e.name}", e.run()) for e in self.exporters]
                 stages.append(("supervisor", self._supervise()))
-                for name, coroutine in stages:
+                self._tasks = [
                     group.create_task(coroutine, name=f"voxmeter.{name}")
+                    for name, coroutine in stages
+                ]
         except BaseExceptionGroup as group:
             _, rest = group.split(_StopRequestError)
             if rest is not None:
@@ -454,6 +476,30 @@ class Pipeline:
         )
 
 
+#: How often a stopping supervisor repeats the cancellation of tasks that are still running.
+CANCEL_RETRY_SECONDS = 0.2
+
+
+async def _cancel_until_done(tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and repeat for those still running: a task may swallow one
+    cancellation (``asyncio.wait_for`` does when its inner future completes in the same loop
+    turn, cpython gh-86296, e.g. inside a library) and would otherwise keep the TaskGroup, and
+    the daemon, waiting for ever."""
+    pending = [t for t in tasks if not t.done()]
+    while pending:
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=CANCEL_RETRY_SECONDS)
+        pending = [t for t in pending if not t.done()]
+
+
+def _force_exit(reason: str, deadline: float) -> None:
+    """The watchdog's last resort (a thread): every window is already committed by then."""
+    logger.error("still running %.1f s after %s: exiting now", deadline, reason)
+    logging.shutdown()
+    os._exit(1)
+
+
 def _first_user_error(group: BaseExceptionGroup) -> BaseException:
     """The error to report: the first VoxmeterError if any (one line in the CLI), else all."""
     from monitor.errors import VoxmeterError
@@ -483,12 +529,15 @@ def make_source(config: Config) -> AudioSource:
     if spec == "mic" or spec.startswith("mic:"):
         arg = spec[4:]
         device: str | int | None = (int(arg) if arg.isdigit() else arg) if arg else None
-        return MicrophoneSource(
+        microphone = MicrophoneSource(
             device,
             backoff_initial_seconds=config.audio.retry_min_seconds,
             backoff_max_seconds=config.audio.retry_max_seconds,
             wait_for_device=config.audio.wait_for_device,
         )
+        if not config.audio.wait_for_device:
+            microphone.probe()  # a missing device is one line, before any other output
+        return microphone
     if spec.startswith(("wyoming://", "wyoming-listen://")):
         from monitor.audio.wyoming import WyomingSource, parse_endpoint
 
@@ -585,17 +634,27 @@ def build_pipeline(
     )
 
 
+#: SIGTERM must end ``voxmeter run`` within 2 s (systemd, containers): past this, by force.
+EXIT_DEADLINE_SECONDS = 1.75
+
+
 def run_daemon(config: Config) -> RunSummary:
-    """``voxmeter run``: open the store, build the pipeline, run it to the end."""
+    """``voxmeter run``: lock the database, open it, build the pipeline, run it to the end.
+
+    The lock (``<db>.lock``) is held until the store is closed, so a second daemon on the same
+    database is refused with one line before it prints or changes anything.
+    """
     from monitor.store.database import open_store
 
     configure_logging(config.logging)
-    store = open_store(config.daemon.db)
-    try:
-        pipeline = build_pipeline(config, store=store)
-        summary = asyncio.run(pipeline.run())
-    finally:
-        store.close()
+    with DaemonLock(config.daemon.db):
+        store = open_store(config.daemon.db)
+        try:
+            pipeline = build_pipeline(config, store=store)
+            pipeline.exit_deadline_seconds = EXIT_DEADLINE_SECONDS
+            summary = asyncio.run(pipeline.run())
+        finally:
+            store.close()
     logger.info(
         "stopped",
         extra={"fields": {"reason": summary.stop_reason, "windows": summary.windows}},

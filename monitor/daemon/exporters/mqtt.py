@@ -5,7 +5,10 @@ Topics under ``<prefix>`` (default ``voxmeter/<device_id>``):
 - ``<prefix>/status`` (retained): ``{"state": "online"|"offline", "version", "started"}``; the
   broker's last will publishes ``offline`` if the daemon vanishes without saying goodbye.
 - ``<prefix>/speakers/<alias>/state`` (retained): the speaker's latest figures; cleared (empty
-  retained message) when an ``unknown-N`` track expires.
+  retained message) when an ``unknown-N`` track expires. ``<alias>`` is percent-encoded by
+  :func:`topic_level` (UTF-8, every character but ``A-Z a-z 0-9 - . _ ~``), so an alias with
+  ``#``, ``+``, ``/``, a control character or a non-ASCII letter is one valid topic level;
+  ``urllib.parse.unquote`` gives the alias back (the payload's ``alias`` holds it as is).
 - ``<prefix>/alerts``: one JSON object per budget transition, read from the store's outbox.
 
 Alerts are never held only in memory: the budget stage writes each to the outbox in the same
@@ -19,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import random
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,6 +53,9 @@ logger = logging.getLogger(__name__)
 PUBLISH_TIMEOUT_SECONDS = 10.0
 """Longest wait for a PUBACK before the connection is considered dead and retried."""
 
+OFFLINE_TIMEOUT_SECONDS = 1.0
+"""Longest wait for the ``offline`` status on a clean stop (SIGTERM must end us within 2 s)."""
+
 OUTBOX_BATCH = 100
 
 
@@ -74,7 +82,17 @@ class Topics:
         return f"{self.prefix}/alerts"
 
     def speaker_state(self, alias: str) -> str:
-        return f"{self.prefix}/speakers/{alias}/state"
+        return f"{self.prefix}/speakers/{topic_level(alias)}/state"
+
+
+def topic_level(name: str) -> str:
+    """``name`` as one MQTT topic level: percent-encoding (RFC 3986) of its UTF-8 bytes except
+    the unreserved ``A-Z a-z 0-9 - . _ ~``; reversible with ``urllib.parse.unquote``.
+
+    Use it for every alias in a topic: ``#`` and ``+`` are wildcards paho refuses to publish to,
+    ``/`` would add levels, and control characters make brokers drop the connection.
+    """
+    return urllib.parse.quote(name, safe="")
 
 
 def topics_for(settings: MqttSettings, device_id: str) -> Topics:
@@ -246,8 +264,13 @@ class MqttExporter:
     async def _say_offline(self, client: aiomqtt.Client) -> None:
         """On a clean stop the broker sends no will: publish ``offline`` ourselves."""
         try:
-            await client.publish(
-                self.topics.status, self.status_payload("offline"), qos=1, retain=True, timeout=2
+            await publish(
+                client,
+                self.topics.status,
+                self.status_payload("offline"),
+                qos=1,
+                retain=True,
+                timeout_seconds=OFFLINE_TIMEOUT_SECONDS,
             )
         except aiomqtt.MqttError as error:
             logger.info("could not publish offline status: %s", error)
@@ -257,8 +280,8 @@ class MqttExporter:
             self._wake.clear()
             if self._status_dirty:
                 self._status_dirty = False
-                await client.publish(
-                    self.topics.status, self.status_payload("online"), qos=1, retain=True
+                await publish(
+                    client, self.topics.status, self.status_payload("online"), qos=1, retain=True
                 )
             await self._drain_outbox(client)
             await self._publish_states(client)
@@ -270,18 +293,42 @@ class MqttExporter:
         while messages := self._outbox.pending(OUTBOX_BATCH):
             for message in messages:
                 payload = {**message.payload, "seq": message.seq, "sent": iso_utc(self._clock())}
-                await client.publish(message.topic, json.dumps(payload).encode(), qos=qos)
+                await publish(client, message.topic, json.dumps(payload).encode(), qos=qos)
                 self._outbox.ack(message.seq)
 
     async def _publish_states(self, client: aiomqtt.Client) -> None:
         for alias in list(self._dirty):
             payload = self._dirty[alias]
             body = b"" if payload is None else json.dumps(payload).encode()
-            await client.publish(
-                self.topics.speaker_state(alias), body, qos=self.settings.qos, retain=True
+            await publish(
+                client, self.topics.speaker_state(alias), body, qos=self.settings.qos, retain=True
             )
             if self._dirty.get(alias, ...) is payload:  # unchanged while we published
                 del self._dirty[alias]
+
+
+async def publish(
+    client: aiomqtt.Client,
+    topic: str,
+    payload: bytes,
+    *,
+    qos: int,
+    retain: bool = False,
+    timeout_seconds: float = PUBLISH_TIMEOUT_SECONDS,
+) -> None:
+    """``client.publish`` under our own deadline (MqttError when no PUBACK comes in time).
+
+    aiomqtt's ``timeout=`` runs through ``asyncio.wait_for``, which on Python 3.11 swallows a
+    cancellation that arrives in the same loop turn as the PUBACK (cpython gh-86296): the
+    publisher then went back to waiting for work, the pipeline's TaskGroup waited for it for
+    ever, and ``voxmeter run`` hung at end of input (about one run in ten). ``asyncio.timeout``
+    keeps the cancellation.
+    """
+    try:
+        async with asyncio.timeout(timeout_seconds):
+            await client.publish(topic, payload, qos=qos, retain=retain, timeout=math.inf)
+    except TimeoutError as exc:
+        raise aiomqtt.MqttError(f"no acknowledgement within {timeout_seconds:g} s") from exc
 
 
 async def _watch(client: aiomqtt.Client) -> None:
