@@ -21,6 +21,7 @@ from rich.console import Console
 
 from monitor import __version__
 from monitor.errors import VoxmeterError
+from monitor.printable import printable
 
 app = typer.Typer(
     name="voxmeter",
@@ -441,6 +442,13 @@ def _new_file_removed_on_error(path: Path) -> Iterator[None]:
         raise
 
 
+def _cell(text: str) -> Any:
+    """A table cell holding user text (an alias): control characters escaped, no markup."""
+    from rich.text import Text
+
+    return Text(printable(text))
+
+
 def _identity_json(identity: Any) -> dict[str, Any]:
     return {
         "alias": identity.alias,
@@ -477,10 +485,10 @@ def db_list_command(
     for identity in identities:
         seconds = max((t.seconds for t in identity.templates.values()), default=0.0)
         table.add_row(
-            identity.alias,
+            _cell(identity.alias),
             " ".join(identity.templates) or "-",
             f"{seconds:.1f}",
-            ", ".join(identity.local_profiles) or "-",
+            _cell(", ".join(identity.local_profiles) or "-"),
         )
     console.print(table)
 
@@ -502,16 +510,18 @@ def db_show_command(
         typer.echo(json.dumps(document))
         return
     out = {"markup": False, "highlight": False, "soft_wrap": True}
-    console.print(f"identity {identity.alias} (created {identity.created})", **out)
+    console.print(f"identity {printable(identity.alias)} (created {identity.created})", **out)
     for key, value in identity.metadata.items():
-        console.print(f"  {key}: {value}", **out)
+        console.print(f"  {printable(key)}: {printable(value)}", **out)
     for feature, info in identity.templates.items():
         console.print(
             f"  template {feature}: {info.dimension} values, {info.seconds:.1f} s of speech, "
             f"updated {info.updated}",
             **out,
         )
-    console.print(f"  local profiles: {', '.join(identity.local_profiles) or '-'}", **out)
+    console.print(
+        f"  local profiles: {printable(', '.join(identity.local_profiles) or '-')}", **out
+    )
 
 
 @db_app.command("remove")
@@ -538,9 +548,9 @@ def db_remove_command(
         entries = FeatureCache(cache_dir).remove_speaker(
             alias, corpus if isinstance(corpus, str) else None
         )
-    profiles = f", local profiles {', '.join(identity.local_profiles)}"
+    profiles = f", local profiles {printable(', '.join(identity.local_profiles))}"
     console.print(
-        f"removed {alias} from {path} ({len(identity.templates)} templates"
+        f"removed {printable(alias)} from {path} ({len(identity.templates)} templates"
         f"{profiles if identity.local_profiles else ''}) and {entries} feature cache entries "
         f"from {cache_dir}",
         markup=False,
@@ -914,7 +924,8 @@ def run_command(
     out = {"markup": False, "highlight": False, "soft_wrap": True}
     for track, event in sorted(summary.last.items()):
         err_console.print(
-            f"{track}: {event.windows} windows, {event.pooled_speech_seconds:.0f} s of speech, "
+            f"{printable(track)}: {event.windows} windows, "
+            f"{event.pooled_speech_seconds:.0f} s of speech, "
             f"{event.budget_measure} {event.budget_figure_bits:.2f} bits of "
             f"{event.budget_bits:g} ({event.state}); ceiling {event.ceiling_bits:.2f} bits",
             **out,
@@ -969,7 +980,7 @@ def _status_table(rows: list[Any]) -> Any:
         if f.get("kind") == "unknown" and f.get("top_candidate"):
             top = f"{f['top_candidate']} ({f.get('information_gain_bits', 0):.2f})"
         table.add_row(
-            row.track,
+            _cell(row.track),
             f"[{style.get(row.state, '')}]{row.state}[/]",
             str(row.windows),
             f"{row.speech_seconds:.0f}",
@@ -983,7 +994,7 @@ def _status_table(rows: list[Any]) -> Any:
             f"{b.get('optimal', 0):.1f}",
             f"{f.get('ceiling_bits', float('nan')):.2f}",
             f"{f.get('budget_bits', float('nan')):g}",
-            top,
+            _cell(top),
         )
     table.caption = (
         f"{len(rows)} tracks; LID/SRD = combined features; f0/phone/emb = LID per feature; "

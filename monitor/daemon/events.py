@@ -11,8 +11,8 @@ Flow (DESIGN §14)::
     SpeechWindow → FeatureWindow                     (features stage)
     FeatureWindow → TrackedWindow                    (tracker stage)
     TrackedWindow → WindowScored (+ StateChanged)    (scorer + ledger stage)
-    DaemonStarted, WindowScored, StateChanged, TrackExpired, PipelineStats, DaemonStopping
-                                                     → every exporter, in order
+    DaemonStarted, TrackRestored, WindowScored, StateChanged, TrackExpired, PipelineStats,
+    DaemonStopping                                   → every exporter, in order
 
 Exporters implement :class:`Exporter` (see docs/architecture.md, monitor/daemon).
 """
@@ -158,6 +158,19 @@ class WindowScored:
 
 
 @dataclass(frozen=True)
+class TrackRestored:
+    """Sent after :class:`DaemonStarted` for every track resumed from the ledger: its last
+    window's figures, so that a restart does not blank a speaker's series until they speak again.
+
+    ``last`` is rebuilt from the stored figures with the state and budget of now; its stream
+    positions are 0, its latency NaN and its stage times empty (no window of this run): exporters
+    set gauges from it but observe no histogram and count no speech.
+    """
+
+    last: WindowScored
+
+
+@dataclass(frozen=True)
 class StateChanged:
     """A budget transition; the alert is already in the store's outbox (same transaction)."""
 
@@ -208,7 +221,13 @@ class DaemonStopping:
 
 
 DaemonEvent = (
-    DaemonStarted | WindowScored | StateChanged | TrackExpired | PipelineStats | DaemonStopping
+    DaemonStarted
+    | TrackRestored
+    | WindowScored
+    | StateChanged
+    | TrackExpired
+    | PipelineStats
+    | DaemonStopping
 )
 
 

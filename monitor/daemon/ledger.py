@@ -10,12 +10,16 @@ from typing import Any
 
 from monitor.daemon.budget import BudgetMachine, Transition
 from monitor.daemon.events import (
+    CompositionBounds,
     DaemonEvent,
+    Disclosure,
     StateChanged,
+    TrackRestored,
     WindowScored,
 )
 from monitor.daemon.evidence import ScoredWindow, finite_bits
 from monitor.store.database import Store
+from monitor.store.ledger import WindowRecord
 
 
 class LedgerWriter:
@@ -195,3 +199,57 @@ class LedgerWriter:
             ),
         )
         return events
+
+
+def restored_window(
+    record: WindowRecord,
+    *,
+    state: str,
+    budget_bits: float,
+    budget_measure: str,
+    delta: float,
+) -> TrackRestored:
+    """The last stored window of a track as a :class:`TrackRestored` (see its docstring):
+    figures as the ledger holds them, budget state and budget of the restarted daemon."""
+    f = record.figures
+    bounds = f["bounds"]
+    return TrackRestored(
+        WindowScored(
+            track=record.track,
+            kind=f["kind"],
+            identity=f.get("identity"),
+            window_index=int(f["window_index"]),
+            window_start_seconds=0.0,
+            window_end_seconds=0.0,
+            window_speech_seconds=record.speech_seconds,
+            pooled_speech_seconds=float(f["pooled_speech_seconds"]),
+            windows=int(f["windows"]),
+            disclosures=tuple(
+                Disclosure(*key.split(".", 1), float(values[0]), float(values[1]))
+                for key, values in f["disclosures"].items()
+            ),
+            bounds=CompositionBounds(
+                windows=int(f["windows"]),
+                epsilon_nats=float(bounds["epsilon_nats"]),
+                delta=delta,
+                basic_bits=float(bounds["basic"]),
+                advanced_bits=float(bounds["advanced"]),
+                optimal_bits=float(bounds["optimal"]),
+            ),
+            ceiling_bits=float(f["ceiling_bits"]),
+            templates=int(f["templates"]),
+            budget_bits=budget_bits,
+            budget_measure=budget_measure,
+            budget_figure_bits=float(f["budget_figure_bits"]),
+            state=state,  # type: ignore[arg-type]
+            information_gain_bits=f.get("information_gain_bits"),
+            top_candidate=f.get("top_candidate"),
+            top_candidate_bits=f.get("top_candidate_bits"),
+            extrapolated=dict(f.get("extrapolated", {})),
+            period_start_unix=record.period_start,
+            window_closed_unix=record.window_end,
+            window_closed_monotonic=math.nan,
+            scored_unix=record.window_end,
+            latency_seconds=math.nan,
+        )
+    )

@@ -17,6 +17,7 @@ from monitor.daemon.events import (
     PipelineStats,
     StateChanged,
     TrackExpired,
+    TrackRestored,
     WindowScored,
 )
 
@@ -48,10 +49,14 @@ class LineFormatter(logging.Formatter):
 
 
 def _kv(value: Any) -> str:
+    """One value of a ``key=value`` line; quoted (JSON, which escapes ESC, CR, TAB and every
+    invisible character) when it has a space, ``=`` or anything not printable, so that an alias
+    can neither forge a log line nor recolour a terminal."""
     if isinstance(value, float):
         return f"{value:.4g}"
     text = str(value)
-    return json.dumps(text) if (" " in text or "=" in text or not text) else text
+    quote = " " in text or "=" in text or not text or not text.isprintable()
+    return json.dumps(text) if quote else text
 
 
 def configure_logging(settings: LoggingSettings, stream: Any = None) -> None:
@@ -111,6 +116,17 @@ class LogExporter:
                 )
             case TrackExpired():
                 self.log.info("expired", extra={"fields": {"track": event.track}})
+            case TrackRestored():
+                last = event.last
+                fields = {
+                    "track": last.track,
+                    "kind": last.kind,
+                    "windows": last.windows,
+                    "speech_s": round(last.pooled_speech_seconds, 2),
+                    "bits": round(last.budget_figure_bits, 3),
+                    "state": last.state,
+                }
+                self.log.info("restored", extra={"fields": fields})
             case PipelineStats():
                 self.log.debug(
                     "stats",

@@ -51,7 +51,7 @@ from monitor.daemon.events import (
     WindowScored,
 )
 from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
-from monitor.daemon.ledger import LedgerWriter
+from monitor.daemon.ledger import LedgerWriter, restored_window
 from monitor.daemon.lock import DaemonLock
 from monitor.daemon.logs import LogExporter, configure_logging
 from monitor.daemon.scorer import Scorer
@@ -169,7 +169,8 @@ class Pipeline:
             self._stop.set()
 
     def restore(self) -> list[DaemonEvent]:
-        """Resume the current period from the store; returns alerts for a period that ended."""
+        """Resume the current period from the store: alerts for a period that ended, then one
+        :class:`TrackRestored` per resumed track."""
         now = self.wall_clock()
         settings = self.config
         period = period_start(now, settings.budget.period_seconds)
@@ -214,6 +215,17 @@ class Pipeline:
             )
             if kind == "unknown":
                 self.tracker.restore(track, kept.pooled[EMBEDDING].values, kept.speech_seconds)
+            last = self.store.last_window(track, period)
+            if last is not None:  # exporters show its figures now, not when it speaks again
+                events.append(
+                    restored_window(
+                        last,
+                        state=self.budget.state(track),
+                        budget_bits=settings.budget.bits,
+                        budget_measure=settings.budget.measure,
+                        delta=settings.scorer.delta,
+                    )
+                )
         return events
 
     # ---- stages ------------------------------------------------------------------------------
@@ -476,8 +488,9 @@ class Pipeline:
         )
 
 
-#: How often a stopping supervisor repeats the cancellation of tasks that are still running.
-CANCEL_RETRY_SECONDS = 0.2
+#: How long a stopping supervisor lets cancelled tasks clean up (say offline to the broker,
+#: close the metrics server) before it cancels those still running again.
+CANCEL_RETRY_SECONDS = 2.0
 
 
 async def _cancel_until_done(tasks: Sequence[asyncio.Task[Any]]) -> None:

@@ -167,6 +167,17 @@ class LedgerMixin(Database):
             ).fetchall()
         return [WindowRecord(*row[:7], figures=json.loads(row[7])) for row in rows]
 
+    def last_window(self, track: str, period_start: float) -> WindowRecord | None:
+        """The track's latest window record in this period (what a restart exports again)."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT id, track, period_start, window_start, window_end, speech_seconds, "
+                "window_bits, figures FROM ledger_windows WHERE track = ? AND period_start = ? "
+                "ORDER BY window_end DESC, id DESC LIMIT 1",
+                (track, float(period_start)),
+            ).fetchone()
+        return None if row is None else WindowRecord(*row[:7], figures=json.loads(row[7]))
+
     def prune_ledger(self, before: float) -> int:
         """Delete ledger periods that started before ``before``; returns windows deleted."""
         with self._transaction() as conn:

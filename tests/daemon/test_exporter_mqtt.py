@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import pytest
 
 from monitor.daemon.config import MqttSettings
 from monitor.daemon.events import TrackExpired
-from monitor.daemon.exporters.mqtt import MqttExporter, Topics, speaker_state_payload
+from monitor.daemon.exporters.mqtt import MqttExporter, Topics, speaker_state_payload, topic_level
 from monitor.store.database import open_store
 from tests.daemon.exporter_events import changed, scored, started
 from tests.realparts.mosquitto import MosquittoBroker
@@ -381,3 +382,51 @@ def test_reconnects_with_random_capped_backoff_while_the_broker_is_away(tmp_path
     assert all(0.5 <= d <= c for d, c in zip(delays, ceilings, strict=True)), delays
     assert max(delays) > 1.0  # the ceiling really grew
     assert len(set(delays)) == len(delays)  # random, not a fixed schedule
+
+
+HOSTILE_ALIASES = ("a#b", "x+y", "a/b", "bob\x1b[31m", "tab\tname", "Zoë", "50%", "nul\x00l")
+
+
+def test_topic_levels_are_percent_encoded_and_reversible() -> None:
+    assert topic_level("a#b") == "a%23b"
+    assert topic_level("x+y") == "x%2By"
+    assert topic_level("a/b") == "a%2Fb"
+    assert topic_level("bob\x1b[31m") == "bob%1B%5B31m"
+    assert topic_level("tab\tname") == "tab%09name"
+    assert topic_level("Zoë") == "Zo%C3%AB"
+    assert topic_level("home-1_a.b~c") == "home-1_a.b~c"  # unreserved characters stay
+    for alias in HOSTILE_ALIASES:
+        assert urllib.parse.unquote(topic_level(alias)) == alias
+        assert (
+            TOPICS.speaker_state(alias) == f"voxmeter/{DEVICE}/speakers/{topic_level(alias)}/state"
+        )
+
+
+def test_hostile_aliases_reach_a_real_broker_on_one_connection(
+    mosquitto: MosquittoBroker, tmp_path: Path
+) -> None:
+    """``#``/``+`` made paho refuse the topic (the daemon crashed) and a control character made
+    mosquitto drop the connection in a loop: each alias is now one encoded topic level."""
+    connection_log: list[bool] = []
+
+    async def scenario() -> None:
+        with open_store(tmp_path / "v.db") as store:
+            exporter = MqttExporter(
+                settings_for(mosquitto),
+                store=store,
+                device_id=DEVICE,
+                on_connection=connection_log.append,
+            )
+            async with subscribed(mosquitto) as sub, running(exporter) as task:
+                for alias in HOSTILE_ALIASES:
+                    await exporter.handle(scored(alias, combined_bits=2.0))
+                topics = [TOPICS.speaker_state(alias) for alias in HOSTILE_ALIASES]
+                await sub.wait(lambda: all(sub.on(topic) for topic in topics))
+                for alias, topic in zip(HOSTILE_ALIASES, topics, strict=True):
+                    assert sub.on(topic)[-1]["alias"] == alias  # the payload keeps it as is
+                    level = topic.split("/")[3]
+                    assert urllib.parse.unquote(level) == alias
+                assert not task.done()
+        assert connection_log == [True, False]  # never dropped by the broker
+
+    run(scenario)

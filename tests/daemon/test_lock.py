@@ -25,7 +25,7 @@ def test_a_second_lock_on_the_same_database_is_refused(tmp_path: Path) -> None:
     with DaemonLock(db):
         assert lock_path(db).stat().st_mode & 0o777 == 0o600
         assert lock_path(db).read_text().strip() == str(os.getpid())
-        with pytest.raises(StoreError, match=r"another voxmeter daemon .* pid") as error:
+        with pytest.raises(StoreError, match=r"another voxmeter daemon .*\(pid \d+\)") as error:
             DaemonLock(db).acquire()
         assert str(db) in str(error.value)
         with DaemonLock(tmp_path / "other.db"):  # another database is another lock

@@ -42,6 +42,7 @@ from monitor.daemon.events import (
     PipelineStats,
     StateChanged,
     TrackExpired,
+    TrackRestored,
     WindowScored,
 )
 from monitor.daemon.exporters.figures import bounds_bits
@@ -185,6 +186,10 @@ class MqttExporter:
                 payload = speaker_state_payload(event, updated_unix=self._clock())
                 self._states[event.track] = payload
                 self._dirty[event.track] = payload
+            case TrackRestored():  # a restart: figures of its last window, as they were
+                payload = speaker_state_payload(event.last, updated_unix=event.last.scored_unix)
+                self._states[event.last.track] = payload
+                self._dirty[event.last.track] = payload
             case StateChanged():
                 pass  # the alert is already in the outbox: just wake the drain
             case TrackExpired():

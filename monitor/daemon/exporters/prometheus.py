@@ -31,6 +31,7 @@ from monitor.daemon.events import (
     PipelineStats,
     StateChanged,
     TrackExpired,
+    TrackRestored,
     WindowScored,
 )
 from monitor.daemon.exporters.figures import bounds_bits
@@ -259,6 +260,8 @@ class PrometheusExporter:
                 self._started(event)
             case WindowScored():
                 self._scored(event)
+            case TrackRestored():
+                self._figures(event.last)
             case StateChanged():
                 self.metrics.alerts.labels(event.to_state).inc()
                 self._set_state(event.track, event.to_state)
@@ -280,6 +283,18 @@ class PrometheusExporter:
             m.budget_bits.labels(track).set(event.budget_bits)
 
     def _scored(self, event: WindowScored) -> None:
+        """A new window: its figures, plus speech, stage times and latency."""
+        self._figures(event)
+        m = self.metrics
+        m.speech_seconds.labels(event.track).inc(max(0.0, event.window_speech_seconds))
+        for stage, seconds in event.stage_seconds.items():
+            m.stage_seconds.labels(stage).observe(seconds)
+        m.window_latency_seconds.observe(
+            max(0.0, self._monotonic() - event.window_closed_monotonic)
+        )
+
+    def _figures(self, event: WindowScored) -> None:
+        """The gauges of a track's latest window (also for a track restored from the ledger)."""
         m = self.metrics
         speaker = event.track
         for item in event.disclosures:
@@ -292,7 +307,6 @@ class PrometheusExporter:
         m.disclosure_ceiling_bits.set(event.ceiling_bits)
         m.budget_bits.labels(speaker).set(event.budget_bits)
         self._set_state(speaker, event.state)
-        m.speech_seconds.labels(speaker).inc(max(0.0, event.window_speech_seconds))
         if event.information_gain_bits is not None:
             candidate = event.top_candidate or ""
             previous = self._top_candidate.get(speaker)
@@ -302,11 +316,6 @@ class PrometheusExporter:
             self._top_candidate[speaker] = candidate
         for feature, extrapolated in event.extrapolated.items():
             m.calibration_extrapolated.labels(feature).set(1.0 if extrapolated else 0.0)
-        for stage, seconds in event.stage_seconds.items():
-            m.stage_seconds.labels(stage).observe(seconds)
-        m.window_latency_seconds.observe(
-            max(0.0, self._monotonic() - event.window_closed_monotonic)
-        )
 
     def _set_state(self, speaker: str, current: str) -> None:
         for state in STATES:
