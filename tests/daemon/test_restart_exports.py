@@ -95,6 +95,7 @@ def test_restart_exports_the_last_figures_before_new_speech(daemon_corpus, daemo
         os.close(write_fd)
     assert not [e for e in events if isinstance(e, WindowScored)]
     (restored,) = [e for e in events if isinstance(e, TrackRestored)]
+
     def by_name(items: tuple[Disclosure, ...]) -> list[Disclosure]:
         return sorted(items, key=lambda d: (d.feature, d.measure))
 
