@@ -930,6 +930,12 @@ def run_command(
             f"{event.budget_bits:g} ({event.state}); ceiling {event.ceiling_bits:.2f} bits",
             **out,
         )
+    if summary.windows == 0 and summary.audio_seconds > 0:
+        err_console.print(
+            f"no window was scored: {summary.audio_seconds:.0f} s of audio held less than one "
+            f"{settings.audio.window_seconds:g} s window of speech",
+            **out,
+        )
     err_console.print(
         f"stopped ({summary.stop_reason}): {summary.windows} windows from "
         f"{summary.audio_seconds:.0f} s of audio, {len(summary.alerts)} alerts, "

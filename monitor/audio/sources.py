@@ -143,6 +143,9 @@ class SourceStats:
     """Device blocks the audio driver reported as overflowed (samples lost before us)."""
     device_errors: int = 0
     """Device failures: open refused, device missing, stream lost or stalled."""
+    non_finite: int = 0
+    """Blocks holding NaN or ±inf samples (a float device or driver fault): replaced by silence,
+    so they never reach the features, and logged."""
 
 
 class AudioSource(Protocol):
@@ -164,10 +167,17 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 class _Resampler:
-    """Streaming mono conversion to 16 kHz int16 with soxr, keeping sample-exact timing."""
+    """Streaming mono conversion to 16 kHz int16 with soxr, keeping sample-exact timing.
 
-    def __init__(self, rate_hz: int) -> None:
+    A float block holding NaN or ±inf becomes silence of the same length (timing kept), counted
+    in ``stats.non_finite`` and logged: zeros would otherwise stand for NaN and full scale for
+    inf, which the features would take for speech.
+    """
+
+    def __init__(self, rate_hz: int, stats: SourceStats | None = None, name: str = "audio") -> None:
         self.rate_hz = rate_hz
+        self.stats = stats if stats is not None else SourceStats()
+        self.name = name
         self._stream = (
             None
             if rate_hz == RATE_HZ
@@ -179,12 +189,25 @@ class _Resampler:
         data = np.asarray(block)
         if data.dtype == np.int16:
             data = data.astype(np.float32) / 32768.0
+        elif not np.isfinite(data).all():
+            data = np.zeros_like(data, dtype=np.float32)
+            self._non_finite()
         if data.ndim == 2:
             data = data.mean(axis=1, dtype=np.float32)
-        data = np.nan_to_num(np.ascontiguousarray(data, dtype=np.float32), copy=False)
+        data = np.ascontiguousarray(data, dtype=np.float32)
         if self._stream is not None:
             data = self._stream.resample_chunk(data, last=last)
         return np.clip(np.rint(data * 32768.0), -32768, 32767).astype(np.int16)
+
+    def _non_finite(self) -> None:
+        self.stats.non_finite += 1
+        count = self.stats.non_finite
+        if count == 1 or count % 100 == 0:  # a broken device would fill the log otherwise
+            logger.warning(
+                "%s: a block of NaN or infinite samples replaced by silence (%d so far)",
+                self.name,
+                count,
+            )
 
 
 def _check_frame_ms(frame_ms: int) -> int:
@@ -227,6 +250,17 @@ def _check_last_sample(path: str, handle: sf.SoundFile) -> None:
         ) from exc
     if tail.shape[0] != 1:
         raise InputError(path, f"truncated: header says {handle.frames} samples")
+    handle.seek(0)
+
+
+def _check_finite(path: str, handle: sf.SoundFile) -> None:
+    """Refuse a float file holding NaN or ±inf, as :func:`read_audio` (``voxmeter features``)
+    does. Integer PCM cannot hold them; float files are scanned block by block (flat memory)."""
+    if handle.subtype not in ("FLOAT", "DOUBLE"):
+        return
+    for block in handle.blocks(blocksize=1 << 16, dtype="float64", always_2d=True):
+        if not np.isfinite(block).all():
+            raise InputError(path, "audio contains NaN or infinite samples")
     handle.seek(0)
 
 
@@ -279,7 +313,8 @@ class FileSource:
         self._clock = clock
         self._sleep = sleep
         self._closed = False
-        _open_soundfile(self.path).close()  # fail now, with the file's name, not mid-pipeline
+        with _open_soundfile(self.path) as handle:  # fail now, naming the file, not mid-pipeline
+            _check_finite(self.path, handle)
 
     def close(self) -> None:
         self._closed = True
@@ -289,7 +324,7 @@ class FileSource:
         frame = RATE_HZ * self.frame_ms // 1000
         with handle:
             rate = int(handle.samplerate)
-            resample = _Resampler(rate)
+            resample = _Resampler(rate, self.stats, self.path)
             emitted = 0
             pending = np.zeros(0, dtype=np.int16)
             started = self._clock()
@@ -353,7 +388,7 @@ class StdinSource:
             # reader holds its lock, and the interpreter aborts on it at exit.
             fd = sys.stdin.fileno()
             read_bytes = functools.partial(os.read, fd)
-        resample = _Resampler(self.rate_hz)
+        resample = _Resampler(self.rate_hz, self.stats, str(self.name))
         bytes_per_frame = 2 * self.channels
         want = max(1, self.rate_hz * self.frame_ms // 1000) * bytes_per_frame
         chunks = self._start_reader(read_bytes, want)
@@ -618,7 +653,7 @@ class MicrophoneSource:
                 await asyncio.to_thread(self._backend.reinitialise)
                 continue
             self._captured = True
-            self._resample = _Resampler(handle.rate_hz)
+            self._resample = _Resampler(handle.rate_hz, self.stats, f"audio device {self.device!r}")
             # Time goes on from the wall clock across an outage, and never backwards.
             self._next_start = max(self._next_start, self._clock() - self._started)
             self._last_block = self._clock()

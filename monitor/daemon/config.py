@@ -344,6 +344,11 @@ def load_config(path: Path | None = None, overrides: Sequence[str] = ()) -> Conf
             raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise InputError(str(path), f"not valid TOML: {exc}") from exc
+        except UnicodeDecodeError as exc:  # TOML is UTF-8 only
+            line = _line_of(path, exc.start)
+            raise InputError(
+                str(path), f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x})", line=line
+            ) from exc
         for section, table in document.items():
             if section not in SECTIONS:
                 raise ConfigError(section, "unknown section")
@@ -360,6 +365,12 @@ def load_config(path: Path | None = None, overrides: Sequence[str] = ()) -> Conf
         config = replace(config, **{section: _apply(section, getattr(config, section), values)})
     _check_together(config)
     return config
+
+
+def _line_of(path: Path, offset: int) -> int:
+    """1-based line of byte ``offset`` in ``path`` (to name where a bad byte is)."""
+    with open(path, "rb") as handle:
+        return handle.read(offset).count(b"\n") + 1
 
 
 def _check_together(config: Config) -> None:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from monitor.daemon.budget import BudgetMachine, Transition
+from monitor.daemon.budget import BudgetMachine, Transition, period_start
 from monitor.daemon.events import (
     CompositionBounds,
     DaemonEvent,
@@ -98,10 +98,21 @@ class LedgerWriter:
             self.store.prune_ledger(period_start_unix - self.keep_seconds)
         return [self._alert(c, None, self.wall_clock()) for c in self.budget.new_period()]
 
+    def roll_period(self, now_unix: float) -> list[StateChanged]:
+        """The period timer fired: enter the period holding ``now_unix`` if it is a new one."""
+        period = period_start(now_unix, self.budget.settings.period_seconds)
+        if self.period_start_unix is not None and period <= self.period_start_unix:
+            return []  # the timer ran a little early: nothing to do yet
+        return self.start_period(period)
+
     def process(self, scored: ScoredWindow) -> list[DaemonEvent]:
         events: list[DaemonEvent] = []
-        if scored.period_start_unix != self.period_start_unix:
+        current = self.period_start_unix
+        if current is None or scored.period_start_unix > current:
             events.extend(self.start_period(scored.period_start_unix))
+        # a window that closed just before the boundary, scored after the timer reset the
+        # budgets: recorded in its own period, but it does not move this period's state
+        stale = current is not None and scored.period_start_unix < current
         started = self.clock()
         tracked, score, evidence = scored.tracked, scored.score, scored.evidence
         window = tracked.window
@@ -112,7 +123,7 @@ class LedgerWriter:
             if d.feature == feature and d.measure == measure
         )
         previous = self.budget.state(tracked.track)
-        change = self.budget.process(tracked.track, figure)
+        change = None if stale else self.budget.process(tracked.track, figure)
         state = self.budget.state(tracked.track)
         window_end_unix = window.closed_unix
         window_start_unix = window_end_unix - (window.end_seconds - window.start_seconds)
@@ -158,7 +169,7 @@ class LedgerWriter:
         )
         if change is not None:
             events.append(self._alert(change, scored, window_end_unix))
-        elif previous == state:
+        elif previous == state and not stale:
             self.store.update_budget(tracked.track, state, finite_bits(figure))
         scored_unix = self.wall_clock()
         ledger_seconds = self.clock() - started

@@ -316,9 +316,18 @@ class Pipeline:
             await out.put(scored)
 
     async def _ledger_stage(self) -> None:
+        """Windows to the ledger; at each period boundary the budget reset, on time (a timer:
+        a quiet household must not keep last period's ``exceeded`` until someone speaks)."""
         inbox, out = self.queues["scored"], self.queues["events"]
         while True:
-            item = await inbox.get()
+            try:
+                async with asyncio.timeout(self._seconds_to_next_period()):
+                    item = await inbox.get()
+            except TimeoutError:
+                for event in self.ledger.roll_period(self.wall_clock()):
+                    self.alerts.append(event)
+                    await out.put(event)
+                continue
             if item is None:
                 await out.put(None)
                 return
@@ -336,6 +345,13 @@ class Pipeline:
                 elif isinstance(event, StateChanged):
                     self.alerts.append(event)
                 await out.put(event)
+
+    def _seconds_to_next_period(self) -> float | None:
+        current = self.ledger.period_start_unix
+        if current is None:
+            return None
+        boundary = current + self.config.budget.period_seconds
+        return max(0.0, boundary - self.wall_clock())
 
     async def _exporter_stage(self) -> None:
         inbox = self.queues["events"]
@@ -361,7 +377,7 @@ class Pipeline:
         return PipelineStats(
             frames_total=self.vad.frames_total,
             frames_speech=self.vad.frames_speech,
-            frames_dropped=self.vad.frames_dropped + source_stats.dropped,
+            frames_dropped=self.vad.frames_dropped + source_stats.dropped + source_stats.non_finite,
             audio_device_errors=source_stats.device_errors,
             audio_seconds=audio,
             windows=self._windows,
@@ -393,6 +409,18 @@ class Pipeline:
         await _cancel_until_done([t for t in self._tasks if t is not asyncio.current_task()])
         raise _StopRequestError
 
+    def _check_budget(self) -> None:
+        """Warn about a budget no figure can reach: disclosure never exceeds log2 N."""
+        bits, ceiling = self.config.budget.bits, self.scorer.ceiling_bits
+        if bits > ceiling:
+            logger.warning(
+                "budget.bits = %g bits is above the ceiling log2 N = %.2f bits (N = %d "
+                "templates): no speaker can ever exceed it",
+                bits,
+                ceiling,
+                self.scorer.n,
+            )
+
     def _on_signal(self, name: str) -> None:
         """SIGTERM/SIGINT: stop, and with ``exit_deadline_seconds`` make sure we do."""
         self.stop(name)
@@ -419,6 +447,7 @@ class Pipeline:
             max_workers=self.config.features.workers, thread_name_prefix="voxmeter-work"
         )
         started_unix = self.wall_clock()
+        self._check_budget()
         await loop.run_in_executor(executor, self.window_features.warm_up)
         startup = self.restore()
         opening = DaemonStarted(
@@ -630,13 +659,14 @@ def build_pipeline(
 ) -> Pipeline:
     """A pipeline as ``voxmeter run`` builds it (tests pass their own source or exporters)."""
     device_id = config.daemon.device_id or socket.gethostname()
+    source = source if source is not None else make_source(config)  # a bad source fails first
     features = {name: get_feature(name) for name in config.features.enabled}
     scorer = load_scorer(config, store, features)
     profiles = [p for p in store.local_profiles() if p.identity_alias in scorer.index]
     return Pipeline(
         config,
         store=store,
-        source=source if source is not None else make_source(config),
+        source=source,
         scorer=scorer,
         features=features,
         profiles=profiles,

@@ -495,3 +495,50 @@ def test_streamed_wav_with_unknown_length_is_read_whole(tmp_path: Path) -> None:
     path.write_bytes(bytes(blob))
     audio, duration = read_audio(path)
     assert duration == pytest.approx(1.0) and audio.shape == (16000,)
+
+
+@pytest.mark.parametrize("bad", ["one_nan", "all_nan", "inf"])
+def test_file_source_refuses_non_finite_samples_like_read_audio(tmp_path: Path, bad: str) -> None:
+    data = tone(16000, 0.5, 100.0)
+    if bad == "one_nan":
+        data[4000] = np.nan
+    elif bad == "all_nan":
+        data[:] = np.nan
+    else:
+        data[-1] = np.inf
+    path = tmp_path / f"{bad}.wav"
+    sf.write(path, data, 16000, subtype="FLOAT")
+    problem = f"{path}: audio contains NaN or infinite samples"
+    with pytest.raises(InputError) as offline:
+        read_audio(path)
+    with pytest.raises(InputError) as streamed:
+        FileSource(path)
+    assert str(offline.value) == str(streamed.value) == problem
+
+
+def test_non_finite_device_blocks_become_counted_silence(caplog: pytest.LogCaptureFixture) -> None:
+    signal = tone(16000, 0.6, 250.0, amplitude=0.3).astype(np.float32)
+    blocks = np.split(signal[:, None], 20)
+    blocks[3][5] = np.nan
+    blocks[7][:] = np.inf
+    backend = FakeBackend(blocks, rate_hz=16000, missing=0, lose=False)
+    mic = MicrophoneSource("float-device", backend=backend)
+
+    async def run() -> list[AudioFrame]:
+        got: list[AudioFrame] = []
+        async for frame in mic.frames():
+            got.append(frame)
+            if sum(f.samples.shape[0] for f in got) >= signal.shape[0]:
+                mic.close()
+        return got
+
+    frames = asyncio.run(asyncio.wait_for(run(), 10))
+    audio = np.concatenate([f.samples for f in frames])
+    assert audio.shape[0] == signal.shape[0]  # timing kept: silence of the same length
+    for index, block in enumerate(np.split(audio, 20)):
+        if index in (3, 7):
+            assert not block.any()
+        else:
+            assert np.abs(block.astype(np.float32) / 32768 - blocks[index][:, 0]).max() < 1e-4
+    assert mic.stats.non_finite == 2
+    assert "NaN or infinite samples replaced by silence (1 so far)" in caplog.text

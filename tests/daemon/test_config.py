@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -111,3 +113,17 @@ def test_voxmeter_run_rejects_a_bad_key_with_one_line_and_exit_2(tmp_path: Path)
     assert lines == ["voxmeter: error: config key 'tracker.idle': unknown key"]
     result = CliRunner().invoke(app, ["run", "--set", "budget.bits=-2"])
     assert result.exit_code == 2 and "budget.bits" in result.output
+
+
+@pytest.mark.parametrize("command", ["run", "status"])
+def test_a_config_that_is_not_utf8_is_one_line(command: str, tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_bytes(b'[daemon]\ndevice_id = "caf\xe9"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "monitor.cli", command, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr == f"voxmeter: error: {config}:2: not UTF-8 text (byte 0xe9)\n"

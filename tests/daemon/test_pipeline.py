@@ -19,6 +19,7 @@ from monitor.daemon.events import (
     DaemonStarted,
     DaemonStopping,
     PipelineStats,
+    TrackRestored,
     WindowScored,
 )
 from monitor.daemon.pipeline import build_pipeline
@@ -218,7 +219,10 @@ def test_restart_resumes_this_period_and_closes_an_old_one(daemon_corpus, daemon
             return pipeline, pipeline.restore()
 
     same_day, events = restored(0.0)
-    assert events == []
+    (resumed,) = events  # no alert, the track's last figures for the exporters
+    assert isinstance(resumed, TrackRestored)
+    assert (resumed.last.track, resumed.last.state) == ("home-1", "exceeded")
+    assert resumed.last.budget_figure_bits == pytest.approx(last.budget_figure_bits)
     assert same_day.budget.state("home-1") == "exceeded"
     kept = same_day.track_scorer.tracks["home-1"]
     assert (kept.windows, kept.speech_seconds) == (last.windows, last.pooled_speech_seconds)
