@@ -107,6 +107,12 @@ def test_budget_above_the_ceiling_is_warned_about(
         assert "ceiling" not in caplog.text
 
 
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 @pytest.mark.slow
 @pytest.mark.corpus
 def test_period_reset_alert_comes_at_the_boundary_without_a_new_window(
@@ -149,7 +155,7 @@ def test_period_reset_alert_comes_at_the_boundary_without_a_new_window(
                     wall_clock=lambda: time.time() + offset,
                 )
                 task = asyncio.create_task(pipeline.run())
-                os.write(write_fd, speech)
+                await asyncio.to_thread(write_all, write_fd, speech)  # > the pipe's 64 KiB
                 deadline = time.monotonic() + lead_seconds + 30
                 while not any(
                     isinstance(e, StateChanged) and e.reason == "period" for e in recorder.events
