@@ -104,7 +104,9 @@ class DaemonSettings:
     source: str = _setting(
         "mic", "mic, mic:DEVICE, file:PATH or stdin[:RATE[:CHANNELS]] (s16le PCM)", _source
     )
-    db: str = _setting("voxmeter.db", "SQLite database (templates, ledger, outbox)")
+    db: str = _setting(
+        "voxmeter.db", "SQLite database (templates, ledger, outbox); one daemon each (<db>.lock)"
+    )
     device_id: str = _setting("", "name of this device in MQTT topics; empty = host name")
     duration_seconds: float = _setting(
         0.0, "stop after this many wall seconds; 0 = never", _non_negative
@@ -215,7 +217,9 @@ class PrometheusSettings:
     """The /metrics endpoint (DESIGN §15)."""
 
     enabled: bool = _setting(True, "serve /metrics")
-    host: str = _setting("127.0.0.1", "address to listen on")
+    host: str = _setting(
+        "127.0.0.1", "address to listen on; anything but loopback is warned about at start"
+    )
     port: int = _setting(39217, "TCP port; 0 = any free port", _port)
     certfile: str = _setting("", "TLS certificate (PEM); empty = plain HTTP")
     keyfile: str = _setting("", "TLS private key (PEM) for certfile")
@@ -230,7 +234,9 @@ class MqttSettings:
     enabled: bool = _setting(False, "publish to a broker")
     host: str = _setting("127.0.0.1", "broker address")
     port: int = _setting(1883, "broker TCP port", _port)
-    prefix: str = _setting("", "topic prefix; empty = voxmeter/<device_id>")
+    prefix: str = _setting(
+        "", "topic prefix; empty = voxmeter/<device_id>; aliases percent-encoded"
+    )
     client_id: str = _setting("", "MQTT client id; empty = voxmeter-<device_id>")
     username: str = _setting("", "broker user; empty = anonymous")
     password: str = _setting("", "broker password")
