@@ -571,15 +571,12 @@ def make_source(config: Config) -> AudioSource:
     if spec == "mic" or spec.startswith("mic:"):
         arg = spec[4:]
         device: str | int | None = (int(arg) if arg.isdigit() else arg) if arg else None
-        microphone = MicrophoneSource(
+        return MicrophoneSource(
             device,
             backoff_initial_seconds=config.audio.retry_min_seconds,
             backoff_max_seconds=config.audio.retry_max_seconds,
             wait_for_device=config.audio.wait_for_device,
         )
-        if not config.audio.wait_for_device:
-            microphone.probe()  # a missing device is one line, before any other output
-        return microphone
     if spec.startswith(("wyoming://", "wyoming-listen://")):
         from monitor.audio.wyoming import WyomingSource, parse_endpoint
 
@@ -659,7 +656,7 @@ def build_pipeline(
 ) -> Pipeline:
     """A pipeline as ``voxmeter run`` builds it (tests pass their own source or exporters)."""
     device_id = config.daemon.device_id or socket.gethostname()
-    source = source if source is not None else make_source(config)  # a bad source fails first
+    source = source if source is not None else make_source(config)
     features = {name: get_feature(name) for name in config.features.enabled}
     scorer = load_scorer(config, store, features)
     profiles = [p for p in store.local_profiles() if p.identity_alias in scorer.index]
@@ -691,9 +688,12 @@ def run_daemon(config: Config) -> RunSummary:
 
     configure_logging(config.logging)
     with DaemonLock(config.daemon.db):
+        source = make_source(config)  # a bad file: one line, before anything else
+        if isinstance(source, MicrophoneSource) and not source.wait_for_device:
+            source.probe()  # a missing device: likewise
         store = open_store(config.daemon.db)
         try:
-            pipeline = build_pipeline(config, store=store)
+            pipeline = build_pipeline(config, store=store, source=source)
             pipeline.exit_deadline_seconds = EXIT_DEADLINE_SECONDS
             summary = asyncio.run(pipeline.run())
         finally:
