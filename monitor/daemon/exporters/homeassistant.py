@@ -43,9 +43,10 @@ from monitor.daemon.events import (
     DaemonEvent,
     DaemonStarted,
     TrackExpired,
+    TrackRestored,
     WindowScored,
 )
-from monitor.daemon.exporters.mqtt import Topics, iso_utc, topics_for
+from monitor.daemon.exporters.mqtt import Topics, iso_utc, publish, topics_for
 from monitor.store.templates import LocalProfile
 
 logger = logging.getLogger(__name__)
@@ -286,6 +287,8 @@ class HomeAssistantExporter:
                 self._device_dirty = True
             case TrackExpired():
                 self._forget(event.track)
+            case TrackRestored():  # resumed after a restart: its entities exist again at once
+                self._add_speaker(event.last.track)
             case _:
                 return  # PipelineStats, StateChanged, DaemonStopping: nothing to show
         self._wake.set()
@@ -363,13 +366,17 @@ class HomeAssistantExporter:
             self._wake.clear()
             for topic in list(self._dirty):
                 payload = self._dirty[topic]
-                await client.publish(topic, payload, qos=qos, retain=True)
+                await publish(client, topic, payload, qos=qos, retain=True)
                 if self._dirty.get(topic) is payload:
                     del self._dirty[topic]
             if self._device_dirty:
                 self._device_dirty = False
-                await client.publish(
-                    device_state_topic(self.topics), self.device_payload(), qos=qos, retain=True
+                await publish(
+                    client,
+                    device_state_topic(self.topics),
+                    self.device_payload(),
+                    qos=qos,
+                    retain=True,
                 )
             await self._wake.wait()
 
