@@ -436,6 +436,7 @@ class Pipeline:
     async def run(self) -> RunSummary:
         """Run until end of input (with ``exit_at_end``), ``duration_seconds``, or a signal."""
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(_quiet_cancellation)
         handled: list[int] = []
         for signum, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
             try:
@@ -533,6 +534,16 @@ async def _cancel_until_done(tasks: Sequence[asyncio.Task[Any]]) -> None:
             task.cancel()
         await asyncio.wait(pending, timeout=CANCEL_RETRY_SECONDS)
         pending = [t for t in pending if not t.done()]
+
+
+def _quiet_cancellation(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's exception handler: a callback that meets a cancelled future while we stop
+    (paho's disconnect callback inside aiomqtt, when the stop lands during the broker's
+    handshake) is logged at debug level, not printed to the user as a traceback."""
+    if isinstance(context.get("exception"), asyncio.CancelledError):
+        logger.debug("cancelled while stopping: %s", context.get("message"))
+        return
+    loop.default_exception_handler(context)
 
 
 def _force_exit(reason: str, deadline: float) -> None:
