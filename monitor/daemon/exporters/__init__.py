@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from monitor.daemon.config import Config
 from monitor.daemon.events import Exporter
 from monitor.daemon.exporters.homeassistant import HomeAssistantExporter, Profiles
-from monitor.daemon.exporters.mqtt import MqttExporter, Outbox, Topics, topics_for
+from monitor.daemon.exporters.mqtt import MqttExporter, Outbox, Topics, topic_level, topics_for
 from monitor.daemon.exporters.prometheus import Metrics, PrometheusExporter
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "PrometheusExporter",
     "Topics",
     "build_exporters",
+    "topic_level",
     "topics_for",
 ]
 
