@@ -122,6 +122,8 @@ def test_stdin_process_exits_zero_at_end_of_input(
         err = errors.decode()
         assert process.returncode == 0, err
         assert 'reason="end of input"' in err
+        # 1 s of audio holds no 3 s window: said, not silently 0 windows
+        assert "no window was scored: 1 s of audio held less than one 3 s window" in err
         assert "Traceback" not in err
 
 
