@@ -286,6 +286,20 @@ def _db_path(db: Path | None) -> Path:
     return db if db is not None else default_db_path()
 
 
+def _stored_alias(store: Any, alias: str) -> str:
+    """``alias`` as stored: typed text may be composed differently from a folder name ("José"
+    precomposed, the folder with a combining accent); one stored alias equal to it under NFC
+    is the one meant. Otherwise ``alias`` itself (the store names it if it is unknown)."""
+    import unicodedata
+
+    wanted = unicodedata.normalize("NFC", alias)
+    aliases = [i.alias for i in store.identities()]
+    if alias in aliases:
+        return alias
+    matches = [a for a in aliases if unicodedata.normalize("NFC", a) == wanted]
+    return matches[0] if len(matches) == 1 else alias
+
+
 # ---- options shared by the corpus commands (enroll, calibrate, evaluate) ----------------------
 SplitOption = Annotated[
     str | None,
@@ -504,7 +518,7 @@ def db_show_command(
     from monitor.store import open_store
 
     with open_store(_db_path(db), create=False) as store:
-        identity = store.identity(alias)
+        identity = store.identity(_stored_alias(store, alias))
     document = _identity_json(identity)
     if as_json:
         typer.echo(json.dumps(document))
@@ -539,6 +553,7 @@ def db_remove_command(
 
     path = _db_path(db)
     with open_store(path, create=False) as store:
+        alias = _stored_alias(store, alias)
         identity = store.identity(alias)
         store.remove_identity(alias)
     cache_dir = cache or default_cache_dir()

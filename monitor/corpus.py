@@ -1,4 +1,6 @@
-"""A speaker corpus on disk: ``<root>/<speaker>/<utterance>.(wav|flac)`` plus optional metadata.
+"""A speaker corpus on disk: ``<root>/<speaker>/<utterance>.<audio>`` plus optional metadata.
+
+``<audio>`` is any of :data:`AUDIO_SUFFIXES` (what soundfile reads: WAV, FLAC, Ogg, MP3).
 
 ``speakers.tsv`` at the root (tab-separated, header row, a ``speaker`` column; speechocean762
 adds ``gender``, ``age``, ``original_split``) describes the speakers. Scanning reads only the
@@ -19,7 +21,8 @@ import soundfile as sf
 
 from monitor.errors import InputError
 
-AUDIO_SUFFIXES = (".wav", ".flac")
+AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3")
+"""File name endings (any case) read as utterances; other files in a speaker folder are ignored."""
 METADATA_FILE = "speakers.tsv"
 
 
@@ -61,13 +64,17 @@ class Corpus:
 def read_metadata(path: Path) -> dict[str, dict[str, str]]:
     """Rows of a speakers.tsv keyed by speaker; a malformed row raises InputError with its line."""
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
+        # utf-8-sig: a spreadsheet's "UTF-8 with BOM" export reads like plain UTF-8
+        with open(path, newline="", encoding="utf-8-sig") as handle:
             rows = list(csv.reader(handle, delimiter="\t"))
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(str(path), f"cannot read speaker metadata ({exc})") from exc
-    if not rows or "speaker" not in rows[0]:
+    header = [name.strip() for name in rows[0]] if rows else []
+    if "speaker" not in header:
         raise InputError(str(path), "header must name a 'speaker' column", line=1)
-    header = [name.strip() for name in rows[0]]
+    if len(set(header)) != len(header):
+        twice = sorted({name for name in header if header.count(name) > 1})
+        raise InputError(str(path), f"header names column(s) {twice} twice", line=1)
     metadata: dict[str, dict[str, str]] = {}
     for number, row in enumerate(rows[1:], start=2):
         if not any(cell.strip() for cell in row):
@@ -84,6 +91,12 @@ def read_metadata(path: Path) -> dict[str, dict[str, str]]:
             raise InputError(str(path), f"speaker {speaker!r} listed twice", line=number)
         metadata[speaker] = record
     return metadata
+
+
+def _nfc(name: str) -> str:
+    """A name as compared between speakers.tsv and folders: a file system (macOS) or editor may
+    store "José" with a combining accent, the other side precomposed."""
+    return unicodedata.normalize("NFC", name)
 
 
 def _probe(path: Path) -> str | None:
@@ -117,11 +130,19 @@ def alias_problem(name: str) -> str | None:
 def check_speaker_names(corpus: Corpus) -> None:
     """InputError naming the first speaker folder that is not a valid alias (see
     :func:`alias_problem`), so that enrolment stops before any audio is processed."""
+    seen: dict[str, str] = {}
     for speaker in corpus.speakers:
         problem = alias_problem(speaker)
         if problem is not None:
             raise InputError(
                 str(corpus.root), f"speaker folder {speaker!r} {problem}; rename the folder"
+            )
+        twin = seen.setdefault(unicodedata.normalize("NFC", speaker), speaker)
+        if twin != speaker:  # e.g. "José" precomposed and with a combining accent
+            raise InputError(
+                str(corpus.root),
+                f"speaker folders {twin!a} and {speaker!a} differ only in Unicode "
+                "normalisation and would look alike; rename one",
             )
 
 
@@ -143,7 +164,7 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
             raise InputError(str(metadata_path), f"split {split!r} needs speaker metadata")
         if "original_split" not in next(iter(metadata.values())):
             raise InputError(str(metadata_path), "no 'original_split' column to select a split")
-        allowed = {s for s, row in metadata.items() if row["original_split"] == split}
+        allowed = {_nfc(s) for s, row in metadata.items() if row["original_split"] == split}
         if not allowed:
             known = sorted({row["original_split"] for row in metadata.values()})
             raise InputError(str(metadata_path), f"no speaker in split {split!r} (known: {known})")
@@ -155,7 +176,7 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
     except OSError as exc:
         raise InputError(str(base), f"cannot list the corpus ({exc.strerror or exc})") from exc
     for folder in folders:
-        if allowed is not None and folder.name not in allowed:
+        if allowed is not None and _nfc(folder.name) not in allowed:
             continue
         try:
             entries = sorted(folder.iterdir())
@@ -163,7 +184,12 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
             unreadable.append((folder, f"cannot list the folder ({exc.strerror or exc})"))
             continue
         for path in entries:
-            if not path.is_file() or path.suffix.lower() not in AUDIO_SUFFIXES:
+            if path.suffix.lower() not in AUDIO_SUFFIXES:
+                continue
+            if path.is_symlink() and not path.exists():
+                unreadable.append((path, "broken symbolic link"))
+                continue
+            if not path.is_file():
                 continue
             problem = _probe(path)
             if problem is None:
@@ -172,12 +198,14 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
                 unreadable.append((path, problem))
     if not utterances:
         where = f" in split {split!r}" if split is not None else ""
-        raise InputError(str(base), f"no readable <speaker>/<utterance>.wav|flac files{where}")
+        suffixes = "|".join(suffix[1:] for suffix in AUDIO_SUFFIXES)
+        raise InputError(str(base), f"no readable <speaker>/<utterance>.{suffixes} files{where}")
     speakers = tuple(sorted({u.speaker for u in utterances}))
+    by_name = {_nfc(s): row for s, row in metadata.items()}
     return Corpus(
         root=base,
         speakers=speakers,
         utterances=tuple(utterances),
-        metadata={s: metadata[s] for s in speakers if s in metadata},
+        metadata={s: by_name[_nfc(s)] for s in speakers if _nfc(s) in by_name},
         unreadable=tuple(unreadable),
     )

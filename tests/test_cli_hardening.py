@@ -314,3 +314,22 @@ def test_cache_info_clear_and_db_remove(digits_corpus: Path, tmp_path: Path) -> 
     assert cleared.exit_code == 0 and "removed 3 feature cache entries" in cleared.stdout
     assert entries(cache) == []
     one_error_line(runner.invoke(app, ["cache", "info", "--cache", str(db)]), "not a feature cache")
+
+
+def test_db_show_and_remove_find_an_alias_typed_in_another_unicode_form(tmp_path: Path) -> None:
+    """A folder enrolled as "José" with a combining accent (macOS) is found when "José" is
+    typed precomposed; an alias matching nothing stays one error line."""
+    db = tmp_path / "v.db"
+    with open_store(db) as store:
+        store.add_identity("Jose\u0301", {"corpus": "c"})
+        store.add_identity("名前", {})
+    shown = runner.invoke(app, ["db", "show", "Jos\u00e9", "--db", str(db), "--json"])
+    assert shown.exit_code == 0, shown.stderr
+    assert json.loads(shown.stdout)["alias"] == "Jose\u0301"
+    removed = runner.invoke(
+        app, ["db", "remove", "Jos\u00e9", "--db", str(db), "--cache", str(tmp_path / "none")]
+    )
+    assert removed.exit_code == 0, removed.stderr
+    with open_store(db) as store:
+        assert [i.alias for i in store.identities()] == ["名前"]
+    one_error_line(runner.invoke(app, ["db", "show", "Jos\u00e9", "--db", str(db)]), "no identity")

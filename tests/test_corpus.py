@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from monitor.corpus import read_metadata, scan_corpus
+from monitor.corpus import check_speaker_names, read_metadata, scan_corpus
 from monitor.errors import InputError
 
 
@@ -81,7 +81,7 @@ def test_empty_or_missing_corpus_is_an_input_error(tmp_path: Path) -> None:
         scan_corpus(tmp_path / "absent")
     (tmp_path / "spk").mkdir()
     (tmp_path / "spk" / "a.mp3").write_bytes(b"ID3")
-    with pytest.raises(InputError, match=r"no readable <speaker>/<utterance>\.wav\|flac"):
+    with pytest.raises(InputError, match=r"no readable <speaker>/<utterance>\.wav\|flac\|ogg"):
         scan_corpus(tmp_path)
 
 
@@ -108,3 +108,50 @@ def test_real_corpus(corpus_root: Path, corpus_speakers: list[dict[str, str]]) -
     test = scan_corpus(corpus_root, split="test")
     assert set(train.speakers).isdisjoint(test.speakers)
     assert len(train.speakers) + len(test.speakers) == 250
+
+
+def test_spreadsheet_metadata_with_bom_and_crlf_reads(tiny: Path) -> None:
+    """Excel's "UTF-8 with BOM" export, Windows line ends, padded header cells."""
+    (tiny / "speakers.tsv").write_bytes(
+        b"\xef\xbb\xbfspeaker \tgender\toriginal_split\r\nspk1\tf\ttrain\r\nspk2\tm\ttest\r\n"
+    )
+    corpus = scan_corpus(tiny, split="test")
+    assert corpus.speakers == ("spk2",)
+    assert corpus.metadata == {"spk2": {"speaker": "spk2", "gender": "m", "original_split": "test"}}
+
+
+def test_metadata_with_a_column_twice_names_it(tmp_path: Path) -> None:
+    tsv = tmp_path / "speakers.tsv"
+    tsv.write_text("speaker\tage\tage\nspk1\t3\t4\n")
+    with pytest.raises(InputError, match=r"speakers\.tsv:1: header names column\(s\) \['age'\]"):
+        read_metadata(tsv)
+
+
+def test_ogg_and_mp3_utterances_are_read_and_broken_links_listed(tmp_path: Path) -> None:
+    """Every format soundfile reads is an utterance; a dangling symlink is listed, not dropped."""
+    audio = np.sin(np.arange(16000) * 0.05).astype(np.float32) * 0.3
+    (tmp_path / "spk").mkdir()
+    sf.write(tmp_path / "spk" / "a.ogg", audio, 16000, format="OGG")
+    sf.write(tmp_path / "spk" / "b.MP3", audio, 16000, format="MP3")
+    (tmp_path / "spk" / "c.wav").symlink_to(tmp_path / "gone.wav")
+    corpus = scan_corpus(tmp_path)
+    assert [u.path.name for u in corpus.utterances] == ["a.ogg", "b.MP3"]
+    assert [(p.name, why) for p, why in corpus.unreadable] == [("c.wav", "broken symbolic link")]
+
+
+def test_unicode_names_match_metadata_in_either_normal_form(tmp_path: Path) -> None:
+    """A folder "José" with a combining accent (macOS) matches a precomposed speakers.tsv row;
+    two folders that differ only so would look alike, and are refused."""
+    decomposed, composed = "Jose\u0301", "Jos\u00e9"
+    write_wav(tmp_path / decomposed / "a.wav")
+    write_wav(tmp_path / "名前" / "a.wav")
+    (tmp_path / "speakers.tsv").write_text(
+        f"speaker\toriginal_split\n{composed}\ttest\n名前\ttrain\n", encoding="utf-8"
+    )
+    corpus = scan_corpus(tmp_path, split="test")
+    assert corpus.speakers == (decomposed,)
+    assert corpus.metadata[decomposed]["original_split"] == "test"
+    check_speaker_names(scan_corpus(tmp_path))
+    write_wav(tmp_path / composed / "a.wav")
+    with pytest.raises(InputError, match=r"differ only in Unicode normalisation"):
+        check_speaker_names(scan_corpus(tmp_path))
