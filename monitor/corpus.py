@@ -11,6 +11,7 @@ headers of the audio files: a file that cannot even be opened as audio is listed
 from __future__ import annotations
 
 import csv
+import io
 import os
 import unicodedata
 from dataclasses import dataclass, field
@@ -64,11 +65,19 @@ class Corpus:
 def read_metadata(path: Path) -> dict[str, dict[str, str]]:
     """Rows of a speakers.tsv keyed by speaker; a malformed row raises InputError with its line."""
     try:
-        # utf-8-sig: a spreadsheet's "UTF-8 with BOM" export reads like plain UTF-8
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            rows = list(csv.reader(handle, delimiter="\t"))
-    except (OSError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         raise InputError(str(path), f"cannot read speaker metadata ({exc})") from exc
+    try:
+        # utf-8-sig: a spreadsheet's "UTF-8 with BOM" export reads like plain UTF-8
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            str(path),
+            f"not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8",
+            line=data.count(b"\n", 0, exc.start) + 1,
+        ) from exc
+    rows = list(csv.reader(io.StringIO(text, newline=""), delimiter="\t"))
     header = [name.strip() for name in rows[0]] if rows else []
     if "speaker" not in header:
         raise InputError(str(path), "header must name a 'speaker' column", line=1)

@@ -120,6 +120,13 @@ def test_spreadsheet_metadata_with_bom_and_crlf_reads(tiny: Path) -> None:
     assert corpus.metadata == {"spk2": {"speaker": "spk2", "gender": "m", "original_split": "test"}}
 
 
+def test_metadata_not_in_utf8_names_the_line(tmp_path: Path) -> None:
+    tsv = tmp_path / "speakers.tsv"
+    tsv.write_bytes(b"speaker\tgender\nspk1\tf\nJos\xe9\tm\n")  # Latin-1
+    with pytest.raises(InputError, match=r"speakers\.tsv:3: not UTF-8 text \(byte 0xe9\)"):
+        read_metadata(tsv)
+
+
 def test_metadata_with_a_column_twice_names_it(tmp_path: Path) -> None:
     tsv = tmp_path / "speakers.tsv"
     tsv.write_text("speaker\tage\tage\nspk1\t3\t4\n")
