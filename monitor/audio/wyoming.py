@@ -102,6 +102,20 @@ def pcm_to_float(audio: bytes, *, width: int, channels: int) -> np.ndarray:
     return (values.astype(np.float32) / scale).reshape(-1, channels)
 
 
+def _chunk_format(event: Event) -> tuple[int, int, int]:
+    """(rate Hz, width bytes, channels) of an audio-chunk; ValueError when a field is missing
+    or not a whole number (a peer's bad event must not end the source)."""
+    data = event.data if isinstance(event.data, dict) else {}
+    values = []
+    for key in ("rate", "width", "channels"):
+        value = data.get(key)
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not whole:
+            raise ValueError(f"audio-chunk field {key!r} is {value!r}, not a whole number")
+        values.append(int(value))  # type: ignore[arg-type]
+    return values[0], values[1], values[2]
+
+
 class WyomingDecoder:
     """Audio events → 16 kHz mono int16, one streaming resampler per audio format.
 
@@ -127,11 +141,10 @@ class WyomingDecoder:
             return self.flush()
         if not AudioChunk.is_type(event.type):
             return np.zeros(0, dtype=np.int16)
-        chunk = AudioChunk.from_event(event)
-        fmt = (int(chunk.rate), int(chunk.width), int(chunk.channels))
+        fmt = _chunk_format(event)
         if not 4000 <= fmt[0] <= 384000:
             raise ValueError(f"sample rate {fmt[0]} Hz not supported (4000..384000)")
-        pcm = pcm_to_float(chunk.audio, width=fmt[1], channels=fmt[2])
+        pcm = pcm_to_float(event.payload or b"", width=fmt[1], channels=fmt[2])
         tail = np.zeros(0, dtype=np.int16)
         if fmt != self._format:
             tail = self.flush()
@@ -143,6 +156,19 @@ class WyomingDecoder:
 def _reason(error: OSError) -> str:
     """``Connection refused``, not asyncio's ``Connect call failed ('127.0.0.1', 1)``."""
     return os.strerror(error.errno) if error.errno else str(error)
+
+
+_BROKEN_EVENT = (EOFError, KeyError, TypeError, AttributeError)
+"""What the package's event reader raises for a peer that breaks the protocol: cut off in the
+middle of an event (IncompleteReadError), an event without a type, data that is not an object.
+(Undecodable JSON and over-long header lines it already reads as the end of the connection.)"""
+
+
+def _broken(error: Exception) -> str:
+    """One line for a broken event, without the package's internals."""
+    if isinstance(error, asyncio.IncompleteReadError):
+        return f"connection cut in the middle of an event ({len(error.partial)} bytes of it read)"
+    return f"malformed event ({type(error).__name__}: {error})"
 
 
 _END = object()
@@ -164,6 +190,14 @@ class _Listener(AsyncEventHandler):
             return True
         await self.source._from_client(self, event)
         return True
+
+    async def run(self) -> None:
+        """The package's loop; a client that breaks the protocol is dropped with one warning
+        (its audio so far is kept), never a traceback, and the source goes on listening."""
+        try:
+            await super().run()
+        except _BROKEN_EVENT as error:
+            logger.warning("%s: client dropped: %s", self.source.name, _broken(error))
 
     async def disconnect(self) -> None:
         await self.source._client_left(self)
@@ -249,6 +283,8 @@ class WyomingSource:
                     while (event := await client.read_event()) is not None:
                         yield event
                 problem = "connection closed"
+            except _BROKEN_EVENT as error:  # the service is not gone: reconnect, as after a close
+                problem = _broken(error)
             except OSError as error:
                 problem = _reason(error)
                 if not (connected_once or self.wait_for_device):  # a typo, not an outage

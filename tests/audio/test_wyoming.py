@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import numpy as np
@@ -221,3 +222,121 @@ def test_the_listener_answers_describe_like_a_wyoming_service() -> None:
         return reply is not None and Info.is_type(reply.type)
 
     assert asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+# ---- hostile peers: the source drops what is broken and goes on -------------------------------
+
+FMT16 = {"rate": 16000, "width": 2, "channels": 1}
+
+
+def raw_event(kind: str, data: dict | None = None, payload: bytes = b"") -> bytes:
+    """One event on the wire, written by hand so that it can be broken on purpose."""
+    header: dict[str, object] = {"type": kind, "version": "1.5.0"}
+    body = json.dumps(data).encode() if data else b""
+    if body:
+        header["data_length"] = len(body)
+    if payload:
+        header["payload_length"] = len(payload)
+    return json.dumps(header).encode() + b"\n" + body + payload
+
+
+def good_session(samples: np.ndarray) -> list[bytes]:
+    pcm = samples.astype("<i2").tobytes()
+    return [
+        raw_event("audio-start", FMT16),
+        raw_event("audio-chunk", FMT16, pcm),
+        raw_event("audio-stop"),
+    ]
+
+
+BROKEN_SESSIONS = {
+    "chunk without a rate": [raw_event("audio-chunk", {"width": 2, "channels": 1}, b"\1\0" * 320)],
+    "rate that is not a number": [raw_event("audio-chunk", {**FMT16, "rate": "fast"}, b"\1\0" * 8)],
+    "fractional width": [raw_event("audio-chunk", {**FMT16, "width": 1.5}, b"\1\0" * 8)],
+    "event without a type": [b'{"version": "1.5.0"}\n'],
+    "cut in the middle of a chunk": [
+        raw_event("audio-start", FMT16),
+        raw_event("audio-chunk", FMT16, b"\1\0" * 1600)[:-100],
+    ],
+}
+
+
+def test_hostile_clients_are_dropped_and_the_listener_goes_on() -> None:
+    """Chunks without a rate, events without a type, a client cut off mid-chunk: each is one
+    warning, and the next client's audio arrives whole (the source used to die on KeyError)."""
+    port = free_port()
+    source = WyomingSource(parse_endpoint(f"wyoming-listen://127.0.0.1:{port}"))
+    speech = (np.sin(np.arange(8000) * 0.05) * 8000).astype(np.int16)
+
+    async def send(messages: list[bytes]) -> None:
+        for _ in range(100):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        writer.writelines(messages)
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    async def scenario() -> np.ndarray:
+        frames = source.frames()
+        first = asyncio.create_task(anext(frames))
+        for messages in BROKEN_SESSIONS.values():
+            await send(messages)
+            await asyncio.sleep(0.1)
+        assert not first.done()  # nothing broken became audio
+        await send(good_session(speech))
+        got = [(await first).samples]
+        while sum(g.shape[0] for g in got) < speech.shape[0]:
+            got.append((await anext(frames)).samples)
+        source.close()
+        await frames.aclose()
+        return np.concatenate(got)
+
+    samples = asyncio.run(asyncio.wait_for(scenario(), 30))
+    np.testing.assert_array_equal(samples, speech)  # 16 kHz mono in, the same samples out
+    assert source.stats.dropped == 3  # the three chunks with a bad format
+
+
+def test_a_microphone_service_that_breaks_or_restarts_is_read_again() -> None:
+    """wyoming://: a service that cuts a chunk short, sends an event without a type, is then
+    killed and comes back on the same port: the source reconnects each time and reads the
+    good session (it used to die on IncompleteReadError)."""
+    port = free_port()
+    speech = (np.sin(np.arange(4800) * 0.03) * 6000).astype(np.int16)
+    plan = [
+        BROKEN_SESSIONS["cut in the middle of a chunk"],
+        BROKEN_SESSIONS["event without a type"],
+    ]
+
+    async def serve(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.writelines(plan.pop(0) if plan else good_session(speech))
+        await writer.drain()
+        writer.close()
+
+    async def scenario() -> tuple[np.ndarray, WyomingSource]:
+        server = await asyncio.start_server(serve, "127.0.0.1", port)
+        source = WyomingSource(
+            parse_endpoint(f"wyoming://127.0.0.1:{port}"),
+            backoff_initial_seconds=0.3,
+            backoff_max_seconds=0.3,
+        )
+        got: list[np.ndarray] = []
+        async for frame in source.frames():
+            got.append(frame.samples)
+            if not plan and server.is_serving():  # killed after the broken sessions
+                server.close()
+                await server.wait_closed()
+                await asyncio.sleep(0.5)  # refused meanwhile: retried, not fatal
+                server = await asyncio.start_server(serve, "127.0.0.1", port)
+            if sum(g.shape[0] for g in got) >= speech.shape[0]:
+                source.close()
+                break
+        server.close()
+        return np.concatenate(got), source
+
+    samples, source = asyncio.run(asyncio.wait_for(scenario(), 30))
+    np.testing.assert_array_equal(samples[: speech.shape[0]], speech)
+    assert source.stats.device_errors >= 2
