@@ -20,16 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
-from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.info import Describe, Info
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
@@ -158,17 +159,66 @@ def _reason(error: OSError) -> str:
     return os.strerror(error.errno) if error.errno else str(error)
 
 
-_BROKEN_EVENT = (EOFError, KeyError, TypeError, AttributeError)
-"""What the package's event reader raises for a peer that breaks the protocol: cut off in the
-middle of an event (IncompleteReadError), an event without a type, data that is not an object.
-(Undecodable JSON and over-long header lines it already reads as the end of the connection.)"""
+MAX_DATA_BYTES = 1 << 20
+"""Largest JSON data part of an event accepted (audio formats and info need a few hundred)."""
+MAX_PAYLOAD_BYTES = 16 << 20
+"""Largest audio payload of one event: 10 s of 8-channel 48 kHz 32-bit PCM is 15.4 MB; a peer
+that announces more would otherwise have every byte buffered until it arrives."""
+
+
+class ProtocolError(ValueError):
+    """A Wyoming peer sent something that is not a well-formed event."""
+
+
+_BROKEN_EVENT = (ProtocolError, ValueError, EOFError)
+"""A peer that breaks the protocol: see :func:`read_event`; EOFError is asyncio's
+IncompleteReadError (cut off in the middle of an event)."""
+
+
+def _length(header: dict[str, Any], key: str, limit: int) -> int:
+    value = header.get(key) or 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise ProtocolError(f"event {key} {value!r} is not a byte count in 0..{limit}")
+    return value
+
+
+async def read_event(reader: asyncio.StreamReader) -> Event | None:
+    """The next event, or None at the end of the stream: the ``wyoming`` package's
+    ``async_read_event`` with limits. A malformed header (not JSON, no type, lengths that are not
+    counts or exceed :data:`MAX_DATA_BYTES` / :data:`MAX_PAYLOAD_BYTES`) raises ProtocolError, a
+    header line over 64 KiB ValueError, a stream cut mid-event IncompleteReadError — where the
+    package reads garbage as a clean end and buffers any announced payload."""
+    line = await reader.readline()
+    if not line:
+        return None
+    try:
+        header = json.loads(line)
+    except ValueError as error:
+        raise ProtocolError(f"event header is not JSON ({line[:40]!r})") from error
+    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
+        raise ProtocolError("event without a type")
+    data = header.get("data") or {}
+    if not isinstance(data, dict):
+        raise ProtocolError("event data is not a JSON object")
+    data_length = _length(header, "data_length", MAX_DATA_BYTES)
+    payload_length = _length(header, "payload_length", MAX_PAYLOAD_BYTES)
+    if data_length:
+        try:
+            extra = json.loads(await reader.readexactly(data_length))
+        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+            raise ProtocolError("event data is not JSON") from error
+        if not isinstance(extra, dict):
+            raise ProtocolError("event data is not a JSON object")
+        data = {**data, **extra}
+    payload = await reader.readexactly(payload_length) if payload_length else None
+    return Event(type=header["type"], data=data, payload=payload)
 
 
 def _broken(error: Exception) -> str:
     """One line for a broken event, without the package's internals."""
     if isinstance(error, asyncio.IncompleteReadError):
         return f"connection cut in the middle of an event ({len(error.partial)} bytes of it read)"
-    return f"malformed event ({type(error).__name__}: {error})"
+    return f"malformed event ({error})"
 
 
 _END = object()
@@ -192,12 +242,20 @@ class _Listener(AsyncEventHandler):
         return True
 
     async def run(self) -> None:
-        """The package's loop; a client that breaks the protocol is dropped with one warning
-        (its audio so far is kept), never a traceback, and the source goes on listening."""
+        """The package's loop with :func:`read_event`: a client that breaks the protocol is
+        dropped with one warning (its audio so far is kept), never a traceback, and the source
+        goes on listening."""
         try:
-            await super().run()
+            while (event := await read_event(self.reader)) is not None:
+                if not await self.handle_event(event):
+                    break
         except _BROKEN_EVENT as error:
             logger.warning("%s: client dropped: %s", self.source.name, _broken(error))
+        except OSError as error:  # reset by the peer
+            logger.warning("%s: client lost: %s", self.source.name, _reason(error))
+        finally:
+            await self.disconnect()
+            self.writer.close()
 
     async def disconnect(self) -> None:
         await self.source._client_left(self)
@@ -277,11 +335,14 @@ class WyomingSource:
         connected_once = False
         while not self._closed:
             try:
-                async with AsyncTcpClient(host, port) as client:
+                reader, writer = await asyncio.open_connection(host, port)
+                try:
                     connected_once, failures = True, 0
                     logger.info("reading Wyoming audio from %s", self.name)
-                    while (event := await client.read_event()) is not None:
+                    while (event := await read_event(reader)) is not None:
                         yield event
+                finally:
+                    writer.close()
                 problem = "connection closed"
             except _BROKEN_EVENT as error:  # the service is not gone: reconnect, as after a close
                 problem = _broken(error)

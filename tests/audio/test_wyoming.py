@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 
@@ -17,11 +18,14 @@ from wyoming.info import Describe, Info
 
 from monitor.audio.sources import FileSource, open_source, read_audio
 from monitor.audio.wyoming import (
+    MAX_PAYLOAD_BYTES,
+    ProtocolError,
     WyomingDecoder,
     WyomingEndpoint,
     WyomingSource,
     parse_endpoint,
     pcm_to_float,
+    read_event,
 )
 from monitor.daemon.config import load_config
 from monitor.errors import AudioDeviceError, ConfigError, InputError
@@ -254,6 +258,11 @@ BROKEN_SESSIONS = {
     "rate that is not a number": [raw_event("audio-chunk", {**FMT16, "rate": "fast"}, b"\1\0" * 8)],
     "fractional width": [raw_event("audio-chunk", {**FMT16, "width": 1.5}, b"\1\0" * 8)],
     "event without a type": [b'{"version": "1.5.0"}\n'],
+    "header that is not JSON": [b"GET / HTTP/1.1\r\n\r\n"],
+    "data that is not an object": [b'{"type": "audio-chunk", "data": [16000, 2, 1]}\n'],
+    "payload of 10 GB announced": [
+        b'{"type": "audio-chunk", "payload_length": 10000000000}\n' + b"\0" * 65536
+    ],
     "cut in the middle of a chunk": [
         raw_event("audio-start", FMT16),
         raw_event("audio-chunk", FMT16, b"\1\0" * 1600)[:-100],
@@ -275,10 +284,13 @@ def test_hostile_clients_are_dropped_and_the_listener_goes_on() -> None:
                 break
             except OSError:
                 await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the listener never came up")
         writer.writelines(messages)
-        await writer.drain()
-        writer.close()
-        await writer.wait_closed()
+        with contextlib.suppress(OSError):  # a refused event makes the listener hang up on us
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()
 
     async def scenario() -> np.ndarray:
         frames = source.frames()
@@ -340,3 +352,45 @@ def test_a_microphone_service_that_breaks_or_restarts_is_read_again() -> None:
     samples, source = asyncio.run(asyncio.wait_for(scenario(), 30))
     np.testing.assert_array_equal(samples[: speech.shape[0]], speech)
     assert source.stats.device_errors >= 2
+
+
+@pytest.mark.parametrize(
+    ("wire", "problem"),
+    [
+        (b"not json\n", "not JSON"),
+        (b'{"data": {}}\n', "without a type"),
+        (b'{"type": "x", "data": "rate=16000"}\n', "not a JSON object"),
+        (b'{"type": "x", "data_length": -4}\n', "data_length -4"),
+        (b'{"type": "x", "payload_length": "4"}\n', "payload_length '4'"),
+        (b'{"type": "x", "payload_length": %d}\n' % (MAX_PAYLOAD_BYTES + 1), "0..16777216"),
+        (b'{"type": "x", "data_length": 2}\n\xc3(', "data is not JSON"),
+    ],
+)
+def test_read_event_refuses_malformed_and_oversized_events(wire: bytes, problem: str) -> None:
+    """Checked before anything is buffered: an announced 10 GB payload is refused at once."""
+
+    async def read() -> object:
+        reader = asyncio.StreamReader()
+        reader.feed_data(wire)
+        reader.feed_eof()
+        return await read_event(reader)
+
+    with pytest.raises(ProtocolError, match=problem):
+        asyncio.run(read())
+
+
+def test_read_event_reads_what_the_package_writes() -> None:
+    """The same events as the package's reader: data merged, payload whole, end of stream None."""
+    chunk = AudioChunk(rate=22050, width=3, channels=2, audio=bytes(range(12)), timestamp=7)
+
+    async def roundtrip() -> list[object]:
+        reader = asyncio.StreamReader()
+        for event in (AudioStart(rate=22050, width=3, channels=2).event(), chunk.event()):
+            reader.feed_data(raw_event(event.type, event.data, event.payload or b""))
+        reader.feed_eof()
+        return [await read_event(reader) for _ in range(3)]
+
+    start, got, end = asyncio.run(roundtrip())
+    assert AudioStart.from_event(start) == AudioStart(rate=22050, width=3, channels=2)  # type: ignore[arg-type]
+    assert AudioChunk.from_event(got) == chunk  # type: ignore[arg-type]
+    assert end is None
