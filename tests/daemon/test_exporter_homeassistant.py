@@ -234,3 +234,44 @@ def test_entities_carry_the_figures_and_vanish_with_their_speaker(
                 assert json.loads(retained(late, TOPICS.status) or b"{}")["state"] == "offline"
 
     run(scenario)
+
+
+ODD_MEMBERS = ("名前", "a/b+#", "x y", "_5f")  # topic wildcards, a space, an escape look-alike
+
+
+def test_odd_aliases_survive_a_broker_restart_and_are_rediscovered(
+    mosquitto: MosquittoBroker, tmp_path: Path
+) -> None:
+    """Broker killed (no persistence: every retained config is gone) and started again: the
+    exporter reconnects and publishes every config again, with safe, distinct object ids."""
+    store = open_store(tmp_path / "v.db")
+    rng = np.random.default_rng(5)
+    for member in ODD_MEMBERS:
+        store.add_identity(f"id-{member}")
+        vector = rng.standard_normal(256)
+        store.add_local_profile(
+            member, f"id-{member}", Observation("embedding", vector / np.linalg.norm(vector), 30.0)
+        )
+    wanted = 3 + 2 * len(ODD_MEMBERS)
+
+    async def scenario() -> None:
+        async with exporters(mosquitto, store) as pair:
+            await handle(pair, started())
+            async with subscribed(mosquitto, f"{PREFIX}/#") as sub:
+                await sub.wait(lambda: len(configs(sub)) == wanted)
+                first = configs(sub)
+            mosquitto.stop()
+            await asyncio.sleep(1.0)
+            mosquitto.start()
+            async with subscribed(mosquitto, f"{PREFIX}/#") as sub:
+                await sub.wait(lambda: len(configs(sub)) == wanted, timeout_seconds=60)
+                assert configs(sub) == first
+            assert pair[1].connected
+        names = sorted(c["name"] for c in first.values() if c and c["name"].endswith(" budget"))
+        assert names == sorted(f"{m} budget" for m in ODD_MEMBERS)
+        for topic, config in first.items():
+            assert config is not None
+            check_config(topic, config)
+
+    with store:
+        run(scenario)

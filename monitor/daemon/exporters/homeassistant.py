@@ -339,9 +339,19 @@ class HomeAssistantExporter:
         await client.subscribe(self.discovery.subscription, qos=1)
         self._dirty.update(self._configs)  # a restarted broker has forgotten retained messages
         self._device_dirty = True
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self._sweep(client), name="voxmeter.exporter.homeassistant.sweep")
-            tasks.create_task(self._publisher(client), name="voxmeter.exporter.homeassistant.pub")
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self._sweep(client), name="voxmeter.exporter.homeassistant.sweep")
+                tasks.create_task(
+                    self._publisher(client), name="voxmeter.exporter.homeassistant.pub"
+                )
+        except ExceptionGroup as group:
+            # A lost broker fails both tasks; the group would escape ``run``'s reconnect loop
+            # (and end the daemon): hand ``run`` the broker error itself.
+            lost, other = group.split(aiomqtt.MqttError)
+            if lost is None or other is not None:
+                raise
+            raise _first(lost) from group
 
     async def _sweep(self, client: aiomqtt.Client) -> None:
         """Clear retained configs (and their speaker state) this run does not want."""
@@ -379,6 +389,12 @@ class HomeAssistantExporter:
                     retain=True,
                 )
             await self._wake.wait()
+
+
+def _first(group: BaseExceptionGroup[aiomqtt.MqttError]) -> aiomqtt.MqttError:
+    """The first leaf error of a (possibly nested) exception group."""
+    error = group.exceptions[0]
+    return _first(error) if isinstance(error, BaseExceptionGroup) else error
 
 
 def _state_topic(payload: Any) -> str | None:
