@@ -333,3 +333,19 @@ def test_db_show_and_remove_find_an_alias_typed_in_another_unicode_form(tmp_path
     with open_store(db) as store:
         assert [i.alias for i in store.identities()] == ["名前"]
     one_error_line(runner.invoke(app, ["db", "show", "Jos\u00e9", "--db", str(db)]), "no identity")
+
+
+def test_cache_clear_on_a_folder_with_other_files_deletes_only_entries(tmp_path: Path) -> None:
+    """``--cache`` pointed at a report folder: its report.json and notes stay (they were deleted
+    as if they were entries)."""
+    folder = tmp_path / "report"
+    folder.mkdir()
+    mine = {folder / "report.json": "{}", folder / "notes.tmp": "draft"}
+    theirs = {folder / f"{'ab' * 16}.json": "{}", folder / "tmpk3_9x0qz.tmp": "{"}
+    for path, text in {**mine, **theirs}.items():
+        path.write_text(text)
+    info = runner.invoke(app, ["cache", "info", "--cache", str(folder)])
+    assert info.exit_code == 0 and f"{folder}: 1 entries" in info.stdout, info.stdout
+    cleared = runner.invoke(app, ["cache", "clear", "--cache", str(folder)])
+    assert cleared.exit_code == 0 and "removed 1 feature cache entries" in cleared.stdout
+    assert sorted(folder.iterdir()) == sorted(mine)

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -129,6 +130,12 @@ def _timed(timing: dict[str, float], stage: str, function: Callable[..., Any], *
         timing[stage] += time.perf_counter() - mark
 
 
+_ENTRY_NAME = re.compile(r"[0-9a-f]{32}\.json")
+"""An entry's file name: see ``FeatureCache._entry``."""
+_TEMPORARY_NAME = re.compile(r"tmp[a-z0-9_]{8}\.tmp")
+"""A ``tempfile.mkstemp(suffix=".tmp")`` left over by a write that was killed."""
+
+
 class FeatureCache:
     """Per-file observations on disk under ``directory`` (created 0700 if missing).
 
@@ -238,9 +245,11 @@ class FeatureCache:
             self._disable(f"cannot write entries ({exc.strerror or exc})")
 
     # ---- what the user can see and delete (voxmeter cache / db remove) -------------------------
-    def _entries(self) -> list[Path]:
+    def _entries(self, pattern: re.Pattern[str] = _ENTRY_NAME) -> list[Path]:
+        """This cache's own files only: ``--cache`` may name a folder that holds other files
+        (a report's ``report.json``), which ``clear`` must not delete."""
         try:
-            return sorted(self.directory.glob("*.json"))
+            return sorted(p for p in self.directory.glob("*") if pattern.fullmatch(p.name))
         except OSError:
             return []
 
@@ -256,7 +265,7 @@ class FeatureCache:
     def clear(self) -> int:
         """Delete every entry (and left-over temporary files); return how many entries."""
         entries = self._entries()
-        for entry in [*entries, *self.directory.glob("*.tmp")]:
+        for entry in [*entries, *self._entries(_TEMPORARY_NAME)]:
             self._delete(entry)
         return len(entries)
 
