@@ -358,8 +358,8 @@ def enroll_command(
 
     if utterances is not None and seconds is not None:
         raise VoxmeterError("--utterances and --seconds exclude each other: give one")
-    if seconds is not None and seconds <= 0:
-        raise VoxmeterError(f"--seconds must be positive, got {seconds:g}")
+    if seconds is not None and not 0 < seconds < float("inf"):
+        raise VoxmeterError(f"--seconds must be a positive number, got {seconds:g}")
     names = tuple(name.strip() for name in features.split(",") if name.strip())
     unknown = [name for name in names if name not in FEATURE_NAMES]
     if unknown or not names:
@@ -637,8 +637,8 @@ def _seconds_list(text: str, option: str, *, allow_rest: bool = False) -> list[f
             value = float(part)
         except ValueError:
             raise VoxmeterError(f"{option} {text!r}: {part!r} is not a number of seconds") from None
-        if not value > 0:
-            raise VoxmeterError(f"{option} {text!r}: lengths must be positive, got {part}")
+        if not 0 < value < float("inf"):
+            raise VoxmeterError(f"{option} {text!r}: lengths must be positive numbers, got {part}")
         values.append(value)
     if not values:
         raise VoxmeterError(f"{option} {text!r}: give at least one length")

@@ -349,3 +349,28 @@ def test_cache_clear_on_a_folder_with_other_files_deletes_only_entries(tmp_path:
     cleared = runner.invoke(app, ["cache", "clear", "--cache", str(folder)])
     assert cleared.exit_code == 0 and "removed 1 feature cache entries" in cleared.stdout
     assert sorted(folder.iterdir()) == sorted(mine)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["enroll", "--seconds", "inf"],
+        ["evaluate", "--test-seconds", "3,inf", "--out", "OUT"],
+        ["evaluate", "--test-seconds", "3", "--template-seconds", "inf", "--out", "OUT"],
+        ["calibrate", "--buckets", "inf", "--out", "OUT/c.json"],
+    ],
+)
+def test_infinite_lengths_are_one_line(tmp_path: Path, args: list[str]) -> None:
+    """``inf`` seconds was a traceback (enroll) or an "inf s" audit that could never run."""
+    folder = tmp_path / "c" / "spk"
+    folder.mkdir(parents=True)
+    (folder / "a.wav").write_bytes(b"")
+    command = [a.replace("OUT", str(tmp_path / "out")) for a in args]
+    result = runner.invoke(
+        app,
+        [command[0], str(tmp_path / "c"), *command[1:], "--db", str(tmp_path / "v.db")]
+        if command[0] == "enroll"
+        else [command[0], str(tmp_path / "c"), *command[1:]],
+    )
+    one_error_line(result, "inf", "positive")
+    assert not (tmp_path / "v.db").exists() and not (tmp_path / "out").exists()
