@@ -24,7 +24,8 @@ import json
 import logging
 import os
 import random
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -273,6 +274,8 @@ class WyomingSource:
         backoff_max_seconds: float = 30.0,
         wait_for_device: bool = False,
         queue_events: int = 64,
+        owner_idle_seconds: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
@@ -287,7 +290,10 @@ class WyomingSource:
         self._rng = rng or random.Random()
         self._queue_events = queue_events
         self._queue: asyncio.Queue[object] | None = None
+        self.owner_idle_seconds = owner_idle_seconds
+        self._clock = clock
         self._owner: _Listener | None = None
+        self._owner_seen = 0.0  # clock reading of the streaming client's last event
         self._closed = False
 
     def close(self) -> None:
@@ -380,8 +386,12 @@ class WyomingSource:
         start, stop = AudioStart.is_type(event.type), AudioStop.is_type(event.type)
         if not (start or stop or AudioChunk.is_type(event.type)):
             return
+        if self._owner not in (None, client) and not stop and self._owner_gone():
+            await self._take_over(client)
         if self._owner is None and (start or not client.rejected) and not stop:
             self._owner, client.rejected = client, False
+        if self._owner is client:
+            self._owner_seen = self._clock()
         if self._owner is not client:
             self.stats.dropped += 1
             client.rejected = not stop  # its session ends with its audio-stop
@@ -389,8 +399,27 @@ class WyomingSource:
         client.streamed = True
         assert self._queue is not None
         await self._queue.put(event)  # lossless: a full queue slows the sender, TCP-style
+        self._owner_seen = self._clock()  # waiting on a full queue is not silence
         if stop:
             self._owner = None
+
+    def _owner_gone(self) -> bool:
+        """Whether the streaming client sent nothing for ``owner_idle_seconds``: a satellite
+        that lost power or network mid-session leaves a half-open connection that would
+        otherwise hold the source for ever."""
+        return self._clock() - self._owner_seen > self.owner_idle_seconds
+
+    async def _take_over(self, client: _Listener) -> None:
+        """``client`` streams now; the silent owner's session ends (its resampler tail drains),
+        and anything it sends later without a new audio-start is dropped."""
+        assert self._owner is not None and self._queue is not None
+        logger.warning(
+            "%s: the streaming client sent nothing for %.1f s; another one takes over",
+            self.name,
+            self._clock() - self._owner_seen,
+        )
+        self._owner.rejected, self._owner, client.rejected = True, None, False
+        await self._queue.put(None)
 
     async def _client_left(self, client: _Listener) -> None:
         if self._owner is client:

@@ -394,3 +394,49 @@ def test_read_event_reads_what_the_package_writes() -> None:
     assert AudioStart.from_event(start) == AudioStart(rate=22050, width=3, channels=2)  # type: ignore[arg-type]
     assert AudioChunk.from_event(got) == chunk  # type: ignore[arg-type]
     assert end is None
+
+
+def test_a_client_silent_mid_session_is_taken_over() -> None:
+    """A satellite that lost power mid-session leaves a half-open connection: after
+    ``owner_idle_seconds`` without an event the next client streams (its audio was all
+    dropped before); the silent one's later chunks are dropped."""
+    port = free_port()
+    source = WyomingSource(
+        parse_endpoint(f"wyoming-listen://127.0.0.1:{port}"), owner_idle_seconds=0.3
+    )
+    first = (np.sin(np.arange(3200) * 0.05) * 8000).astype(np.int16)
+    second = (np.sin(np.arange(4800) * 0.02) * 5000).astype(np.int16)
+
+    async def connect() -> asyncio.StreamWriter:
+        for _ in range(100):
+            try:
+                return (await asyncio.open_connection("127.0.0.1", port))[1]
+            except OSError:
+                await asyncio.sleep(0.05)
+        raise AssertionError("the listener never came up")
+
+    async def scenario() -> np.ndarray:
+        frames = source.frames()
+        taking = asyncio.create_task(anext(frames))
+        stalled = await connect()
+        stalled.writelines(good_session(first)[:2])  # audio-start, one chunk, then silence
+        await stalled.drain()
+        await asyncio.sleep(0.6)
+        late = await connect()
+        late.writelines(good_session(second))
+        await late.drain()
+        got = [(await taking).samples]
+        while sum(g.shape[0] for g in got) < first.shape[0] + second.shape[0]:
+            got.append((await anext(frames)).samples)
+        stalled.write(raw_event("audio-chunk", FMT16, first.astype("<i2").tobytes()))
+        await stalled.drain()
+        await asyncio.sleep(0.2)
+        source.close()
+        got += [frame.samples async for frame in frames]
+        for writer in (stalled, late):
+            writer.close()
+        return np.concatenate(got)
+
+    samples = asyncio.run(asyncio.wait_for(scenario(), 30))
+    np.testing.assert_array_equal(samples, np.concatenate([first, second]))
+    assert source.stats.dropped == 1  # the silent client's chunk after the take-over
