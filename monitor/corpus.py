@@ -198,7 +198,10 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
             if path.is_symlink() and not path.exists():
                 unreadable.append((path, "broken symbolic link"))
                 continue
-            if not path.is_file():
+            if path.is_dir():
+                continue
+            if not path.is_file():  # a FIFO would block the scan, a device never end
+                unreadable.append((path, "not a regular file (a device, pipe or socket)"))
                 continue
             problem = _probe(path)
             if problem is None:

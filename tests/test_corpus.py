@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -141,9 +142,15 @@ def test_ogg_and_mp3_utterances_are_read_and_broken_links_listed(tmp_path: Path)
     sf.write(tmp_path / "spk" / "a.ogg", audio, 16000, format="OGG")
     sf.write(tmp_path / "spk" / "b.MP3", audio, 16000, format="MP3")
     (tmp_path / "spk" / "c.wav").symlink_to(tmp_path / "gone.wav")
+    (tmp_path / "spk" / "d.wav").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "spk" / "e.flac")
     corpus = scan_corpus(tmp_path)
     assert [u.path.name for u in corpus.utterances] == ["a.ogg", "b.MP3"]
-    assert [(p.name, why) for p, why in corpus.unreadable] == [("c.wav", "broken symbolic link")]
+    assert [(p.name, why.split(" (")[0]) for p, why in corpus.unreadable] == [
+        ("c.wav", "broken symbolic link"),
+        ("d.wav", "not a regular file"),
+        ("e.flac", "not a regular file"),
+    ]
 
 
 def test_unicode_names_match_metadata_in_either_normal_form(tmp_path: Path) -> None:

@@ -268,8 +268,10 @@ def _open_soundfile(path: str) -> sf.SoundFile:
     file = Path(path)
     if file.is_dir():
         raise InputError(path, "is a directory, not an audio file")
-    if not file.is_file():
+    if not file.exists():
         raise InputError(path, "no such file")
+    if not file.is_file():
+        raise InputError(path, "not a regular file (a device, pipe or socket)")
     if file.stat().st_size == 0:
         raise InputError(path, "empty file (0 bytes)")
     try:

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+import os
 from pathlib import Path
 
 import numpy as np
@@ -82,8 +83,12 @@ def bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     sf.write(wav, tone(16000, 1.0, 200.0), 16000, subtype="PCM_16")
     cut_wav = tmp_path / "cut.wav"  # libsndfile would quietly read the first half
     cut_wav.write_bytes(wav.read_bytes()[: 44 + 16000])
+    fifo = tmp_path / "pipe.wav"  # exists: "no such file" misled
+    os.mkfifo(fifo)
     return {
         "directory": (tmp_path, "is a directory"),
+        "fifo": (fifo, "not a regular file"),
+        "device": (Path("/dev/zero"), "not a regular file"),
         "truncated_wav": (cut_wav, "truncated: header declares 32000 bytes of audio, file holds"),
         "missing": (tmp_path / "missing.wav", "no such file"),
         "empty": (empty, "empty file"),
@@ -94,7 +99,18 @@ def bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 
 
 @pytest.mark.parametrize(
-    "case", ["missing", "directory", "empty", "text", "header", "truncated", "truncated_wav"]
+    "case",
+    [
+        "missing",
+        "directory",
+        "fifo",
+        "device",
+        "empty",
+        "text",
+        "header",
+        "truncated",
+        "truncated_wav",
+    ],
 )
 def test_read_audio_bad_files_name_file_and_problem(tmp_path: Path, case: str) -> None:
     path, problem = bad_files(tmp_path)[case]
