@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-import os
 from pathlib import Path
 
 import numpy as np
