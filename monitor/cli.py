@@ -38,8 +38,16 @@ cache_app = typer.Typer(
 )
 app.add_typer(cache_app, name="cache")
 
+class _LineConsole(Console):
+    """stderr: every text printed is one line, control characters escaped (a file named
+    ``a\nvoxmeter: all good.wav`` would split an error in two and forge the second line)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(printable(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+
 console = Console()
-err_console = Console(stderr=True)
+err_console = _LineConsole(stderr=True)
 
 
 def user_errors(function: Callable[..., Any]) -> Callable[..., Any]:

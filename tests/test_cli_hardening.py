@@ -374,3 +374,11 @@ def test_infinite_lengths_are_one_line(tmp_path: Path, args: list[str]) -> None:
     )
     one_error_line(result, "inf", "positive")
     assert not (tmp_path / "v.db").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_file_name_with_a_newline_is_one_escaped_error_line(tmp_path: Path) -> None:
+    """The name's newline would split the message and forge a second 'voxmeter:' line."""
+    path = tmp_path / "a\nvoxmeter: all good.wav"
+    path.write_text("not audio")
+    line = one_error_line(runner.invoke(app, ["features", str(path)]), "not readable as audio")
+    assert "a\\nvoxmeter: all good.wav" in line
