@@ -32,6 +32,13 @@ def _check_creatable(path: Path, option: str) -> None:
         raise InputError(str(path), f"{option}: cannot write in {base} (permission denied)")
 
 
+def _check_regular(target: Path, option: str) -> None:
+    """An existing ``target`` is a regular file: the atomic rename would otherwise replace a
+    device (as root, ``--out /dev/full`` became a JSON file) or a pipe."""
+    if target.exists() and not target.is_file():
+        raise InputError(str(target), f"{option}: not a regular file (a device, pipe or socket)")
+
+
 def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
     """``path`` can be written as a file: not a folder, its folder writable (or creatable)."""
     target = Path(path)
@@ -39,6 +46,7 @@ def check_output_file(path: str | os.PathLike[str], option: str) -> Path:
         raise InputError(
             str(target), f"{option}: is a folder; give a file name, e.g. {target / 'out.json'}"
         )
+    _check_regular(target, option)
     if target.exists() and not os.access(target, os.W_OK):
         raise InputError(str(target), f"{option}: file is not writable")
     _check_creatable(target, option)
@@ -62,6 +70,7 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename: a failure leaves the
     old file as it was; an OSError becomes an InputError naming the path."""
     target = Path(path)
+    _check_regular(target, "output")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")

@@ -382,3 +382,23 @@ def test_a_file_name_with_a_newline_is_one_escaped_error_line(tmp_path: Path) ->
     path.write_text("not audio")
     line = one_error_line(runner.invoke(app, ["features", str(path)]), "not readable as audio")
     assert "a\\nvoxmeter: all good.wav" in line
+
+
+def test_calibrate_out_on_a_pipe_or_device_is_refused_and_left_alone(
+    digits_corpus: Path, tmp_path: Path
+) -> None:
+    """The atomic rename replaced whatever ``--out`` named: as root, ``--out /dev/full`` turned
+    the device into a JSON file. A FIFO stands in for the device here."""
+    from monitor.errors import InputError
+    from monitor.outputs import write_text_atomic
+
+    pipe = tmp_path / "calibration.json"
+    os.mkfifo(pipe)
+    cache = tmp_path / "cache"
+    result = runner.invoke(
+        app, ["calibrate", str(digits_corpus), "--out", str(pipe), "--cache", str(cache)]
+    )
+    one_error_line(result, str(pipe), "--out", "not a regular file")
+    with pytest.raises(InputError, match="not a regular file"):
+        write_text_atomic(pipe, "{}")
+    assert stat.S_ISFIFO(pipe.lstat().st_mode) and entries(cache) == []
