@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile as sf
 from typer.testing import CliRunner
 
 from monitor.calibration.fit import DEFAULT_PATH
@@ -402,3 +403,16 @@ def test_calibrate_out_on_a_pipe_or_device_is_refused_and_left_alone(
     with pytest.raises(InputError, match="not a regular file"):
         write_text_atomic(pipe, "{}")
     assert stat.S_ISFIFO(pipe.lstat().st_mode) and entries(cache) == []
+
+
+@pytest.mark.parametrize("command", [["db", "list"], ["enroll", "CORPUS", "--features", "f0"]])
+def test_a_database_path_naming_a_pipe_is_one_line(tmp_path: Path, command: list[str]) -> None:
+    """``--db /dev/null`` gave 'disk I/O error' and left /dev/null-journal behind; a FIFO
+    stands in for the device."""
+    pipe = tmp_path / "v.db"
+    os.mkfifo(pipe)
+    (tmp_path / "c" / "spk").mkdir(parents=True)
+    sf.write(tmp_path / "c" / "spk" / "a.wav", np.zeros(1600, dtype=np.float32), 16000)
+    args = [a.replace("CORPUS", str(tmp_path / "c")) for a in command]
+    one_error_line(runner.invoke(app, [*args, "--db", str(pipe)]), "not a regular file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "v.db"]

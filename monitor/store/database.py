@@ -208,6 +208,8 @@ def connect(
     path = Path(path)
     if path.is_dir():
         raise StoreError(f"{path}: is a directory, not a database file")
+    if path.exists() and not path.is_file():  # SQLite would leave <device>-journal beside it
+        raise StoreError(f"{path}: not a regular file (a device, pipe or socket)")
     if not path.exists():
         if not create:
             raise StoreError(f"{path}: no such database (create it with `voxmeter enroll`)")
