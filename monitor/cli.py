@@ -38,6 +38,7 @@ cache_app = typer.Typer(
 )
 app.add_typer(cache_app, name="cache")
 
+
 class _LineConsole(Console):
     """stderr: every text printed is one line, control characters escaped (a file named
     ``a\nvoxmeter: all good.wav`` would split an error in two and forge the second line)."""
