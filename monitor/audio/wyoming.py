@@ -275,6 +275,7 @@ class WyomingSource:
         wait_for_device: bool = False,
         queue_events: int = 64,
         owner_idle_seconds: float = 5.0,
+        idle_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
@@ -291,6 +292,7 @@ class WyomingSource:
         self._queue_events = queue_events
         self._queue: asyncio.Queue[object] | None = None
         self.owner_idle_seconds = owner_idle_seconds
+        self.idle_seconds = idle_seconds
         self._clock = clock
         self._owner: _Listener | None = None
         self._owner_seen = 0.0  # clock reading of the streaming client's last event
@@ -345,11 +347,13 @@ class WyomingSource:
                 try:
                     connected_once, failures = True, 0
                     logger.info("reading Wyoming audio from %s", self.name)
-                    while (event := await read_event(reader)) is not None:
+                    while (event := await self._read_or_give_up(reader)) is not None:
                         yield event
                 finally:
                     writer.close()
                 problem = "connection closed"
+            except TimeoutError:  # before OSError, of which it is a subclass
+                problem = f"no event for {self.idle_seconds:g} s (a half-open connection?)"
             except _BROKEN_EVENT as error:  # the service is not gone: reconnect, as after a close
                 problem = _broken(error)
             except OSError as error:
@@ -364,6 +368,12 @@ class WyomingSource:
             delay = self.backoff_seconds(failures)
             logger.warning("%s: %s; retry %d in %.1f s", self.name, problem, failures, delay)
             await self._sleep(delay)
+
+    async def _read_or_give_up(self, reader: asyncio.StreamReader) -> Event | None:
+        """The next event; TimeoutError after ``idle_seconds`` of nothing: a microphone service
+        streams all the time, and one whose host lost power leaves a connection that never
+        closes (no FIN), so silence is the only sign that it is gone."""
+        return await asyncio.wait_for(read_event(reader), self.idle_seconds)
 
     # ---- wyoming-listen:// — a server clients stream to --------------------------------------
 

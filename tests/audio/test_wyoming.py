@@ -440,3 +440,40 @@ def test_a_client_silent_mid_session_is_taken_over() -> None:
     samples = asyncio.run(asyncio.wait_for(scenario(), 30))
     np.testing.assert_array_equal(samples, np.concatenate([first, second]))
     assert source.stats.dropped == 1  # the silent client's chunk after the take-over
+
+
+def test_a_microphone_service_gone_silent_is_reconnected() -> None:
+    """wyoming://: a service whose host lost power leaves a connection that never closes; after
+    ``idle_seconds`` without an event the source reconnects (it used to wait for ever)."""
+    port = free_port()
+    speech = (np.sin(np.arange(3200) * 0.04) * 7000).astype(np.int16)
+    connections: list[asyncio.StreamWriter] = []
+
+    async def serve(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        session = good_session(speech)
+        writer.writelines(session[:2] if len(connections) == 1 else session)  # then silence
+        await writer.drain()
+
+    async def scenario() -> tuple[np.ndarray, WyomingSource]:
+        server = await asyncio.start_server(serve, "127.0.0.1", port)
+        source = WyomingSource(
+            parse_endpoint(f"wyoming://127.0.0.1:{port}"),
+            idle_seconds=0.3,
+            backoff_initial_seconds=0.05,
+            backoff_max_seconds=0.05,
+        )
+        got: list[np.ndarray] = []
+        async for frame in source.frames():
+            got.append(frame.samples)
+            if sum(g.shape[0] for g in got) >= 2 * speech.shape[0]:
+                source.close()
+                break
+        for writer in connections:
+            writer.close()
+        server.close()
+        return np.concatenate(got), source
+
+    samples, source = asyncio.run(asyncio.wait_for(scenario(), 30))
+    np.testing.assert_array_equal(samples, np.concatenate([speech, speech]))
+    assert len(connections) == 2 and source.stats.device_errors == 1
