@@ -195,6 +195,17 @@ def migrate(
     return version
 
 
+def _empty_without_wal(path: Path) -> bool:
+    """A 0-byte file with no write-ahead log holds nothing yet (a fresh WAL database may keep
+    its first pages in ``-wal`` until a checkpoint, so the log is checked too)."""
+    wal = path.with_name(path.name + "-wal")
+    return (
+        path.is_file()
+        and path.stat().st_size == 0
+        and not (wal.is_file() and wal.stat().st_size > 0)
+    )
+
+
 def connect(
     path: str | os.PathLike[str],
     *,
@@ -210,6 +221,10 @@ def connect(
         raise StoreError(f"{path}: is a directory, not a database file")
     if path.exists() and not path.is_file():  # SQLite would leave <device>-journal beside it
         raise StoreError(f"{path}: not a regular file (a device, pipe or socket)")
+    if not create and _empty_without_wal(path):  # reading must not write a schema into it
+        raise StoreError(
+            f"{path}: empty file, not a voxmeter database (create one with `voxmeter enroll`)"
+        )
     if not path.exists():
         if not create:
             raise StoreError(f"{path}: no such database (create it with `voxmeter enroll`)")

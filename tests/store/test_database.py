@@ -151,3 +151,13 @@ def test_locked_fresh_database_refused_at_open(tmp_path: Path) -> None:
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_reading_an_empty_file_writes_nothing_into_it(tmp_path: Path) -> None:
+    """`db list` on a 0-byte file must not turn it into a voxmeter database."""
+    empty = tmp_path / "x.db"
+    empty.touch()
+    with pytest.raises(StoreError, match="empty file"):
+        open_store(empty, create=False)
+    assert empty.stat().st_size == 0
+    assert not empty.with_name("x.db-wal").exists()
