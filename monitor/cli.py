@@ -162,6 +162,7 @@ def features_command(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print JSON (a list for several files).")
     ] = False,
+    embedding: EmbeddingOption = None,
 ) -> None:
     """Print each file's observations under every feature and the time each stage took.
 
@@ -171,6 +172,11 @@ def features_command(
     """
     from monitor.features.extract import describe, extract_file
 
+    try:
+        _select_embedding(embedding)
+    except VoxmeterError as error:
+        err_console.print(f"voxmeter: error: {error}", markup=False, highlight=False)
+        raise typer.Exit(error.exit_code) from None
     reports: list[dict[str, Any]] = []
     status = 0
     for path in files:
@@ -330,6 +336,30 @@ MinSpeechOption = Annotated[
     ),
 ]
 ALL_FEATURES = "f0,phone,embedding"
+EmbeddingOption = Annotated[
+    str | None,
+    typer.Option(
+        "--embedding",
+        help="Embedding backend: ecapa (default), campplus or ge2e ($VOXMETER_EMBEDDING).",
+    ),
+]
+
+
+def _select_embedding(backend: str | None) -> None:
+    """Use ``backend`` for the embedding feature here and in extraction workers."""
+    from monitor.features.base import EMBEDDING_BACKENDS, embedding_backend, set_embedding_backend
+
+    if backend is None:
+        try:
+            embedding_backend()
+        except ValueError as error:
+            raise VoxmeterError(f"$VOXMETER_EMBEDDING: {error}") from None
+        return
+    if backend not in EMBEDDING_BACKENDS:
+        raise VoxmeterError(
+            f"--embedding {backend!r}: expected one of {', '.join(EMBEDDING_BACKENDS)}"
+        )
+    set_embedding_backend(backend)
 
 
 @app.command("enroll")
@@ -355,6 +385,7 @@ def enroll_command(
     cache: CacheOption = None,
     no_cache: NoCacheOption = False,
     min_speech: MinSpeechOption = 0.3,
+    embedding: EmbeddingOption = None,
 ) -> None:
     """Build one template per speaker and feature from a corpus (replacing old templates)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -365,6 +396,7 @@ def enroll_command(
     from monitor.features.extract import FeatureCache
     from monitor.store import open_store
 
+    _select_embedding(embedding)
     if utterances is not None and seconds is not None:
         raise VoxmeterError("--utterances and --seconds exclude each other: give one")
     if seconds is not None and not 0 < seconds < float("inf"):
@@ -754,10 +786,12 @@ def calibrate_command(
     cache: CacheOption = None,
     no_cache: NoCacheOption = False,
     min_speech: MinSpeechOption = 0.3,
+    embedding: EmbeddingOption = None,
 ) -> None:
     """Fit the per-feature, per-length calibration (beta-binomial and LID) on a dev corpus."""
     import os
 
+    _select_embedding(embedding)
     from monitor.calibration.fit import calibrate_corpus
     from monitor.enroll import default_cache_dir
     from monitor.outputs import check_output_file
@@ -845,24 +879,29 @@ def evaluate_command(
     cache: CacheOption = None,
     no_cache: NoCacheOption = False,
     min_speech: MinSpeechOption = 0.3,
+    embedding: EmbeddingOption = None,
 ) -> None:
     """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
-    from monitor.calibration.fit import DEFAULT_PATH, CalibrationSet
+    from monitor.calibration.fit import CalibrationSet, default_path
     from monitor.enroll import default_cache_dir
     from monitor.errors import InputError
     from monitor.evaluate import evaluate_corpus
     from monitor.outputs import check_output_folder
 
+    _select_embedding(embedding)
+    shipped = default_path()
     names = _feature_list(features)
     loss = _check_loss(loss)
     tests = [t for t in _seconds_list(test_seconds, "--test-seconds") if t is not None]
     templates = _seconds_list(template_seconds, "--template-seconds", allow_rest=True)
     if lid_from not in (None, "calibration", "crossfit"):
         raise VoxmeterError(f"--lid-from {lid_from!r}: expected 'calibration' or 'crossfit'")
-    calibration_path = calibration if calibration is not None else DEFAULT_PATH
+    calibration_path = calibration if calibration is not None else shipped
     loaded = None
-    if calibration is not None or lid_from == "calibration" or DEFAULT_PATH.is_file():
+    if calibration is not None or lid_from == "calibration" or shipped.is_file():
         loaded = CalibrationSet.load(calibration_path)
+        if "embedding" in names:
+            loaded.check_embedding_backend(str(calibration_path))
     check_output_folder(out, "--out")
     if protected is not None and not protected.is_dir():
         raise InputError(str(protected), "--protected: not a corpus folder")

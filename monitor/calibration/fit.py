@@ -38,6 +38,7 @@ from monitor.calibration.protocol import (
 )
 from monitor.disclosure.lid import LidCalibration
 from monitor.errors import InputError
+from monitor.features.base import embedding_backend
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +125,24 @@ class CalibrationSet:
     @property
     def feature_names(self) -> tuple[str, ...]:
         return tuple(self.features)
+
+    @property
+    def embedding_backend(self) -> str | None:
+        """The embedding backend the fit used (None when not recorded: older files)."""
+        value = self.metadata.get("embedding_backend")
+        return value if isinstance(value, str) else None
+
+    def check_embedding_backend(self, source: str, backend: str | None = None) -> None:
+        """LID weights of one embedding do not fit another's scores: refuse a calibration
+        fitted with a different backend than ``backend`` (default: the selected one)."""
+        wanted = backend or embedding_backend()
+        fitted = self.embedding_backend
+        if fitted is not None and fitted != wanted:
+            raise InputError(
+                source,
+                f"calibration fitted with the {fitted} embedding, not {wanted}: "
+                f"fit one with `voxmeter calibrate --embedding {wanted}`",
+            )
 
     def buckets(self, feature: str) -> tuple[BucketCalibration, ...]:
         if feature not in self.features:
@@ -216,8 +235,8 @@ class CalibrationSet:
 
     @classmethod
     def load_default(cls) -> CalibrationSet:
-        """The shipped ``models/calibration.json`` (same as the module's :func:`load_default`)."""
-        return cls.load(DEFAULT_PATH)
+        """The shipped calibration of the selected backend (the module's :func:`load_default`)."""
+        return load_default()
 
     @classmethod
     def load(cls, path: str | Path) -> CalibrationSet:
@@ -229,9 +248,24 @@ class CalibrationSet:
         return cls.from_json(text, source=str(target))
 
 
-def load_default() -> CalibrationSet:
-    """The shipped calibration ``models/calibration.json`` (``make calibration`` rebuilds it)."""
-    return CalibrationSet.load(DEFAULT_PATH)
+def default_path(backend: str | None = None) -> Path:
+    """The shipped calibration for an embedding backend (default: the selected one):
+    ``models/calibration.json`` for ecapa (``make calibration`` rebuilds it), else
+    ``models/calibration-<backend>.json``."""
+    backend = backend or embedding_backend()
+    return (
+        DEFAULT_PATH
+        if backend == "ecapa"
+        else DEFAULT_PATH.with_name(f"calibration-{backend}.json")
+    )
+
+
+def load_default(backend: str | None = None) -> CalibrationSet:
+    """The shipped calibration of ``backend`` (default: the selected one), checked to be its."""
+    path = default_path(backend)
+    calibration = CalibrationSet.load(path)
+    calibration.check_embedding_backend(str(path), backend)
+    return calibration
 
 
 def fuse_scores(scores: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:
@@ -495,6 +529,7 @@ def calibrate_corpus(
                 "corpus_path": str(root),  # as given (the shipped file stays machine-neutral)
                 "split": split,
                 "features": list(features),
+                **({"embedding_backend": embedding_backend()} if "embedding" in features else {}),
                 "files": loaded.files,
                 "skipped": len(loaded.skipped),
                 # corpus speaker ids (aliases, never names): lets an audit check that its

@@ -150,6 +150,12 @@ class FeatureSettings:
         ("f0", "phone", "embedding"), "features extracted per window", _features
     )
     workers: int = _setting(2, "threads running features (in parallel) and scoring", _positive)
+    embedding: str = _setting(
+        "ecapa",
+        "embedding backend: ecapa (SpeechBrain ECAPA-TDNN), campplus (CAM++) or ge2e "
+        "(resemblyzer); must be the one the database was enrolled with",
+        _one_of("ecapa", "campplus", "ge2e"),
+    )
 
 
 @dataclass(frozen=True)

@@ -56,9 +56,10 @@ from monitor.daemon.lock import DaemonLock
 from monitor.daemon.logs import LogExporter, configure_logging
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
-from monitor.errors import StoreError
-from monitor.features.base import Feature, get_feature
+from monitor.errors import ConfigError, StoreError
+from monitor.features.base import Feature, get_feature, set_embedding_backend
 from monitor.store.database import Store
+from monitor.store.templates import model_name
 
 logger = logging.getLogger(__name__)
 
@@ -602,12 +603,35 @@ def make_source(config: Config) -> AudioSource:
 
 def load_calibration(config: Config, store: Store) -> CalibrationSet:
     """``scorer.calibration`` if set, else the store's, else models/calibration.json."""
+    backend = config.features.embedding
     if config.scorer.calibration:
-        return CalibrationSet.load(config.scorer.calibration)
+        loaded = CalibrationSet.load(config.scorer.calibration)
+        loaded.check_embedding_backend(config.scorer.calibration, backend)
+        return loaded
     stored = store.load_calibration()
     if stored is not None:
+        stored.check_embedding_backend(f"{store.path}: stored calibration", backend)
         return stored
-    return load_default()
+    return load_default(backend)
+
+
+def check_template_model(store: Store, name: str, feature: Feature) -> None:
+    """The stored templates of ``name`` must come from the model this daemon extracts with;
+    for the embedding, a mismatch names the config key to change."""
+    stored = store.template_model(name)
+    if not stored or stored == feature.version:
+        return
+    if name == "embedding":
+        raise ConfigError(
+            "features.embedding",
+            f"{store.path} was enrolled with the {model_name(stored)} backend, not "
+            f'{model_name(feature.version)}: set features.embedding = "{model_name(stored)}" '
+            "or re-enrol into a new database",
+        )
+    raise StoreError(
+        f"{store.path}: {name!r} templates were made by {stored}, this voxmeter extracts "
+        f"{feature.version}: re-enrol"
+    )
 
 
 def load_scorer(config: Config, store: Store, features: Mapping[str, Feature]) -> Scorer:
@@ -615,6 +639,7 @@ def load_scorer(config: Config, store: Store, features: Mapping[str, Feature]) -
     aliases: tuple[str, ...] | None = None
     batches = {}
     for name in features:
+        check_template_model(store, name, features[name])
         names, batch = store.template_batch(name)
         if aliases is not None and names != aliases:
             missing = sorted(set(aliases) ^ set(names))[:5]
@@ -668,6 +693,7 @@ def build_pipeline(
     """A pipeline as ``voxmeter run`` builds it (tests pass their own source or exporters)."""
     device_id = config.daemon.device_id or socket.gethostname()
     source = source if source is not None else make_source(config)
+    set_embedding_backend(config.features.embedding)
     features = {name: get_feature(name) for name in config.features.enabled}
     scorer = load_scorer(config, store, features)
     profiles = [p for p in store.local_profiles() if p.identity_alias in scorer.index]

@@ -10,6 +10,7 @@ means adding one module and one line in :data:`_FACTORIES`.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -25,8 +26,17 @@ FEATURE_NAMES: tuple[str, ...] = ("f0", "phone", "embedding")
 _FACTORIES: dict[str, str] = {
     "f0": "monitor.features.f0:F0Feature",
     "phone": "monitor.features.phone:PhoneFeature",
-    "embedding": "monitor.features.embedding:EmbeddingFeature",
 }
+
+EMBEDDING_BACKENDS: dict[str, str] = {
+    "ecapa": "monitor.features.embedding:EcapaEmbedding",
+    "campplus": "monitor.features.embedding:CampplusEmbedding",
+    "ge2e": "monitor.features.embedding:GE2EEmbedding",
+}
+"""The ``embedding`` feature's backends, strongest attacker first (``ecapa`` is the default)."""
+DEFAULT_EMBEDDING = "ecapa"
+EMBEDDING_ENV = "VOXMETER_EMBEDDING"
+"""Carries the selected backend to worker processes (spawned children inherit it)."""
 
 
 @dataclass(frozen=True)
@@ -114,14 +124,56 @@ class Feature(Protocol):
 _INSTANCES: dict[str, Feature] = {}
 
 
+def _check_backend(backend: str) -> str:
+    if backend not in EMBEDDING_BACKENDS:
+        raise ValueError(
+            f"unknown embedding backend {backend!r}; known: {', '.join(EMBEDDING_BACKENDS)}"
+        )
+    return backend
+
+
+def embedding_backend() -> str:
+    """The process's embedding backend: the last :func:`set_embedding_backend`, else ecapa."""
+    return _check_backend(os.environ.get(EMBEDDING_ENV) or DEFAULT_EMBEDDING)
+
+
+def set_embedding_backend(backend: str) -> None:
+    """Select the backend behind ``get_feature("embedding")`` in this process and in the
+    worker processes it starts from now on (through :data:`EMBEDDING_ENV`)."""
+    os.environ[EMBEDDING_ENV] = _check_backend(backend)
+
+
+def _factory(spec: str) -> Any:
+    module_name, class_name = spec.split(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def embedding_class(backend: str) -> Any:
+    """The class of one embedding backend (its ``version`` and ``dimension``, no weights)."""
+    return _factory(EMBEDDING_BACKENDS[_check_backend(backend)])
+
+
+def backend_of_version(version: str) -> str:
+    """Which embedding backend a stored ``version`` comes from (the version itself if none)."""
+    for backend in EMBEDDING_BACKENDS:
+        if embedding_class(backend).version == version:
+            return backend
+    return version
+
+
 def get_feature(name: str) -> Feature:
-    """The (process-wide, lazily built) extractor called ``name``."""
+    """The (process-wide, lazily built) extractor called ``name``; for ``embedding``, the one
+    of the selected backend (:func:`embedding_backend`)."""
+    if name == "embedding":
+        backend = embedding_backend()
+        key = f"embedding:{backend}"
+        if key not in _INSTANCES:
+            _INSTANCES[key] = embedding_class(backend)()
+        return _INSTANCES[key]
     if name not in _FACTORIES:
         raise ValueError(f"unknown feature {name!r}; known: {', '.join(FEATURE_NAMES)}")
     if name not in _INSTANCES:
-        module_name, class_name = _FACTORIES[name].split(":")
-        factory = getattr(importlib.import_module(module_name), class_name)
-        _INSTANCES[name] = factory()
+        _INSTANCES[name] = _factory(_FACTORIES[name])()
     return _INSTANCES[name]
 
 

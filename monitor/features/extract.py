@@ -2,8 +2,9 @@
 
 Enrolment, calibration and evaluation all need the same per-file observations, so
 :class:`FeatureCache` stores them on disk (one JSON file per audio file, keyed by absolute path,
-size, modification time and each feature's version) and :func:`extract_many` extracts every
-corpus file once, optionally in a pool of worker processes.
+size and modification time; one slot per feature version, and the embedding's version names its
+backend) and :func:`extract_many` extracts every corpus file once, optionally in a pool of
+worker processes.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ FRONT_END_VERSION = "read_audio+speech_only-1"
 
 Progress = Callable[[int, int, str], None]
 """progress(done, total, path) after each file (cached or extracted, failed or not)."""
+
+
+def _slot(name: str) -> str:
+    """Cache key of one feature's observation: its name and version (for ``embedding`` the
+    version names the backend, so each backend keeps its own slot in a file's entry)."""
+    return f"{name}@{get_feature(name).version}"
 
 
 @dataclass(frozen=True)
@@ -191,8 +198,8 @@ class FeatureCache:
         stored = record.get("observations", {})
         observations: dict[str, Observation] = {}
         for name in features:
-            item = stored.get(name)
-            if item is None or item.get("version") != get_feature(name).version:
+            item = stored.get(_slot(name))
+            if item is None:
                 self.misses += 1
                 return None
             observations[name] = Observation(name, np.asarray(item["values"]), item["seconds"])
@@ -206,6 +213,17 @@ class FeatureCache:
             cached=True,
         )
 
+    @staticmethod
+    def _kept(entry: Path, stamp: dict[str, Any]) -> dict[str, Any]:
+        """Observations already cached for the same file (other embedding backends stay)."""
+        try:
+            record = json.loads(entry.read_text())
+        except (OSError, ValueError):
+            return {}
+        if record.get("stamp") != stamp or record.get("front_end") != FRONT_END_VERSION:
+            return {}
+        return dict(record.get("observations", {}))
+
     def put(self, result: FileFeatures) -> None:
         """Store ``result`` atomically (write to a temporary file, then rename); a cache that
         cannot be written warns once and is skipped from then on."""
@@ -216,22 +234,22 @@ class FeatureCache:
             stamp = self._stamp(absolute)
         except OSError:
             return  # the file went away after extraction: nothing valid to key the entry on
+        entry = self._entry(absolute)
+        observations = self._kept(entry, stamp)
+        observations.update(
+            {
+                _slot(name): {"values": obs.values.tolist(), "seconds": obs.seconds}
+                for name, obs in result.observations.items()
+            }
+        )
         record = {
             "stamp": stamp,
             "front_end": FRONT_END_VERSION,
             "duration_seconds": result.duration_seconds,
             "speech_seconds": result.speech_seconds,
             "timing_seconds": result.timing_seconds,
-            "observations": {
-                name: {
-                    "version": get_feature(name).version,
-                    "values": obs.values.tolist(),
-                    "seconds": obs.seconds,
-                }
-                for name, obs in result.observations.items()
-            },
+            "observations": observations,
         }
-        entry = self._entry(absolute)
         temporary: str | None = None
         try:
             handle, temporary = tempfile.mkstemp(dir=self.directory, suffix=".tmp")

@@ -122,10 +122,21 @@ _V2_DAEMON = (
     )""",
 )
 
+# Which extractor made each stored vector (the feature's version, e.g. the embedding backend),
+# so templates of different models are never scored together. Before this migration the only
+# embedding was resemblyzer's GE2E; f0 and phone rows stay '' (made by an unrecorded version).
+_V3_TEMPLATE_MODEL = (
+    "ALTER TABLE templates ADD COLUMN model TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE local_profiles ADD COLUMN model TEXT NOT NULL DEFAULT ''",
+    "UPDATE templates SET model = 'resemblyzer014-1' WHERE feature = 'embedding'",
+    "UPDATE local_profiles SET model = 'resemblyzer014-1' WHERE feature = 'embedding'",
+)
+
 #: Ordered migrations; a database at version v gets every migration with version > v.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "identities, templates, local profiles, calibrations", _V1_TEMPLATES),
     Migration(2, "evidence ledger, budget state, alert outbox", _V2_DAEMON),
+    Migration(3, "model that made each template and local profile", _V3_TEMPLATE_MODEL),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

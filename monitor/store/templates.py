@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from monitor.errors import StoreError
-from monitor.features.base import FEATURE_NAMES, Observation, TemplateBatch
+from monitor.features.base import (
+    FEATURE_NAMES,
+    Observation,
+    TemplateBatch,
+    backend_of_version,
+    get_feature,
+)
 from monitor.store.base import Database, blob_vector, dumps, utc_now, vector_blob
 
 if TYPE_CHECKING:
@@ -46,6 +52,7 @@ class TemplateInfo:
     dimension: int
     seconds: float  # speech seconds pooled into the template
     updated: str  # ISO 8601 UTC
+    model: str = ""  # the feature version that made it ('' = not recorded, before schema 3)
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,7 @@ class Enrolment:
     observations: Mapping[str, Observation]
     metadata: Mapping[str, Any] | None = None  # None keeps an existing identity's metadata
     local_profile: str | None = None  # also register this device user, with the embedding
+    models: Mapping[str, str] | None = None  # feature → version that made it (None: current)
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,19 @@ def _feature_order(infos: Mapping[str, TemplateInfo]) -> dict[str, TemplateInfo]
     """Templates in FEATURE_NAMES order (f0, phone, embedding), other features after, by name."""
     rank = {name: index for index, name in enumerate(FEATURE_NAMES)}
     return dict(sorted(infos.items(), key=lambda item: (rank.get(item[0], len(rank)), item[0])))
+
+
+def current_model(feature: str) -> str:
+    """The version of ``feature`` this process extracts (for ``embedding``, its backend's)."""
+    try:
+        return get_feature(feature).version
+    except ValueError:
+        return ""
+
+
+def model_name(model: str) -> str:
+    """How a message names a stored model: the embedding backend, else the version itself."""
+    return backend_of_version(model) if model else "an unrecorded model"
 
 
 def _check_alias(alias: str, what: str = "alias") -> str:
@@ -149,11 +170,11 @@ class TemplatesMixin(Database):
                 "SELECT id, alias, metadata, created FROM identities ORDER BY alias"
             ).fetchall()
             templates: dict[int, dict[str, TemplateInfo]] = {}
-            for identity_id, feature, dimension, seconds, updated in conn.execute(
-                "SELECT identity_id, feature, dimension, seconds, updated FROM templates"
+            for identity_id, feature, dimension, seconds, updated, model in conn.execute(
+                "SELECT identity_id, feature, dimension, seconds, updated, model FROM templates"
             ):
                 templates.setdefault(identity_id, {})[feature] = TemplateInfo(
-                    feature, int(dimension), float(seconds), updated
+                    feature, int(dimension), float(seconds), updated, model
                 )
             profiles: dict[int, list[str]] = {}
             for identity_id, alias in conn.execute(
@@ -182,9 +203,9 @@ class TemplatesMixin(Database):
             identity_id, metadata, created = row
             infos = _feature_order(
                 {
-                    feature: TemplateInfo(feature, int(dimension), float(seconds), updated)
-                    for feature, dimension, seconds, updated in conn.execute(
-                        "SELECT feature, dimension, seconds, updated FROM templates "
+                    feature: TemplateInfo(feature, int(dimension), float(seconds), updated, model)
+                    for feature, dimension, seconds, updated, model in conn.execute(
+                        "SELECT feature, dimension, seconds, updated, model FROM templates "
                         "WHERE identity_id = ?",
                         (identity_id,),
                     )
@@ -212,8 +233,14 @@ class TemplatesMixin(Database):
         enrolment: Enrolment,
         dimensions: dict[str, int],
         now: str,
+        models: dict[str, str] | None = None,
     ) -> None:
-        """Delete then insert one identity's templates inside the caller's transaction."""
+        """Delete then insert one identity's templates inside the caller's transaction.
+
+        ``dimensions`` and ``models`` remember, per feature, what this transaction already
+        checked, so a bulk enrolment of N identities checks each feature once, not N times.
+        """
+        models = {} if models is None else models
         if not enrolment.observations:
             raise ValueError(f"identity {enrolment.alias!r}: no templates to store")
         identity_id = self._ensure_identity(conn, enrolment.alias, enrolment.metadata)
@@ -227,6 +254,10 @@ class TemplatesMixin(Database):
                     f"{what}: seconds must be finite and ≥ 0, got {observation.seconds}"
                 )
             blob, dimension = vector_blob(observation.values, what)
+            model = (enrolment.models or {}).get(feature) or current_model(feature)
+            if models.get(feature) != model:
+                self._check_model(conn, feature, model, enrolment.alias)
+                models[feature] = model
             if feature not in dimensions:
                 row = conn.execute(
                     "SELECT dimension FROM templates WHERE feature = ? LIMIT 1", (feature,)
@@ -238,9 +269,10 @@ class TemplatesMixin(Database):
                     f"{dimensions[feature]}"
                 )
             conn.execute(
-                "INSERT INTO templates (identity_id, feature, dimension, seconds, vector, updated)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (identity_id, feature, dimension, float(observation.seconds), blob, now),
+                "INSERT INTO templates "
+                "(identity_id, feature, dimension, seconds, vector, updated, model)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (identity_id, feature, dimension, float(observation.seconds), blob, now, model),
             )
         if enrolment.local_profile is not None:
             embedding = enrolment.observations.get(LOCAL_PROFILE_FEATURE)
@@ -250,6 +282,36 @@ class TemplatesMixin(Database):
                     f"{LOCAL_PROFILE_FEATURE!r} template"
                 )
             self._upsert_local_profile(conn, enrolment.local_profile, identity_id, embedding, now)
+
+    def _check_model(self, conn: sqlite3.Connection, feature: str, model: str, alias: str) -> None:
+        """Refuse a template whose model differs from the stored ones of the same feature: an
+        ECAPA vector scored against GE2E templates would be meaningless."""
+        row = conn.execute(
+            "SELECT model FROM templates WHERE feature = ? AND model != ? AND model != '' LIMIT 1",
+            (feature, model),
+        ).fetchone()
+        if row is not None and model:
+            raise StoreError(
+                f"{self.path}: its {feature!r} templates were made by {model_name(row[0])}, "
+                f"not {model_name(model)}: enrol {alias!r} with that backend "
+                f"(--embedding {model_name(row[0])}) or into a new database"
+            )
+
+    def template_model(self, feature: str) -> str:
+        """The model that made every stored ``feature`` template ('' when not recorded);
+        templates of several models → StoreError (only an old database can hold them)."""
+        with self._read() as conn:
+            models = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT DISTINCT model FROM templates WHERE feature = ? AND model != ''",
+                    (feature,),
+                )
+            ]
+        if len(models) > 1:
+            names = ", ".join(model_name(m) for m in models)
+            raise StoreError(f"{self.path}: {feature!r} templates of several models ({names})")
+        return models[0] if models else ""
 
     def replace_templates(
         self,
@@ -269,10 +331,11 @@ class TemplatesMixin(Database):
         """Replace the templates of many identities in one transaction; returns how many."""
         count = 0
         dimensions: dict[str, int] = {}
+        models: dict[str, str] = {}
         with self._transaction() as conn:
             now = utc_now()
             for enrolment in enrolments:
-                self._replace(conn, enrolment, dimensions, now)
+                self._replace(conn, enrolment, dimensions, now, models)
                 count += 1
         return count
 
@@ -339,11 +402,11 @@ class TemplatesMixin(Database):
         blob, dimension = vector_blob(embedding.values, f"local profile {profile_alias!r}")
         conn.execute(
             "INSERT INTO local_profiles "
-            "(alias, identity_id, feature, dimension, seconds, vector, updated) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (alias) DO UPDATE SET "
+            "(alias, identity_id, feature, dimension, seconds, vector, updated, model) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (alias) DO UPDATE SET "
             "identity_id = excluded.identity_id, feature = excluded.feature, "
             "dimension = excluded.dimension, seconds = excluded.seconds, "
-            "vector = excluded.vector, updated = excluded.updated",
+            "vector = excluded.vector, updated = excluded.updated, model = excluded.model",
             (
                 profile_alias,
                 identity_id,
@@ -352,6 +415,7 @@ class TemplatesMixin(Database):
                 embedding.seconds,
                 blob,
                 now,
+                current_model(embedding.feature),
             ),
         )
 

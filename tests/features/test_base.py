@@ -14,7 +14,7 @@ from monitor.features.base import (
     get_feature,
     pool_counts,
 )
-from monitor.features.embedding import EmbeddingFeature
+from monitor.features.embedding import GE2EEmbedding
 
 
 def test_registry_names_every_feature_lazily() -> None:
@@ -72,7 +72,7 @@ def test_count_pooling_adds_and_is_associative(rng: np.random.Generator) -> None
 def test_embedding_pooling_is_a_seconds_weighted_mean_renormalised(
     rng: np.random.Generator,
 ) -> None:
-    feature = EmbeddingFeature()
+    feature = GE2EEmbedding()
     vectors = rng.standard_normal((3, 256))
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     seconds = np.array([1.0, 3.0, 0.0])

@@ -10,7 +10,7 @@ import soxr
 
 from monitor.audio.sources import read_audio
 from monitor.features import phone
-from monitor.features.embedding import EmbeddingFeature
+from monitor.features.embedding import GE2EEmbedding
 from monitor.features.phone import CMU_PHONES, PhoneFeature
 
 
@@ -22,7 +22,7 @@ def test_cmu_phone_set_has_39_phones_and_no_fillers() -> None:
 def test_no_audio_means_no_phones_and_no_embedding() -> None:
     silent = np.zeros(0, dtype=np.float32)
     assert PhoneFeature().observe(silent, 16000).values.sum() == 0
-    short = EmbeddingFeature().observe(np.zeros(800, dtype=np.float32), 16000)  # 50 ms
+    short = GE2EEmbedding().observe(np.zeros(800, dtype=np.float32), 16000)  # 50 ms
     assert np.all(short.values == 0) and short.seconds == pytest.approx(0.05)
 
 
@@ -60,7 +60,7 @@ def test_phones_of_a_file_do_not_depend_on_what_was_decoded_before(corpus_root: 
 @pytest.mark.corpus
 def test_embedding_is_a_unit_vector_and_robust_to_the_input_rate(corpus_root: Path) -> None:
     audio, _ = read_audio(sorted((corpus_root / "0120").glob("*.flac"))[1])
-    feature = EmbeddingFeature()
+    feature = GE2EEmbedding()
     wide = feature.observe(audio, 16000)
     assert wide.values.shape == (256,)
     assert np.linalg.norm(wide.values) == pytest.approx(1.0)
