@@ -636,10 +636,11 @@ def check_template_model(store: Store, name: str, feature: Feature) -> None:
 
 def load_scorer(config: Config, store: Store, features: Mapping[str, Feature]) -> Scorer:
     """All templates of the enabled features (same identities for each) and the calibration."""
+    for name, feature in features.items():
+        check_template_model(store, name, feature)
     aliases: tuple[str, ...] | None = None
     batches = {}
     for name in features:
-        check_template_model(store, name, features[name])
         names, batch = store.template_batch(name)
         if aliases is not None and names != aliases:
             missing = sorted(set(aliases) ^ set(names))[:5]
