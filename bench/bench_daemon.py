@@ -35,13 +35,25 @@ import numpy as np
 import soundfile as sf
 
 from monitor.audio.sources import FileSource, read_audio
-from monitor.calibration.fit import COMBINED, BucketCalibration, CalibrationSet, load_default
+from monitor.calibration.fit import (
+    COMBINED,
+    BucketCalibration,
+    CalibrationSet,
+    default_path,
+    load_default,
+)
 from monitor.daemon.config import load_config
 from monitor.daemon.events import DaemonEvent, DaemonStarted, WindowScored
 from monitor.daemon.exporters.prometheus import PrometheusExporter
 from monitor.daemon.pipeline import build_pipeline
 from monitor.daemon.scorer import Scorer, score_track
-from monitor.features.base import FEATURE_NAMES, Observation, TemplateBatch, get_feature
+from monitor.features.base import (
+    FEATURE_NAMES,
+    Observation,
+    TemplateBatch,
+    get_feature,
+    set_embedding_backend,
+)
 from monitor.store.database import open_store
 from monitor.store.templates import Enrolment
 
@@ -50,16 +62,24 @@ REPO = Path(__file__).resolve().parent.parent
 CORPUS = Path(os.environ.get("VOXMETER_CORPUS", REPO.parent / "shared" / "data" / "speechocean762"))
 SEED = 20261122
 SIZES = (1_000, 10_000, 100_000)
-DIMS = {"f0": 107, "phone": 39, "embedding": 256}
+DIMS = {"f0": 107, "phone": 39, "embedding": 192}  # embedding: the selected backend's (_dims)
+BACKENDS = tuple(os.environ.get("VOXMETER_BENCH_BACKENDS", "ecapa,campplus,ge2e").split(","))
+"""Embedding backends whose paced CPU cost is measured (the first also does the rest)."""
 PACED_TEMPLATES = 1_000
 LONG_AUDIO_SECONDS = float(os.environ.get("VOXMETER_BENCH_LONG_SECONDS", 3600.0))
 """Speech replayed (fast) for the memory check: an hour by default, as issue 5 asks."""
 
 
+def _dims() -> None:
+    """Template dimensions follow the selected embedding backend (192 or 256)."""
+    DIMS["embedding"] = get_feature("embedding").dimension
+
+
 def _calibration() -> tuple[CalibrationSet, str]:
-    """The shipped calibration, else a fixed plausible one (timings do not depend on it)."""
+    """The shipped calibration of the selected backend, else a fixed plausible one (timings do
+    not depend on it)."""
     try:
-        return load_default(), "models/calibration.json"
+        return load_default(), str(default_path().relative_to(REPO))
     except Exception:
         buckets = {
             name: tuple(
@@ -246,9 +266,16 @@ class Probe:
 
 
 def _run(db: Path, stream: Path, *, fast: bool, extra: list[str]) -> tuple[Probe, Any, float]:
+    backend = get_feature("embedding").backend  # type: ignore[attr-defined]
     config = load_config(
         None,
-        [f"daemon.db={db}", "prometheus.port=0", 'logging.level="warning"', *extra],
+        [
+            f"daemon.db={db}",
+            "prometheus.port=0",
+            'logging.level="warning"',
+            f'features.embedding="{backend}"',
+            *extra,
+        ],
     )
     with open_store(db) as store:
         prometheus = PrometheusExporter(config.prometheus, db_path=db)
@@ -261,9 +288,10 @@ def _run(db: Path, stream: Path, *, fast: bool, extra: list[str]) -> tuple[Probe
     return probe, summary, cpu
 
 
-def bench_live(folder: Path, calibration: CalibrationSet) -> dict[str, Any]:
-    stream, kind = _speech(folder)
-    seconds = sf.info(stream).duration
+def bench_paced(folder: Path, stream: Path, kind: str) -> dict[str, Any]:
+    """CPU per audio second and latency of a paced replay with the selected backend."""
+    calibration, _ = _calibration()
+    folder.mkdir()
     db = _database(folder, calibration)
     probe, summary, cpu = _run(db, stream, fast=False, extra=[])
     latency = np.array(probe.latencies)
@@ -279,7 +307,19 @@ def bench_live(folder: Path, calibration: CalibrationSet) -> dict[str, Any]:
         "cpu_share_per_audio_second": round(cpu / summary.audio_seconds, 4),
         "note": "CPU after model warm-up: VAD, 3 features, tracking, scoring, ledger, Prometheus",
     }
-    print(f"paced replay: {paced}", flush=True)
+    print(f"paced replay ({get_feature('embedding').version}): {paced}", flush=True)
+    return paced
+
+
+def bench_live(folder: Path, calibration: CalibrationSet) -> dict[str, Any]:
+    stream, kind = _speech(folder)
+    seconds = sf.info(stream).duration
+    per_backend = {}
+    for backend in reversed(BACKENDS):  # the default backend last: it stays selected
+        set_embedding_backend(backend)
+        _dims()
+        per_backend[backend] = bench_paced(folder / f"paced-{backend}", stream, kind)
+    paced = per_backend[BACKENDS[0]]
     # long replay: the same speech looped, read as fast as possible
     audio, _ = read_audio(stream)
     loops = math.ceil(LONG_AUDIO_SECONDS / seconds)
@@ -299,10 +339,12 @@ def bench_live(folder: Path, calibration: CalibrationSet) -> dict[str, Any]:
         "note": f"{LONG_AUDIO_SECONDS / 60:.0f} min of speech replayed as fast as possible",
     }
     print(f"long replay: {memory}", flush=True)
-    return {"paced": paced, "long_replay": memory}
+    return {"paced": paced, "paced_per_backend": per_backend, "long_replay": memory}
 
 
 def main() -> None:
+    set_embedding_backend(BACKENDS[0])
+    _dims()
     calibration, source = _calibration()
     folder = Path(tempfile.mkdtemp(prefix="voxmeter-bench-"))
     try:

@@ -203,6 +203,12 @@ class Pipeline:
             if set(self.features) - set(kept.pooled):
                 logger.warning("ledger track %s lacks a feature: starts afresh", track)
                 continue
+            if any(
+                kept.pooled[k].values.shape[0] != feature.dimension
+                for k, feature in self.features.items()
+            ):  # pooled by another embedding backend before a re-enrolment
+                logger.warning("ledger track %s was pooled by another model: starts afresh", track)
+                continue
             self.track_scorer.restore(
                 TrackEvidence(
                     track,
