@@ -38,7 +38,7 @@ from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad
 from monitor.audio.windows import SpeechWindow, Windower
 from monitor.calibration.fit import CalibrationSet, load_default
 from monitor.daemon.budget import BudgetMachine, period_start
-from monitor.daemon.config import Config
+from monitor.daemon.config import Config, tracker_settings
 from monitor.daemon.events import (
     DaemonEvent,
     DaemonStarted,
@@ -126,7 +126,9 @@ class Pipeline:
         self.vad = vad
         self.windower = Windower(audio.window_seconds)
         self.window_features = WindowFeatures(self.features)
-        self.tracker = SpeakerTracker(profiles, config.tracker, clock=clock, wall_clock=wall_clock)
+        self.tracker = SpeakerTracker(
+            profiles, tracker_settings(config), clock=clock, wall_clock=wall_clock
+        )
         self.track_scorer = TrackScorer(scorer, self.features, config.budget.measure)
         self.budget = BudgetMachine(config.budget)
         from monitor.daemon.exporters.mqtt import topics_for

@@ -127,3 +127,18 @@ def test_a_config_that_is_not_utf8_is_one_line(command: str, tmp_path: Path) -> 
     )
     assert done.returncode == 2
     assert done.stderr == f"voxmeter: error: {config}:2: not UTF-8 text (byte 0xe9)\n"
+
+
+def test_tracker_thresholds_follow_the_embedding_backend_unless_set() -> None:
+    from monitor.daemon.config import TRACKER_THRESHOLDS, tracker_settings
+
+    for backend, (profile, cluster) in TRACKER_THRESHOLDS.items():
+        settings = tracker_settings(load_config(None, [f"features.embedding={backend}"]))
+        assert (settings.profile_threshold, settings.cluster_threshold) == (profile, cluster)
+    chosen = tracker_settings(
+        load_config(None, ["features.embedding=ge2e", "tracker.profile_threshold=0.8"])
+    )
+    assert (chosen.profile_threshold, chosen.cluster_threshold) == (0.8, 0.70)
+    assert TRACKER_THRESHOLDS["ecapa"] < TRACKER_THRESHOLDS["ge2e"]  # ECAPA cosines run lower
+    with pytest.raises(ConfigError, match=r"features\.embedding.*must be one of ecapa"):
+        load_config(None, ["features.embedding=xvector"])

@@ -46,7 +46,9 @@ def window(vector: np.ndarray, index: int = 0, seconds: float = 3.0) -> FeatureW
 
 
 def tracker(profiles: list[LocalProfile], clock: FakeClock, **overrides: float) -> SpeakerTracker:
-    settings = TrackerSettings(**{"track_idle_seconds": 60.0, **overrides})  # type: ignore[arg-type]
+    # thresholds as for GE2E (0.75, 0.70): the scale these synthetic voices were drawn for
+    defaults = {"track_idle_seconds": 60.0, "profile_threshold": 0.75, "cluster_threshold": 0.70}
+    settings = TrackerSettings(**{**defaults, **overrides})  # type: ignore[arg-type]
     return SpeakerTracker(profiles, settings, clock=clock, wall_clock=clock)
 
 
