@@ -267,7 +267,11 @@ def test_daemon_metrics_alerts_and_deploy_queries_end_to_end(
             )
             assert sent[0]["metric"]["job"] == "voxmeter"
             firing = prometheus.query(rule_expressions()["VoxmeterBudgetExceeded"])
-            assert [r["metric"]["speaker"] for r in firing] == [speaker]
+            firing_speakers = [r["metric"]["speaker"] for r in firing]
+            # the stranger's unknown-N track may fire too: its budget figure is its top
+            # candidate's LID, which the sharper ECAPA embedding can push past the budget
+            assert speaker in firing_speakers
+            assert all(s == speaker or s.startswith("unknown-") for s in firing_speakers)
             rules = prometheus.api("rules")["groups"]
             exceeded_rule = next(
                 r for g in rules for r in g["rules"] if r["name"] == "VoxmeterBudgetExceeded"
