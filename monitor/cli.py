@@ -510,7 +510,12 @@ def _identity_json(identity: Any) -> dict[str, Any]:
         "metadata": identity.metadata,
         "created": identity.created,
         "templates": {
-            f: {"dimension": t.dimension, "seconds": t.seconds, "updated": t.updated}
+            f: {
+                "dimension": t.dimension,
+                "seconds": t.seconds,
+                "updated": t.updated,
+                "model": t.model,
+            }
             for f, t in identity.templates.items()
         },
         "local_profiles": list(identity.local_profiles),
@@ -571,7 +576,7 @@ def db_show_command(
     for feature, info in identity.templates.items():
         console.print(
             f"  template {feature}: {info.dimension} values, {info.seconds:.1f} s of speech, "
-            f"updated {info.updated}",
+            f"updated {info.updated}" + (f", model {info.model}" if info.model else ""),
             **out,
         )
     console.print(

@@ -145,3 +145,16 @@ def test_a_calibration_of_another_backend_is_refused(store: Store, tmp_path: Pat
     config = load_config(None, [f"scorer.calibration={path}", "features.embedding=ecapa"])
     with pytest.raises(InputError, match="not ecapa"):
         load_calibration(config, store)
+
+
+def test_db_list_and_show_name_each_template_model(db_path: Path) -> None:
+    import json
+
+    with open_store(db_path) as store:
+        _enrol(store, "alice", "campplus")
+    runner = CliRunner()
+    listed = json.loads(runner.invoke(app, ["db", "list", "--db", str(db_path), "--json"]).stdout)
+    assert listed[0]["templates"]["embedding"]["model"] == "campplus-zh-en-common-1"
+    shown = runner.invoke(app, ["db", "show", "alice", "--db", str(db_path)]).stdout
+    assert "template embedding: 192 values, 3.0 s of speech" in shown
+    assert "model campplus-zh-en-common-1" in shown
