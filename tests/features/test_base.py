@@ -24,7 +24,7 @@ def test_registry_names_every_feature_lazily() -> None:
         assert isinstance(feature, Feature)
         assert feature.name == name and feature.version
     assert (features["f0"].dimension, features["phone"].dimension) == (107, 39)
-    assert features["embedding"].dimension == 256
+    assert features["embedding"].dimension == 192  # the default backend, ECAPA-TDNN
     assert get_feature("f0") is features["f0"]
     with pytest.raises(ValueError, match="unknown feature 'pitch'"):
         get_feature("pitch")
