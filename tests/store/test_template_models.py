@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -124,11 +127,14 @@ def test_voxmeter_run_on_a_database_of_another_backend_is_one_line(
 ) -> None:
     with open_store(db_path) as store:
         _enrol(store, "alice", "ge2e")
-    result = CliRunner().invoke(
-        app,
-        ["run", "--db", str(db_path), "--source", f"file:{tmp_path / 'none.wav'}"],
-    )
-    assert result.exit_code == 2
+    # the real entry point in its own process: `run` configures logging for the process
+    env = {k: v for k, v in os.environ.items() if k != EMBEDDING_ENV}
+    result = subprocess.run(
+        [sys.executable, "-m", "monitor.cli", "run", "--db", str(db_path),
+         "--source", f"file:{tmp_path / 'none.wav'}"],
+        capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "enrolled with the ge2e backend, not ecapa" in lines[0]
 
