@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile
 from typer.testing import CliRunner
 
 from monitor.calibration.fit import BucketCalibration, CalibrationSet
@@ -127,11 +128,13 @@ def test_voxmeter_run_on_a_database_of_another_backend_is_one_line(
 ) -> None:
     with open_store(db_path) as store:
         _enrol(store, "alice", "ge2e")
+    stream = tmp_path / "silence.wav"
+    soundfile.write(stream, np.zeros(16000, dtype=np.float32), 16000)
     # the real entry point in its own process: `run` configures logging for the process
     env = {k: v for k, v in os.environ.items() if k != EMBEDDING_ENV}
     result = subprocess.run(
         [sys.executable, "-m", "monitor.cli", "run", "--db", str(db_path),
-         "--source", f"file:{tmp_path / 'none.wav'}"],
+         "--source", f"file:{stream}"],
         capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert result.returncode == 2
