@@ -14,15 +14,21 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 
 from monitor.errors import InputError
 
 LABELS = {"target": True, "nontarget": False}
 _SEPARATORS = re.compile(r"[,\s]+")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -57,69 +63,307 @@ def _finite_float(token: str, source: str, line: int, what: str) -> float:
     return value
 
 
-def _three_fields(path: Path) -> list[tuple[int, list[str]]]:
-    """Non-blank lines of a Kaldi-style trial file as (line number, [3 fields])."""
-    rows = []
-    for number, text in enumerate(_read_text(path), start=1):
-        fields = text.split()
-        if not fields:
-            continue
-        if len(fields) != 3:
-            raise InputError(
-                str(path), f"expected 3 fields 'enroll trial value', got {len(fields)}", line=number
-            )
-        rows.append((number, fields))
-    if not rows:
-        raise InputError(str(path), "empty: no trial lines")
-    return rows
+_BLOCK_BYTES = 1 << 25  # 32 MB of text per streamed chunk: ~10^6 trial lines
+_FIELDS = ("enroll", "trial", "value")
+
+
+class _IrregularError(Exception):
+    """A file the fast reader cannot take as it is (mixed whitespace, a bad line, bad UTF-8):
+    it is read again line by line, which finds and names the exact problem."""
+
+
+def _open_failure(path: Path) -> InputError | None:
+    """The InputError of a file that cannot be opened, or None."""
+    try:
+        with open(path, "rb"):
+            return None
+    except FileNotFoundError:
+        return InputError(str(path), "no such file")
+    except IsADirectoryError:
+        return InputError(str(path), "is a directory, not a file")
+    except OSError as error:
+        return InputError(str(path), f"cannot read: {error.strerror or error}")
+
+
+def _delimiter(path: Path) -> str:
+    """Tab when the first line is tab-separated, else a single space (Kaldi)."""
+    with open(path, "rb") as handle:
+        head = handle.read(1 << 16)
+    first = next((line for line in head.splitlines() if line.strip()), b"")
+    return "\t" if b"\t" in first else " "
+
+
+def _fast_chunks(path: Path) -> Iterator[tuple[pa.Array, pa.Array, pa.Array]]:
+    """(enroll, trial, value) string columns in chunks, by pyarrow's streaming CSV reader.
+
+    Raises _IrregularError at the first line that is not exactly three single-delimited fields.
+    """
+
+    def on_invalid(row: pacsv.InvalidRow) -> str:
+        return "skip" if not row.text.split() else "error"  # whitespace-only lines are blank
+
+    string = pa.string()
+    try:
+        reader = pacsv.open_csv(
+            path,
+            read_options=pacsv.ReadOptions(column_names=_FIELDS, block_size=_BLOCK_BYTES),
+            parse_options=pacsv.ParseOptions(
+                delimiter=_delimiter(path), quote_char=False, invalid_row_handler=on_invalid
+            ),
+            convert_options=pacsv.ConvertOptions(
+                column_types=dict.fromkeys(_FIELDS, string), strings_can_be_null=False
+            ),
+        )
+        for batch in reader:
+            yield batch.column(0), batch.column(1), batch.column(2)
+    except pa.ArrowInvalid as error:
+        raise _IrregularError(str(error)) from None
+
+
+def _slow_chunks(path: Path, rows: int = 1 << 17) -> Iterator[tuple[pa.Array, pa.Array, pa.Array]]:
+    """The same chunks read line by line; names the first line that is not 3 fields."""
+    columns: tuple[list[str], list[str], list[str]] = ([], [], [])
+    try:
+        with open(path, encoding="utf-8-sig") as handle:  # a BOM is not part of a name
+            for number, text in enumerate(handle, start=1):
+                fields = text.split()
+                if not fields:
+                    continue
+                if len(fields) != 3:
+                    raise InputError(
+                        str(path),
+                        f"expected 3 fields 'enroll trial value', got {len(fields)}",
+                        line=number,
+                    )
+                for column, field in zip(columns, fields, strict=True):
+                    column.append(field)
+                if len(columns[0]) == rows:
+                    yield tuple(pa.array(c, pa.string()) for c in columns)  # type: ignore[misc]
+                    columns = ([], [], [])
+    except UnicodeDecodeError:
+        raise InputError(str(path), "not a UTF-8 text file") from None
+    if columns[0]:
+        yield tuple(pa.array(c, pa.string()) for c in columns)  # type: ignore[misc]
+
+
+def _chunks(path: Path) -> Iterator[Iterator[tuple[pa.Array, pa.Array, pa.Array]]]:
+    """Offer the fast chunk stream; the consumer asks again (slow stream) on _IrregularError."""
+    failure = _open_failure(path)
+    if failure is not None:
+        raise failure
+    yield _fast_chunks(path)
+    yield _slow_chunks(path)
+
+
+def _consume(path: Path, consumer: Callable[[Iterator[tuple[pa.Array, ...]]], _T]) -> _T:
+    """Run ``consumer`` over the fast chunks, or over the slow ones if the fast reader balks."""
+    streams = _chunks(path)
+    try:
+        return consumer(next(streams))
+    except _IrregularError:
+        return consumer(next(streams))
+
+
+def _row_lines(path: Path, rows: Iterable[int]) -> dict[int, int]:
+    """Line number (1-based) of each 0-based row index, rows being the non-blank lines."""
+    wanted = sorted(set(rows))
+    found: dict[int, int] = {}
+    if not wanted:
+        return found
+    row = -1
+    with open(path, encoding="utf-8-sig") as handle:
+        for number, text in enumerate(handle, start=1):
+            if not text.split():
+                continue
+            row += 1
+            if row == wanted[len(found)]:
+                found[row] = number
+                if len(found) == len(wanted):
+                    break
+    return found
+
+
+def _to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return array.to_numpy(zero_copy_only=False)
+
+
+def _pairs(enroll: pa.Array, trial: pa.Array) -> pa.Array:
+    """'enroll trial' strings: names never hold whitespace, so the space keeps pairs distinct."""
+    return pc.binary_join_element_wise(enroll, trial, " ")
+
+
+@dataclass
+class _Key:
+    """The key, encoded: its distinct pairs in order of first appearance."""
+
+    pairs: pa.Array  # (D,) distinct 'enroll trial' strings
+    first_row: np.ndarray  # (D,) int64: key row where each distinct pair first appears
+    is_target: np.ndarray  # (K,) bool
+    is_nontarget: np.ndarray  # (K,) bool
+    first_problem: int | None  # first row with a bad label or a repeated pair
+
+    def rows(self, enroll: pa.Array, trial: pa.Array) -> np.ndarray:
+        """Key row of each pair (its first occurrence); -1 where the pair is not in the key."""
+        found = pc.index_in(_pairs(enroll, trial), value_set=self.pairs)
+        index = _to_numpy(pc.fill_null(found, -1))
+        return np.where(index >= 0, self.first_row[index], -1)
+
+
+def _read_key(path: Path) -> _Key:
+    def consume(stream: Iterator[tuple[pa.Array, ...]]) -> _Key:
+        pairs, is_target, is_non = [], [], []
+        for enroll, trial, label in stream:
+            pairs.append(_pairs(enroll, trial))
+            is_target.append(_to_numpy(pc.equal(label, "target")))
+            is_non.append(_to_numpy(pc.equal(label, "nontarget")))
+        if sum(len(p) for p in pairs) == 0:
+            raise InputError(str(path), "empty: no trial lines")
+        encoded = pc.dictionary_encode(pa.chunked_array(pairs)).unify_dictionaries()
+        del pairs
+        index = np.concatenate([_to_numpy(c.indices) for c in encoded.chunks])
+        # Arrow numbers distinct values in order of first appearance: a row is a first
+        # occurrence exactly where the running maximum of the indices grows.
+        grows = np.empty(index.size, dtype=bool)
+        grows[0] = True
+        np.greater(index[1:], np.maximum.accumulate(index)[:-1], out=grows[1:])
+        is_target, is_non = np.concatenate(is_target), np.concatenate(is_non)
+        problem = ~grows | ~(is_target | is_non)
+        return _Key(
+            encoded.chunks[0].dictionary,
+            np.flatnonzero(grows),
+            is_target,
+            is_non,
+            int(np.argmax(problem)) if problem.any() else None,
+        )
+
+    return _consume(path, consume)
+
+
+@dataclass
+class _Joined:
+    """Scores of the key rows, and the first problem row of the score file (if any)."""
+
+    values: np.ndarray  # (K,) float64, NaN where no score was given
+    filled: np.ndarray  # (K,) bool
+    first_problem: int | None  # a keyed row that repeats a pair or whose score is bad
+    problem_token: str | None  # the bad score text (None: a repeated pair)
+
+
+def _parse_scores(tokens: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """float64 values and a mask of tokens that are not numbers (as Python's float reads them)."""
+    try:
+        return _to_numpy(pc.cast(tokens, pa.float64())), np.zeros(len(tokens), dtype=bool)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        values = np.empty(len(tokens))
+        bad = np.zeros(len(tokens), dtype=bool)
+        for i, token in enumerate(tokens.to_pylist()):  # only a chunk with a bad token
+            try:
+                values[i] = float(token)
+            except ValueError:
+                values[i], bad[i] = math.nan, True
+        return values, bad
+
+
+def _join_scores(path: Path, key: _Key) -> _Joined:
+    def consume(stream: Iterator[tuple[pa.Array, ...]]) -> _Joined:
+        size = key.is_target.size
+        joined = _Joined(np.full(size, np.nan), np.zeros(size, dtype=bool), None, None)
+        start = 0
+        for enroll, trial, tokens in stream:
+            rows = key.rows(enroll, trial)
+            keyed = np.flatnonzero(rows >= 0)
+            _join_chunk(joined, rows[keyed], keyed, tokens, start)
+            start += len(enroll)
+        if start == 0:
+            raise InputError(str(path), "empty: no trial lines")
+        return joined
+
+    return _consume(path, consume)
+
+
+def _join_chunk(
+    joined: _Joined, key_rows: np.ndarray, keyed: np.ndarray, tokens: pa.Array, start: int
+) -> None:
+    """Store one chunk's keyed scores; remember its first repeated pair or bad score."""
+    values, not_number = _parse_scores(pc.take(tokens, pa.array(keyed)))
+    repeated = joined.filled[key_rows]
+    if key_rows.size and np.bincount(key_rows).max() > 1:  # a pair twice within the chunk
+        _, first = np.unique(key_rows, return_index=True)
+        again = np.ones(key_rows.size, dtype=bool)
+        again[first] = False
+        repeated |= again
+    bad = repeated | not_number | ~np.isfinite(values)
+    if bad.any() and joined.first_problem is None:
+        i = int(np.argmax(bad))
+        joined.first_problem = start + int(keyed[i])
+        joined.problem_token = None if repeated[i] else tokens[int(keyed[i])].as_py()
+    joined.values[key_rows[~repeated]] = values[~repeated]
+    joined.filled[key_rows] = True
+
+
+def _pair_at(path: Path, row: int) -> tuple[int, list[str]]:
+    """Line number and fields of a 0-based row (for messages only)."""
+    line = _row_lines(path, [row])[row]
+    with open(path, encoding="utf-8-sig") as handle:
+        for number, text in enumerate(handle, start=1):
+            if number == line:
+                return line, text.split()
+    raise AssertionError("unreachable: the row was just found")
+
+
+def _first_row_of_pair(path: Path, pair: list[str]) -> int:
+    """Line number of the first line holding the pair (for the 'repeats line' message)."""
+    with open(path, encoding="utf-8-sig") as handle:
+        for number, text in enumerate(handle, start=1):
+            if text.split()[:2] == pair:
+                return number
+    raise AssertionError("unreachable: the pair was just read")
+
+
+def _key_problem(path: Path, row: int) -> InputError:
+    line, (enroll, trial, label) = _pair_at(path, row)
+    if label not in LABELS:
+        return InputError(str(path), f"label {label!r} is not 'target' or 'nontarget'", line=line)
+    first = _first_row_of_pair(path, [enroll, trial])
+    return InputError(str(path), f"pair {enroll} {trial} repeats line {first}", line=line)
+
+
+def _score_problem(path: Path, row: int, token: str | None) -> InputError:
+    line, (enroll, trial, _) = _pair_at(path, row)
+    if token is None:
+        first = _first_row_of_pair(path, [enroll, trial])
+        return InputError(str(path), f"pair {enroll} {trial} repeats line {first}", line=line)
+    _finite_float(token, str(path), line, "score")
+    raise AssertionError(f"unreachable: {token!r} was found not to be a finite number")
 
 
 def read_scores_key(scores_path: str | Path, key_path: str | Path) -> PairScores:
     """Join a score file and a key file on (enroll, trial) (DESIGN §3.7).
 
     Score lines whose pair is not in the key are ignored; a key line without a score, a
-    duplicated pair, a bad label or a non-finite score raises InputError.
+    duplicated pair, a bad label or a non-finite score raises InputError. Both files are
+    streamed in chunks by pyarrow's CSV reader and joined on int64 pair codes, so memory grows
+    with the key only (about 50 bytes a key line); line numbers are looked up again only
+    to name a problem.
     """
     scores_path, key_path = Path(scores_path), Path(key_path)
-    key_rows = _three_fields(key_path)
-    score_rows = _three_fields(scores_path)
-    labels: dict[tuple[str, str], tuple[bool, int]] = {}
-    for number, (enroll, trial, label) in key_rows:
-        if label not in LABELS:
-            raise InputError(
-                str(key_path), f"label {label!r} is not 'target' or 'nontarget'", line=number
-            )
-        if (enroll, trial) in labels:
-            first = labels[(enroll, trial)][1]
-            raise InputError(
-                str(key_path), f"pair {enroll} {trial} repeats line {first}", line=number
-            )
-        labels[(enroll, trial)] = (LABELS[label], number)
-    scores: dict[tuple[str, str], float] = {}
-    seen_at: dict[tuple[str, str], int] = {}
-    for number, (enroll, trial, token) in score_rows:
-        pair = (enroll, trial)
-        if pair not in labels:
-            continue
-        if pair in scores:
-            raise InputError(
-                str(scores_path), f"pair {enroll} {trial} repeats line {seen_at[pair]}", line=number
-            )
-        scores[pair] = _finite_float(token, str(scores_path), number, "score")
-        seen_at[pair] = number
-    tar, non = [], []
-    for pair, (is_target, number) in labels.items():
-        if pair not in scores:
-            raise InputError(
-                str(key_path),
-                f"no score for pair {pair[0]} {pair[1]} in {scores_path}",
-                line=number,
-            )
-        (tar if is_target else non).append(scores[pair])
-    if not tar or not non:
-        missing = "target" if not tar else "nontarget"
+    key = _read_key(key_path)
+    joined = _join_scores(scores_path, key)
+    if key.first_problem is not None:
+        raise _key_problem(key_path, key.first_problem)
+    if joined.first_problem is not None:
+        raise _score_problem(scores_path, joined.first_problem, joined.problem_token)
+    if not joined.filled.all():
+        row = int(np.argmin(joined.filled))
+        line, (enroll, trial, _) = _pair_at(key_path, row)
+        raise InputError(
+            str(key_path), f"no score for pair {enroll} {trial} in {scores_path}", line=line
+        )
+    tar, non = joined.values[key.is_target], joined.values[key.is_nontarget]
+    if not tar.size or not non.size:
+        missing = "target" if not tar.size else "nontarget"
         raise InputError(str(key_path), f"no {missing} trials: both classes are needed")
-    return PairScores(np.array(tar), np.array(non))
+    return PairScores(tar, non)
 
 
 def _load_npy(path: Path) -> np.ndarray:

@@ -149,3 +149,83 @@ def test_truth_errors(tmp_path):
     write(tmp_path / "zeros.txt", "0 0 0")
     with pytest.raises(InputError, match="need at least 2"):
         read_matrix_trials(tmp_path / "one.npy", tmp_path / "zeros.txt")
+
+
+def _reference_join(scores: str, key: str) -> tuple[list[float], list[float]]:
+    """Obviously correct join of two texts (the former line parser, without error checks)."""
+    given = {}
+    for line in scores.splitlines():
+        if line.split():
+            enroll, trial, value = line.split()
+            given[(enroll, trial)] = value
+    tar, non = [], []
+    for line in key.splitlines():
+        if line.split():
+            enroll, trial, label = line.split()
+            (tar if label == "target" else non).append(float(given[(enroll, trial)]))
+    return tar, non
+
+
+@pytest.mark.parametrize("block_bytes", [64, 1 << 25])
+@pytest.mark.parametrize("separator", [" ", "\t", "mixed"])
+def test_streamed_join_matches_the_line_parser(tmp_path, monkeypatch, block_bytes, separator):
+    # Small blocks put chunk boundaries everywhere; tabs and mixed whitespace take the other
+    # delimiter and the line-by-line path; blank lines and unkeyed scores are sprinkled in.
+    import monitor.scorefiles as scorefiles
+
+    monkeypatch.setattr(scorefiles, "_BLOCK_BYTES", block_bytes)
+    rng = np.random.default_rng(7)
+    n = 500
+    pairs = [(f"e{rng.integers(20)}", f"t{i}") for i in range(n)]
+    values = rng.normal(size=n).round(6).tolist()
+
+    def sep(i: int) -> str:
+        return ("  " if i % 3 else "\t") if separator == "mixed" else separator
+
+    score_lines = [
+        f"{e}{sep(i)}{t}{sep(i)}{v!r}"
+        for i, ((e, t), v) in enumerate(zip(pairs, values, strict=True))
+    ]
+    score_lines.insert(100, "")
+    score_lines.insert(200, f"x{sep(0)}y{sep(0)}not-a-number")  # unkeyed: never parsed
+    order = rng.permutation(n)[: n - 50]
+    key_lines = [
+        f"{pairs[i][0]}{sep(i)}{pairs[i][1]}{sep(i)}{'target' if i % 4 == 0 else 'nontarget'}"
+        for i in order
+    ]
+    key_lines.insert(10, "   ")
+    scores_text, key_text = "\n".join(score_lines) + "\n", "\n".join(key_lines) + "\n"
+    joined = read_scores_key(
+        write(tmp_path / "s.txt", scores_text), write(tmp_path / "k.txt", key_text)
+    )
+    tar, non = _reference_join(scores_text, key_text)
+    assert joined.tar.tolist() == tar and joined.non.tolist() == non
+
+
+@pytest.mark.parametrize(
+    ("scores", "where", "problem"),
+    [
+        ("a b 1\n" + "\nq r 2\n" * 40 + "a b 3\n", "s.txt:82", "pair a b repeats line 1"),
+        ("a b 1\n" + "q r 1\n" * 80 + "\nb c inf\n", "s.txt:83", "'inf' is not a finite"),
+        ("a b 1\n" + "q r 1\n" * 80 + "b c 1 2\n", "s.txt:82", "expected 3 fields"),
+    ],
+)
+def test_errors_far_into_a_streamed_file_name_the_line(
+    tmp_path, monkeypatch, scores, where, problem
+):
+    import monitor.scorefiles as scorefiles
+
+    monkeypatch.setattr(scorefiles, "_BLOCK_BYTES", 64)
+    s = write(tmp_path / "s.txt", scores)
+    k = write(tmp_path / "k.txt", "a b target\nb c nontarget\n")
+    with pytest.raises(InputError) as info:
+        read_scores_key(s, k)
+    assert str(info.value).startswith(f"{tmp_path / where}:"), str(info.value)
+    assert problem in str(info.value)
+
+
+def test_a_file_that_is_not_utf8_is_named(tmp_path):
+    (tmp_path / "s.txt").write_bytes(b"a b 1\n\xff\xfe c 2\n")
+    k = write(tmp_path / "k.txt", "a b target\n")
+    with pytest.raises(InputError, match="not a UTF-8 text file"):
+        read_scores_key(tmp_path / "s.txt", k)
