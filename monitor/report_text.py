@@ -20,13 +20,14 @@ from rich.console import Console
 from rich.table import Table
 
 from monitor.disclosure.baselines import (
+    baselines_of_blocks,
     cllr,
     eer_rocch,
     eer_sweep,
     linkability,
+    linkability_bins,
+    linkability_of_counts,
     min_cllr,
-    split_mated,
-    top1_linkage,
 )
 from monitor.disclosure.composition import (
     MAX_OPTIMAL_STEPS,
@@ -38,14 +39,21 @@ from monitor.disclosure.composition import (
 from monitor.disclosure.lid import (
     LidCalibration,
     LidSummary,
-    calibrated_llr,
+    calibrated_cllr,
     fit_lid_calibration,
     lid_per_trial,
     lid_summary,
 )
-from monitor.disclosure.ranks import rank_histogram
+from monitor.disclosure.matrix_scan import (
+    MatrixScan,
+    histogram_rows,
+    mated_scores,
+    scan_rows,
+    values_between,
+)
+from monitor.disclosure.ranks import check_scores, check_truth, histogram_of_rank_counts
 from monitor.disclosure.srd import RankFit, SrdStats, fit_rank_model, srd_stats
-from monitor.disclosure.zebra import ZebraResult, zebra
+from monitor.disclosure.zebra import ZebraResult, zebra, zebra_of_blocks
 from monitor.errors import InputError
 from monitor.scorefiles import PairScores, read_matrix_trials, read_scores_key
 
@@ -92,6 +100,33 @@ def _pooled_metrics(tar: np.ndarray, non: np.ndarray) -> dict[str, Any]:
     }
 
 
+def _matrix_pooled_metrics(S: np.ndarray, mated: np.ndarray, scan: MatrixScan) -> dict[str, Any]:
+    """ZEBRA and baselines of a matrix's mated / non-mated split from its first-pass scan, plus
+    one more pass for the linkability histograms; the split is never copied out."""
+    T, N = S.shape
+    if N < 2:
+        raise ValueError("non-targets: no scores")
+    blocks = scan.counter.blocks(includes_targets=True)
+    eer, eer_hull, min_cost = baselines_of_blocks(blocks, values_between(S))
+    grid = linkability_bins(T, scan.low, scan.high)
+    if grid is None or isinstance(grid, float):
+        link = math.nan if grid is None else grid
+    else:
+        edges, scale = grid
+        mated_counts = np.histogram(mated.astype(np.float64) / scale, bins=edges)[0]
+        non_counts = histogram_rows(S, edges, scale) - mated_counts
+        link = linkability_of_counts(mated_counts, non_counts, edges)
+    return {
+        "n_tar": T,
+        "n_non": T * (N - 1),
+        "zebra": zebra_of_blocks(blocks),
+        "EER": eer,
+        "EER_rocch": eer_hull,
+        "min_Cllr": min_cost,
+        "linkability": link,
+    }
+
+
 def _collect_notes(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(w.message) for w in caught))
 
@@ -122,7 +157,10 @@ def matrix_report(
     T, N = S.shape
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        hist = rank_histogram(S, m)
+        m = check_truth(m, T, N)
+        mated = mated_scores(check_scores(S), m)
+        scan = scan_rows(S, m, mated)
+        hist = histogram_of_rank_counts(scan.above, scan.ties, N)
         fit = fit_rank_model(hist, loss=fit_loss)  # type: ignore[arg-type]
         if lid_weight is not None and lid_bias is not None:
             source = "given"
@@ -134,10 +172,8 @@ def matrix_report(
             source = "eval"
             cal = fit_lid_calibration(S, m)
         lid = lid_summary(lid_per_trial(S, m, cal.weight), cal)
-        llr_tar, llr_non = split_mated(calibrated_llr(S, cal), m)
-        mated, nonmated = split_mated(S, m)
-        metrics = _pooled_metrics(mated, nonmated)
-        value = cllr(llr_tar, llr_non)
+        value = calibrated_cllr(S, m, cal)
+        metrics = _matrix_pooled_metrics(S, mated, scan)
     notes = list(_collect_notes(caught))
     if fit.at_bound:
         notes.append(
@@ -152,7 +188,7 @@ def matrix_report(
         fit=fit,
         lid=lid,
         lid_source=source,
-        top1_linkage=top1_linkage(S, m),
+        top1_linkage=float(np.mean(mated > scan.best_other)),
         T=T,
         N=N,
         notes=tuple(notes),

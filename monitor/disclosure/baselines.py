@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 
-from monitor.disclosure.zebra import LN2, block_llr, pav_blocks, pav_posterior, tie_blocks
+from monitor.disclosure.blocks import ClassCounts, ScoreBlocks, gap_values, pooled_blocks, sweep_eer
+from monitor.disclosure.zebra import LN2, block_llr, class_counts, pav_posterior
 
 
 def _scores(values: np.ndarray | list[float], name: str) -> np.ndarray:
@@ -54,24 +56,22 @@ def eer_sweep(tar: np.ndarray, non: np.ndarray) -> float:
     """Threshold-sweep EER (DESIGN §6.1): thresholds at unique scores and their midpoints,
     FRR(t) = #{tar <= t}/|tar|, FAR(t) = #{non > t}/|non|; (FAR + FRR)/2 where |FAR - FRR| is
     smallest (the lowest such threshold on ties)."""
-    tar = np.sort(_scores(tar, "targets"))
-    non = np.sort(_scores(non, "non-targets"))
-    unique = np.unique(np.concatenate([tar, non]))
-    # a/2 + b/2, not (a + b)/2: scores near ±1.8e308 must not overflow to inf.
-    thresholds = np.concatenate([unique, unique[1:] / 2.0 + unique[:-1] / 2.0])
-    thresholds.sort()
-    frr = np.searchsorted(tar, thresholds, side="right") / tar.size
-    far = 1.0 - np.searchsorted(non, thresholds, side="right") / non.size
-    best = int(np.argmin(np.abs(far - frr)))
-    return float((far[best] + frr[best]) / 2.0)
+    tar = _scores(tar, "targets")
+    non = _scores(non, "non-targets")
+    return sweep_eer(pooled_blocks(tar, non), gap_values(non))
 
 
 def rocch(tar: np.ndarray, non: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """ROC convex-hull vertices (Pfa, Pmiss) from tie-pooled PAV, from (1, 0) to (0, 1)."""
-    blocks = pav_blocks(tar, non)
+    return rocch_of_counts(class_counts(tar, non))
+
+
+def rocch_of_counts(blocks: ClassCounts) -> tuple[np.ndarray, np.ndarray]:
+    """ROCCH vertices (Pfa, Pmiss) from the sorted core's counts per block."""
+    posterior = pav_posterior(blocks)
     # Runs of equal PAV posterior are the hull's bins; their boundaries are the vertices.
-    edge = np.flatnonzero(np.diff(blocks.posterior) != 0)
-    ends = np.concatenate([edge, [blocks.posterior.size - 1]])
+    edge = np.flatnonzero(np.diff(posterior) != 0)
+    ends = np.concatenate([edge, [posterior.size - 1]])
     cum_tar = np.cumsum(blocks.n_tar)[ends]
     cum_non = np.cumsum(blocks.n_non)[ends]
     pmiss = np.concatenate([[0.0], cum_tar / cum_tar[-1]])
@@ -81,13 +81,29 @@ def rocch(tar: np.ndarray, non: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def eer_rocch(tar: np.ndarray, non: np.ndarray) -> float:
     """ROCCH-EER (BOSARIS): largest crossing of a hull segment's line with Pfa = Pmiss."""
-    pfa, pmiss = rocch(tar, non)
+    return _rocch_eer(*rocch(tar, non))
+
+
+def _rocch_eer(pfa: np.ndarray, pmiss: np.ndarray) -> float:
     x0, x1, y0, y1 = pfa[:-1], pfa[1:], pmiss[:-1], pmiss[1:]
     proper = (x0 != x1) & (y0 != y1)
     det = x0 * y1 - x1 * y0
     denominator = (y1 - y0) + (x0 - x1)
     crossing = np.where(proper, det / np.where(proper, denominator, 1.0), 0.0)
     return float(max(crossing.max(initial=0.0), 0.0))
+
+
+def baselines_of_blocks(
+    blocks: ScoreBlocks, gap_scores: Callable[[float, float], np.ndarray]
+) -> tuple[float, float, float]:
+    """(threshold-sweep EER, ROCCH-EER, min Cllr) from the sorted core's blocks, in one go;
+    ``gap_scores(low, high)`` returns the non-targets strictly inside (low, high)."""
+    counts = blocks.counts()
+    return (
+        sweep_eer(blocks, gap_scores),
+        _rocch_eer(*rocch_of_counts(counts)),
+        _min_cllr_of_counts(counts),
+    )
 
 
 def cllr(llr_tar: np.ndarray, llr_non: np.ndarray) -> float:
@@ -101,7 +117,10 @@ def cllr(llr_tar: np.ndarray, llr_non: np.ndarray) -> float:
 
 def min_cllr(tar: np.ndarray, non: np.ndarray) -> float:
     """Cllr of the PAV-calibrated (tie-pooled, no Laplace) LLRs of the scores [bits]."""
-    blocks = tie_blocks(tar, non)
+    return _min_cllr_of_counts(class_counts(tar, non))
+
+
+def _min_cllr_of_counts(blocks: ClassCounts) -> float:
     llr = block_llr(blocks, pav_posterior(blocks))
     # Weight-0 blocks may hold an infinite cost (e.g. a non-target-only block at LLR -inf).
     tar_cost = np.where(blocks.n_tar > 0, np.logaddexp(0.0, -llr), 0.0)
@@ -120,26 +139,47 @@ def linkability(mated: np.ndarray, nonmated: np.ndarray, *, omega: float = 1.0) 
     """
     mated = _scores(mated, "mated")
     nonmated = _scores(nonmated, "non-mated")
-    n_bins = min(mated.size // 10, 100)
+    grid = linkability_bins(
+        mated.size, min(mated.min(), nonmated.min()), max(mated.max(), nonmated.max())
+    )
+    if grid is None or isinstance(grid, float):
+        return math.nan if grid is None else grid
+    edges, scale = grid
+    y_mated = np.histogram(mated / scale, bins=edges)[0]
+    y_non = np.histogram(nonmated / scale, bins=edges)[0]
+    return linkability_of_counts(y_mated, y_non, edges, omega=omega)
+
+
+def linkability_bins(
+    n_mated: int, low: float, high: float
+) -> tuple[np.ndarray, float] | float | None:
+    """Bin edges of the scaled scores and the scale, or the answer itself when there is no
+    histogram to make: None (NaN, with a warning) below 10 mated scores, 0.0 for one point mass.
+    """
+    n_bins = min(n_mated // 10, 100)
     if n_bins < 1:
         warnings.warn(
-            f"linkability needs at least 10 mated scores, got {mated.size}",
+            f"linkability needs at least 10 mated scores, got {n_mated}",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-        return math.nan
-    low = min(mated.min(), nonmated.min())
-    high = max(mated.max(), nonmated.max())
+        return None
     if high == low:
         return 0.0  # one point mass shared by both classes: no evidence
     # D<->sys is invariant to scaling the scores (densities and bin widths scale inversely);
     # scaling to [-1, 1] keeps the bin width of scores near ±1e308 finite.
     scale = max(abs(low), abs(high))
-    mated, nonmated, low, high = mated / scale, nonmated / scale, low / scale, high / scale
-    edges = np.linspace(low, high, n_bins + 1)
+    return np.linspace(low / scale, high / scale, n_bins + 1), scale
+
+
+def linkability_of_counts(
+    mated_counts: np.ndarray, non_counts: np.ndarray, edges: np.ndarray, *, omega: float = 1.0
+) -> float:
+    """D<->sys from the bin counts of the scaled mated and non-mated scores over ``edges``."""
     centres = (edges[1:] + edges[:-1]) / 2.0
-    y_mated = np.histogram(mated, bins=edges, density=True)[0]
-    y_non = np.histogram(nonmated, bins=edges, density=True)[0]
+    width = np.diff(edges).astype(float)
+    y_mated = mated_counts / width / mated_counts.sum()  # np.histogram(density=True)
+    y_non = non_counts / width / non_counts.sum()
     lr = np.divide(y_mated, y_non, out=np.ones_like(y_mated), where=y_non != 0)
     d = np.where(omega * lr > 1.0, 2.0 * omega * lr / (1.0 + omega * lr) - 1.0, 0.0)
     d = np.where(y_non == 0, 1.0, d)

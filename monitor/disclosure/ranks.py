@@ -123,8 +123,22 @@ def rank_histogram(
     if ties not in TIE_RULES:
         raise ValueError(f"ties={ties!r}; expected one of {', '.join(TIE_RULES)}")
     S = check_scores(scores)
-    N = S.shape[1]
     above, n_tied = true_rank_counts(S, truth)
+    return histogram_of_rank_counts(above, n_tied, S.shape[1], ties=ties, rng=rng)
+
+
+def histogram_of_rank_counts(
+    above: np.ndarray,
+    n_tied: np.ndarray,
+    N: int,
+    *,
+    ties: TieRule = "fractional",
+    rng: np.random.Generator | int | None = None,
+) -> np.ndarray:
+    """Rank histogram (N,) from :func:`true_rank_counts` (T,), (T,): see :func:`rank_histogram`.
+    Counts of row blocks concatenate, so blocks scanned apart give the same histogram."""
+    if ties not in TIE_RULES:
+        raise ValueError(f"ties={ties!r}; expected one of {', '.join(TIE_RULES)}")
     if ties == "optimistic":
         return np.bincount(above, minlength=N).astype(np.float64)
     if ties == "pessimistic":
@@ -137,7 +151,8 @@ def rank_histogram(
     weight = 1.0 / (n_tied + 1.0)
     diff = np.bincount(above, weights=weight, minlength=N + 1)
     diff -= np.bincount(above + n_tied + 1, weights=weight, minlength=N + 1)
-    return np.cumsum(diff[:N])
+    # The running sum may end a run at -1e-16 instead of 0: a weight is never negative.
+    return np.maximum(np.cumsum(diff[:N]), 0.0)
 
 
 def rank_of(scores: np.ndarray, index: int) -> int:

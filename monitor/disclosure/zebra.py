@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import isotonic_regression
 
+from monitor.disclosure.blocks import ClassCounts, ScoreBlocks, pooled_blocks
+
 LN2 = math.log(2.0)
 LN10 = math.log(10.0)
 
@@ -85,7 +87,12 @@ def tie_blocks(tar: np.ndarray, non: np.ndarray) -> TieBlocks:
     return TieBlocks(order, block_of, n_tar, n_all - n_tar)
 
 
-def pav_posterior(blocks: TieBlocks, *, laplace: bool = False) -> np.ndarray:
+def class_counts(tar: np.ndarray, non: np.ndarray) -> ClassCounts:
+    """Checked scores → counts per non-empty block of the sorted core (targets sorted once)."""
+    return pooled_blocks(_as_scores(tar, "targets"), _as_scores(non, "non-targets")).counts()
+
+
+def pav_posterior(blocks: TieBlocks | ClassCounts, *, laplace: bool = False) -> np.ndarray:
     """PAV P(target) per tie block (B,); ``laplace`` adds the toolkit's 4 dummies (§3.5).
 
     The dummy pair [target, non-target] at each end always pools into one block of mean 1/2 and
@@ -110,7 +117,7 @@ def pav_blocks(tar: np.ndarray, non: np.ndarray, *, laplace: bool = False) -> Pa
     return PavBlocks(blocks.order, blocks.block_of, blocks.n_tar, blocks.n_non, posterior)
 
 
-def block_llr(blocks: TieBlocks | PavBlocks, posterior: np.ndarray) -> np.ndarray:
+def block_llr(blocks: TieBlocks | PavBlocks | ClassCounts, posterior: np.ndarray) -> np.ndarray:
     """LLR per block (B,): logit(P) - ln(|A|/|B|) with the real class counts."""
     prior = math.log(float(blocks.n_tar.sum()) / float(blocks.n_non.sum()))
     return _logit(posterior) - prior
@@ -163,7 +170,7 @@ def d_ece_from_llr(llr_tar: np.ndarray, llr_non: np.ndarray) -> float:
     return float((np.mean(z_of_log(llr_tar)) + np.mean(z_of_log(-llr_non))) / LN2)
 
 
-def _d_ece_blocks(blocks: TieBlocks) -> float:
+def _d_ece_blocks(blocks: TieBlocks | ClassCounts) -> float:
     llr = block_llr(blocks, pav_posterior(blocks))
     # A block without targets may have LLR -inf (Z = -inf): weight 0 must give 0, not NaN.
     z_tar = np.where(blocks.n_tar > 0, z_of_log(llr), 0.0)
@@ -175,7 +182,7 @@ def _d_ece_blocks(blocks: TieBlocks) -> float:
 
 def d_ece(tar: np.ndarray, non: np.ndarray) -> float:
     """Expected disclosure D_ECE [bits] of PAV-calibrated scores, without Laplace (DESIGN §3.4)."""
-    return _d_ece_blocks(tie_blocks(tar, non))
+    return _d_ece_blocks(class_counts(tar, non))
 
 
 def zebra_tag(log10_lr: float) -> str:
@@ -191,21 +198,28 @@ def zebra_tag(log10_lr: float) -> str:
     raise AssertionError("unreachable: value >= 0 always matches the last bound")
 
 
-def _worst_case_blocks(blocks: TieBlocks) -> float:
+def _worst_case_blocks(blocks: TieBlocks | ClassCounts) -> float:
     llr = block_llr(blocks, pav_posterior(blocks, laplace=True))
     return float(np.max(np.abs(llr))) / LN10
 
 
 def worst_case_log10_lr(tar: np.ndarray, non: np.ndarray) -> float:
     """log10 of the largest |LLR'| over all trials with the Laplace-padded PAV (DESIGN §3.6)."""
-    return _worst_case_blocks(tie_blocks(tar, non))
+    return _worst_case_blocks(class_counts(tar, non))
 
 
 def zebra(tar: np.ndarray, non: np.ndarray) -> ZebraResult:
     """ZEBRA tuple (D_ECE bits, worst-case log10 l, tag) of target and non-target scores."""
-    blocks = tie_blocks(tar, non)
-    log10_l = _worst_case_blocks(blocks)
-    return ZebraResult(D_ECE=_d_ece_blocks(blocks), log10_lr_max=log10_l, tag=zebra_tag(log10_l))
+    return zebra_of_blocks(
+        pooled_blocks(_as_scores(tar, "targets"), _as_scores(non, "non-targets"))
+    )
+
+
+def zebra_of_blocks(blocks: ScoreBlocks) -> ZebraResult:
+    """ZEBRA tuple from the sorted core's blocks (e.g. of a whole score matrix)."""
+    counts = blocks.counts()
+    log10_l = _worst_case_blocks(counts)
+    return ZebraResult(D_ECE=_d_ece_blocks(counts), log10_lr_max=log10_l, tag=zebra_tag(log10_l))
 
 
 def _ece(llr_tar: np.ndarray, llr_non: np.ndarray, prior_log_odds: np.ndarray) -> np.ndarray:

@@ -1,0 +1,100 @@
+"""Every pooled and rank statistic of a 1-to-N score matrix in passes over row blocks.
+
+A (T, N) matrix of 10⁸ scores is read twice, block by block, and never copied whole: the first
+pass counts the true identity's rank (above, ties), the non-mated maximum per row (top-1), the
+scores per block of the sorted core (:mod:`monitor.disclosure.blocks`) and the range; the second
+fills the linkability histograms on that range. Each statistic of a row block merges exactly
+with the others' (integer counts, per-row values), so row blocks may also be scanned by separate
+workers (:mod:`monitor.evaluate.cluster`) and merged with :meth:`MatrixScan.merge`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from monitor.disclosure.blocks import BlockCounter
+from monitor.disclosure.ranks import chunk_rows, reject_non_finite
+
+
+@dataclass
+class MatrixScan:
+    """First-pass statistics of rows [row0, row0 + n) of a matrix whose mated scores are known."""
+
+    row0: int
+    above: np.ndarray  # (n,) int64: non-mated scores above the mated one
+    ties: np.ndarray  # (n,) int64: non-mated scores equal to the mated one
+    best_other: np.ndarray  # (n,) float64: largest non-mated score (-inf when N = 1)
+    counter: BlockCounter  # every score of the rows counted into the sorted core's blocks
+    low: float  # smallest score
+    high: float  # largest score
+
+    def merge(self, other: MatrixScan) -> MatrixScan:
+        """Statistics of this block followed by ``other`` (the next rows)."""
+        self.counter.merge(other.counter)
+        return MatrixScan(
+            self.row0,
+            np.concatenate([self.above, other.above]),
+            np.concatenate([self.ties, other.ties]),
+            np.concatenate([self.best_other, other.best_other]),
+            self.counter,
+            min(self.low, other.low),
+            max(self.high, other.high),
+        )
+
+
+def mated_scores(S: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """S[i, m_i] (T,), in the matrix's dtype."""
+    return S[np.arange(S.shape[0]), m]
+
+
+def scan_rows(S: np.ndarray, m: np.ndarray, mated_all: np.ndarray, *, row0: int = 0) -> MatrixScan:
+    """First pass over rows S (n, N) with truth m (n,), their first row being ``row0`` of the
+    whole matrix; ``mated_all`` holds every row's mated score (the blocks are cut by them)."""
+    counter = BlockCounter(mated_all)
+    n, N = S.shape
+    above = np.empty(n, dtype=np.int64)
+    ties = np.empty(n, dtype=np.int64)
+    best_other = np.empty(n, dtype=np.float64)
+    low, high = np.inf, -np.inf
+    step = chunk_rows(N)
+    for r0 in range(0, n, step):
+        block = S[r0 : r0 + step]
+        rows = np.arange(block.shape[0])
+        reject_non_finite(block, row0 + r0)
+        mated = block[rows, m[r0 : r0 + step]]
+        above[r0 : r0 + step] = np.count_nonzero(block > mated[:, None], axis=1)
+        ties[r0 : r0 + step] = np.count_nonzero(block == mated[:, None], axis=1) - 1
+        counter.add(block)
+        low, high = min(low, float(block.min())), max(high, float(block.max()))
+        others = block.copy()  # the mated entry is masked out
+        others[rows, m[r0 : r0 + step]] = -np.inf
+        best_other[r0 : r0 + step] = others.max(axis=1)
+    return MatrixScan(row0, above, ties, best_other, counter, low, high)
+
+
+def histogram_rows(S: np.ndarray, edges: np.ndarray, scale: float) -> np.ndarray:
+    """Counts (bins,) int64 of S / scale over ``edges`` (as np.histogram), row block by block."""
+    counts = np.zeros(edges.size - 1, dtype=np.int64)
+    step = chunk_rows(S.shape[1])
+    for r0 in range(0, S.shape[0], step):
+        scaled = S[r0 : r0 + step].astype(np.float64) / scale
+        counts += np.histogram(scaled, bins=edges)[0]
+    return counts
+
+
+def values_between(S: np.ndarray) -> Callable[[float, float], np.ndarray]:
+    """Gap reader for the threshold-sweep EER: every score of S strictly inside (low, high).
+    Mated scores equal a block boundary, so they never fall strictly inside a gap."""
+
+    def inside(low: float, high: float) -> np.ndarray:
+        found = []
+        step = chunk_rows(S.shape[1])
+        for r0 in range(0, S.shape[0], step):
+            block = S[r0 : r0 + step]
+            found.append(block[(block > low) & (block < high)].astype(np.float64))
+        return np.concatenate(found)
+
+    return inside
