@@ -416,7 +416,8 @@ def _suffix(path: Path, allowed: tuple[str, ...]) -> str:
 
 
 def read_matrix(path: str | Path) -> np.ndarray:
-    """Score matrix (T, N) float64 from ``.npy`` or ``.csv`` (comma-separated rows, no header).
+    """Score matrix (T, N) from ``.npy`` (float32 kept) or ``.csv`` (float64; comma-separated
+    rows, no header).
 
     Empty, ragged, non-numeric, NaN or inf entries raise InputError naming the line or entry.
     """
@@ -429,7 +430,9 @@ def read_matrix(path: str | Path) -> np.ndarray:
             )
         if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
             raise InputError(str(path), f"expected numbers, got dtype {array.dtype}")
-        matrix = array.astype(np.float64)
+        # float32 stays float32 (half the memory): every metric compares or widens it exactly.
+        keep = array.dtype in (np.dtype(np.float32), np.dtype(np.float64))
+        matrix = array if keep else array.astype(np.float64)
         if matrix.size == 0:
             raise InputError(str(path), f"empty matrix (shape {matrix.shape})")
         bad = ~np.isfinite(matrix)
