@@ -320,7 +320,13 @@ SplitOption = Annotated[
     str | None,
     typer.Option("--split", help="Only speakers of this original_split (train|test)."),
 ]
-JobsOption = Annotated[int, typer.Option("--jobs", min=1, help="Extraction processes.")]
+JobsOption = Annotated[
+    int, typer.Option("--jobs", min=1, help="Dask worker processes on this machine (1: none).")
+]
+SchedulerOption = Annotated[
+    str | None,
+    typer.Option("--scheduler", help="Use a running Dask cluster, e.g. tcp://host:8786."),
+]
 FeaturesOption = Annotated[str, typer.Option("--features", help="Comma-separated features.")]
 CacheOption = Annotated[
     Path | None,
@@ -381,6 +387,7 @@ def enroll_command(
     ] = False,
     split: SplitOption = None,
     jobs: JobsOption = 1,
+    scheduler: SchedulerOption = None,
     features: FeaturesOption = ALL_FEATURES,
     cache: CacheOption = None,
     no_cache: NoCacheOption = False,
@@ -390,6 +397,7 @@ def enroll_command(
     """Build one template per speaker and feature from a corpus (replacing old templates)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from monitor.cluster import shared_scheduler
     from monitor.corpus import check_speaker_names, scan_corpus
     from monitor.enroll import default_cache_dir, enroll_corpus
     from monitor.features.base import FEATURE_NAMES
@@ -430,18 +438,20 @@ def enroll_command(
                 speaker_file = "/".join(Path(file).parts[-2:])
                 bar.update(task, completed=done, total=total, description=speaker_file)
 
-            report = enroll_corpus(
-                store,
-                scanned,
-                features=names,
-                utterances=utterances,
-                seconds=seconds,
-                local=local,
-                jobs=jobs,
-                cache=feature_cache,
-                progress=progress,
-                min_speech_seconds=min_speech,
-            )
+            with shared_scheduler(jobs, scheduler) as address:  # one cluster for all rounds
+                report = enroll_corpus(
+                    store,
+                    scanned,
+                    features=names,
+                    utterances=utterances,
+                    seconds=seconds,
+                    local=local,
+                    jobs=jobs,
+                    scheduler=address,
+                    cache=feature_cache,
+                    progress=progress,
+                    min_speech_seconds=min_speech,
+                )
     out = {"markup": False, "highlight": False, "soft_wrap": True}
     for file, reason in report.skipped_files:
         err_console.print(f"voxmeter: skipped file {file}: {reason}", **out)
@@ -788,6 +798,7 @@ def calibrate_command(
     ] = "12",
     features: FeaturesOption = ALL_FEATURES,
     jobs: JobsOption = 1,
+    scheduler: SchedulerOption = None,
     cache: CacheOption = None,
     no_cache: NoCacheOption = False,
     min_speech: MinSpeechOption = 0.3,
@@ -818,6 +829,7 @@ def calibrate_command(
             loss=loss,
             cache_dir=None if no_cache else (cache or default_cache_dir()),
             jobs=jobs,
+            scheduler=scheduler,
             extraction_progress=extraction_progress,
             progress=lambda text: err_console.print(f"fitting {text}", markup=False),
             min_speech_seconds=min_speech,
@@ -881,6 +893,7 @@ def evaluate_command(
     ] = None,
     features: FeaturesOption = ALL_FEATURES,
     jobs: JobsOption = 1,
+    scheduler: SchedulerOption = None,
     cache: CacheOption = None,
     no_cache: NoCacheOption = False,
     min_speech: MinSpeechOption = 0.3,
@@ -888,6 +901,7 @@ def evaluate_command(
 ) -> None:
     """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
     from monitor.calibration.fit import CalibrationSet, default_path
+    from monitor.cluster import shared_scheduler
     from monitor.enroll import default_cache_dir
     from monitor.errors import InputError
     from monitor.evaluate import evaluate_corpus
@@ -910,7 +924,10 @@ def evaluate_command(
     check_output_folder(out, "--out")
     if protected is not None and not protected.is_dir():
         raise InputError(str(protected), "--protected: not a corpus folder")
-    with _LazyBar("extracting") as extraction_progress:
+    with (
+        _LazyBar("extracting") as extraction_progress,
+        shared_scheduler(jobs, scheduler) as address,  # one cluster for both corpora
+    ):
         _, document = evaluate_corpus(
             corpus,
             out,
@@ -925,6 +942,7 @@ def evaluate_command(
             protected=protected,
             cache_dir=None if no_cache else (cache or default_cache_dir()),
             jobs=jobs,
+            scheduler=address,
             extraction_progress=extraction_progress,
             progress=lambda text: err_console.print(f"auditing {text}", markup=False),
             min_speech_seconds=min_speech,

@@ -154,6 +154,7 @@ def enroll_corpus(
     seconds: float | None = None,
     local: bool = False,
     jobs: int = 1,
+    scheduler: str | None = None,
     cache: FeatureCache | None = None,
     progress: Progress | None = None,
     min_speech_seconds: float = MIN_SPEECH_SECONDS,
@@ -213,7 +214,9 @@ def enroll_corpus(
     while any(wanted.values()):
         paths = [p for chosen in wanted.values() for p in chosen]
         total += len(paths)
-        extraction = extract_many(paths, cache, features=names, jobs=jobs, progress=round_progress)
+        extraction = extract_many(
+            paths, cache, features=names, jobs=jobs, scheduler=scheduler, progress=round_progress
+        )
         hits += sum(r.cached for r in extraction.files.values())
         results.update(extraction.files)
         skipped_files += [(p, getattr(e, "problem", str(e))) for p, e in extraction.errors.items()]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -39,19 +39,23 @@ from monitor.disclosure.composition import (
 from monitor.disclosure.lid import (
     LidCalibration,
     LidSummary,
-    calibrated_cllr,
+    cllr_of_costs,
     fit_lid_calibration,
-    lid_per_trial,
     lid_summary,
 )
 from monitor.disclosure.matrix_scan import (
+    InMemoryRows,
     MatrixScan,
-    histogram_rows,
-    mated_scores,
-    scan_rows,
-    values_between,
+    RowSource,
+    merge_scans,
+    rows_between,
+    rows_costs,
+    rows_histogram,
+    rows_lid,
+    rows_mated,
+    rows_scan,
 )
-from monitor.disclosure.ranks import check_scores, check_truth, histogram_of_rank_counts
+from monitor.disclosure.ranks import check_scores, histogram_of_rank_counts
 from monitor.disclosure.srd import RankFit, SrdStats, fit_rank_model, srd_stats
 from monitor.disclosure.zebra import ZebraResult, zebra, zebra_of_blocks
 from monitor.errors import InputError
@@ -100,21 +104,25 @@ def _pooled_metrics(tar: np.ndarray, non: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _matrix_pooled_metrics(S: np.ndarray, mated: np.ndarray, scan: MatrixScan) -> dict[str, Any]:
+def _matrix_pooled_metrics(rows: RowSource, mated: np.ndarray, scan: MatrixScan) -> dict[str, Any]:
     """ZEBRA and baselines of a matrix's mated / non-mated split from its first-pass scan, plus
     one more pass for the linkability histograms; the split is never copied out."""
-    T, N = S.shape
+    T, N = rows.shape
     if N < 2:
         raise ValueError("non-targets: no scores")
     blocks = scan.counter.blocks(includes_targets=True)
-    eer, eer_hull, min_cost = baselines_of_blocks(blocks, values_between(S))
+
+    def between(low: float, high: float) -> np.ndarray:
+        return np.concatenate(rows.map(rows_between, low, high))
+
+    eer, eer_hull, min_cost = baselines_of_blocks(blocks, between)
     grid = linkability_bins(T, scan.low, scan.high)
     if grid is None or isinstance(grid, float):
         link = math.nan if grid is None else grid
     else:
         edges, scale = grid
         mated_counts = np.histogram(mated.astype(np.float64) / scale, bins=edges)[0]
-        non_counts = histogram_rows(S, edges, scale) - mated_counts
+        non_counts = sum(rows.map(rows_histogram, edges, scale)) - mated_counts
         link = linkability_of_counts(mated_counts, non_counts, edges)
     return {
         "n_tar": T,
@@ -152,14 +160,37 @@ def matrix_report(
     """1-to-N report of a (T, N) matrix with truth (T,): SRD, LID, and ZEBRA/baselines on the
     mated/non-mated split. The LID calibration comes from ``dev``, from the given weight and
     bias, or else from the evaluation matrix itself (reported as such)."""
+    check_scores(S)
+    return rows_report(
+        InMemoryRows(S, m),
+        dev=dev,
+        lid_weight=lid_weight,
+        lid_bias=lid_bias,
+        fit_loss=fit_loss,
+        fit_on_eval=lambda: fit_lid_calibration(S, m),
+    )
+
+
+def rows_report(
+    rows: RowSource,
+    *,
+    dev: tuple[np.ndarray, np.ndarray] | None = None,
+    lid_weight: float | None = None,
+    lid_bias: float | None = None,
+    fit_loss: str = "cll",
+    fit_on_eval: Callable[[], LidCalibration] | None = None,
+) -> ScoreReport:
+    """:func:`matrix_report` of a matrix visited in row blocks, in memory or on Dask workers
+    (:class:`monitor.cluster.DaskRows`); the figures do not depend on where the rows are.
+    ``fit_on_eval`` fits the LID calibration on the whole matrix when neither a dev matrix nor
+    a weight and bias is given (a matrix spread over workers needs one of them)."""
     if fit_loss not in FIT_LOSSES:
         raise ValueError(f"fit_loss {fit_loss!r} is not one of {FIT_LOSSES}")
-    T, N = S.shape
+    T, N = rows.shape
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        m = check_truth(m, T, N)
-        mated = mated_scores(check_scores(S), m)
-        scan = scan_rows(S, m, mated)
+        mated = np.concatenate(rows.map(rows_mated))
+        scan = merge_scans(rows.map(rows_scan, mated))
         hist = histogram_of_rank_counts(scan.above, scan.ties, N)
         fit = fit_rank_model(hist, loss=fit_loss)  # type: ignore[arg-type]
         if lid_weight is not None and lid_bias is not None:
@@ -168,12 +199,14 @@ def matrix_report(
         elif dev is not None:
             source = "dev"
             cal = fit_lid_calibration(*dev)
-        else:
+        elif fit_on_eval is not None:
             source = "eval"
-            cal = fit_lid_calibration(S, m)
-        lid = lid_summary(lid_per_trial(S, m, cal.weight), cal)
-        value = calibrated_cllr(S, m, cal)
-        metrics = _matrix_pooled_metrics(S, mated, scan)
+            cal = fit_on_eval()
+        else:
+            raise ValueError("the LID calibration needs a dev matrix or a weight and bias here")
+        lid = lid_summary(np.concatenate(rows.map(rows_lid, cal.weight)), cal)
+        value = cllr_of_costs(np.concatenate(rows.map(rows_costs, cal)), N)
+        metrics = _matrix_pooled_metrics(rows, mated, scan)
     notes = list(_collect_notes(caught))
     if fit.at_bound:
         notes.append(

@@ -498,6 +498,7 @@ def calibrate_corpus(
     loss: str = "ll",
     cache_dir: str | Path | None = None,
     jobs: int = 1,
+    scheduler: str | None = None,
     extraction_progress: Callable[[int, int, str], None] | None = None,
     progress: Callable[[str], None] | None = None,
     min_speech_seconds: float = MIN_SPEECH_SECONDS,
@@ -513,6 +514,7 @@ def calibrate_corpus(
         features=features,
         cache_dir=cache_dir,
         jobs=jobs,
+        scheduler=scheduler,
         progress=extraction_progress,
         min_speech_seconds=min_speech_seconds,
     )

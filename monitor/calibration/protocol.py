@@ -279,6 +279,7 @@ def load_speakers(
     features: Sequence[str],
     cache_dir: str | Path | None = None,
     jobs: int = 1,
+    scheduler: str | None = None,
     min_speech_seconds: float = MIN_SPEECH_SECONDS,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> CorpusSpeakers:
@@ -298,7 +299,12 @@ def load_speakers(
     corpus = scan_corpus(os.path.abspath(root), split=split)
     cache = FeatureCache(cache_dir) if cache_dir is not None else None
     extraction = extract_many(
-        corpus.paths, cache, features=tuple(features), jobs=jobs, progress=progress
+        corpus.paths,
+        cache,
+        features=tuple(features),
+        jobs=jobs,
+        scheduler=scheduler,
+        progress=progress,
     )
     skipped: list[tuple[str, str]] = [(str(path), reason) for path, reason in corpus.unreadable]
     skipped += [(path, error.problem) for path, error in extraction.errors.items()]  # type: ignore[attr-defined]

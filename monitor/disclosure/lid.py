@@ -264,24 +264,38 @@ def _warm_start(
     return _newton_logistic(z, rows.size, float(z_mated[rows].sum()), log_prior_odds, c)
 
 
-def calibrated_cllr(S: np.ndarray, m: np.ndarray, cal: LidCalibration) -> float:
-    """Cllr [bits] of the calibrated LLRs (:func:`calibrated_llr`) split by the truth (T,),
-    computed row block by row block (DESIGN §6.2)."""
+def calibrated_costs(S: np.ndarray, m: np.ndarray, cal: LidCalibration) -> np.ndarray:
+    """Per trial (T, 2): ln(1 + e^−llr) of the mated and Σ ln(1 + e^llr) over the non-mated
+    calibrated LLRs (:func:`calibrated_llr`) of S (T, N) with truth m (T,), in nats, computed
+    row block by row block. Per-row values do not depend on how the rows are split."""
     S = check_scores(S)
     T, N = S.shape
     truth = check_truth(m, T, N)
     w = _check_weight(cal.weight)
-    tar_cost = non_cost = 0.0
+    costs = np.empty((T, 2))
     step = chunk_rows(N)
     for r0 in range(0, T, step):
         llr = _znorm_block(S[r0 : r0 + step], r0)
         llr *= w
         llr += cal.bias - cal.log_prior_odds
         rows, cols = np.arange(llr.shape[0]), truth[r0 : r0 + step]
-        tar_cost += float(np.logaddexp(0.0, -llr[rows, cols]).sum())
+        costs[r0 : r0 + step, 0] = np.logaddexp(0.0, -llr[rows, cols])
         llr[rows, cols] = -np.inf  # ln(1 + e^-inf) = 0: the mated entries drop out
-        non_cost += float(np.logaddexp(0.0, llr).sum())
-    return 0.5 * (tar_cost / T + non_cost / (T * (N - 1))) / _LN2
+        costs[r0 : r0 + step, 1] = np.logaddexp(0.0, llr).sum(axis=1)
+    return costs
+
+
+def cllr_of_costs(costs: np.ndarray, N: int) -> float:
+    """Cllr [bits] from :func:`calibrated_costs` (T, 2) of a matrix with N identities; the
+    exactly rounded sums make it independent of the order of the rows."""
+    T = costs.shape[0]
+    tar, non = math.fsum(costs[:, 0]), math.fsum(costs[:, 1])
+    return 0.5 * (tar / T + non / (T * (N - 1))) / _LN2
+
+
+def calibrated_cllr(S: np.ndarray, m: np.ndarray, cal: LidCalibration) -> float:
+    """Cllr [bits] of the calibrated LLRs split by the truth (T,), computed in row blocks."""
+    return cllr_of_costs(calibrated_costs(S, m, cal), np.shape(S)[1])
 
 
 @dataclass(frozen=True)

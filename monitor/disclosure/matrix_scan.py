@@ -12,11 +12,43 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from monitor.disclosure.blocks import BlockCounter
-from monitor.disclosure.ranks import chunk_rows, reject_non_finite
+from monitor.disclosure.lid import LidCalibration, calibrated_costs, lid_per_trial
+from monitor.disclosure.ranks import check_truth, chunk_rows, reject_non_finite
+
+_R = TypeVar("_R")
+RowFunction = Callable[..., _R]
+"""function(S_rows (n, N), m_rows (n,), row0, *args) -> result for one block of rows."""
+
+
+class RowSource(Protocol):
+    """A (T, N) score matrix with its truth, visited in row blocks (in memory or on workers)."""
+
+    shape: tuple[int, int]
+
+    def map(self, function: RowFunction[_R], *args: Any) -> list[_R]:
+        """``function(S_rows, m_rows, row0, *args)`` for every row block, in row order."""
+        ...
+
+
+class InMemoryRows:
+    """Row blocks of an in-memory matrix S (T, N) and truth m (T,), ~4 M scores a block."""
+
+    def __init__(self, S: np.ndarray, m: np.ndarray, *, rows_per_block: int | None = None):
+        self.S = S
+        self.shape = (int(S.shape[0]), int(S.shape[1]))
+        self.m = check_truth(m, *self.shape)
+        self.step = rows_per_block or chunk_rows(self.shape[1])
+
+    def map(self, function: RowFunction[_R], *args: Any) -> list[_R]:
+        return [
+            function(self.S[r0 : r0 + self.step], self.m[r0 : r0 + self.step], r0, *args)
+            for r0 in range(0, self.shape[0], self.step)
+        ]
 
 
 @dataclass
@@ -30,19 +62,6 @@ class MatrixScan:
     counter: BlockCounter  # every score of the rows counted into the sorted core's blocks
     low: float  # smallest score
     high: float  # largest score
-
-    def merge(self, other: MatrixScan) -> MatrixScan:
-        """Statistics of this block followed by ``other`` (the next rows)."""
-        self.counter.merge(other.counter)
-        return MatrixScan(
-            self.row0,
-            np.concatenate([self.above, other.above]),
-            np.concatenate([self.ties, other.ties]),
-            np.concatenate([self.best_other, other.best_other]),
-            self.counter,
-            min(self.low, other.low),
-            max(self.high, other.high),
-        )
 
 
 def mated_scores(S: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -83,6 +102,54 @@ def histogram_rows(S: np.ndarray, edges: np.ndarray, scale: float) -> np.ndarray
         scaled = S[r0 : r0 + step].astype(np.float64) / scale
         counts += np.histogram(scaled, bins=edges)[0]
     return counts
+
+
+def rows_mated(S: np.ndarray, m: np.ndarray, row0: int) -> np.ndarray:
+    """Row function: the mated scores of a block (n,)."""
+    return mated_scores(S, m)
+
+
+def rows_scan(S: np.ndarray, m: np.ndarray, row0: int, mated_all: np.ndarray) -> MatrixScan:
+    """Row function: :func:`scan_rows` of a block."""
+    return scan_rows(S, m, mated_all, row0=row0)
+
+
+def rows_histogram(
+    S: np.ndarray, m: np.ndarray, row0: int, edges: np.ndarray, scale: float
+) -> np.ndarray:
+    """Row function: :func:`histogram_rows` of a block."""
+    return histogram_rows(S, edges, scale)
+
+
+def rows_between(S: np.ndarray, m: np.ndarray, row0: int, low: float, high: float) -> np.ndarray:
+    """Row function: the scores of a block strictly inside (low, high), float64."""
+    return S[(low < S) & (high > S)].astype(np.float64)
+
+
+def rows_lid(S: np.ndarray, m: np.ndarray, row0: int, weight: float) -> np.ndarray:
+    """Row function: LID per trial of a block (n,) bits."""
+    return lid_per_trial(S, m, weight)
+
+
+def rows_costs(S: np.ndarray, m: np.ndarray, row0: int, cal: LidCalibration) -> np.ndarray:
+    """Row function: the calibrated-Cllr costs of a block (n, 2)."""
+    return calibrated_costs(S, m, cal)
+
+
+def merge_scans(scans: list[MatrixScan]) -> MatrixScan:
+    """The scan of the whole matrix from its row blocks' scans (in row order)."""
+    counter = scans[0].counter
+    for scan in scans[1:]:
+        counter.merge(scan.counter)
+    return MatrixScan(
+        scans[0].row0,
+        np.concatenate([s.above for s in scans]),
+        np.concatenate([s.ties for s in scans]),
+        np.concatenate([s.best_other for s in scans]),
+        counter,
+        min(s.low for s in scans),
+        max(s.high for s in scans),
+    )
 
 
 def values_between(S: np.ndarray) -> Callable[[float, float], np.ndarray]:

@@ -35,6 +35,7 @@ def evaluate_corpus(
     protected: str | Path | None = None,
     cache_dir: str | Path | None = None,
     jobs: int = 1,
+    scheduler: str | None = None,
     extraction_progress: Callable[[int, int, str], None] | None = None,
     progress: Callable[[str], None] | None = None,
     min_speech_seconds: float = MIN_SPEECH_SECONDS,
@@ -54,6 +55,7 @@ def evaluate_corpus(
         features=features,
         cache_dir=cache_dir,
         jobs=jobs,
+        scheduler=scheduler,
         progress=extraction_progress,
         min_speech_seconds=min_speech_seconds,
     )
@@ -93,6 +95,7 @@ def evaluate_corpus(
             features=(feature,),
             cache_dir=cache_dir,
             jobs=jobs,
+            scheduler=scheduler,
             progress=extraction_progress,
         )
         audit = dataclasses.replace(

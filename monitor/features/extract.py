@@ -3,8 +3,8 @@
 Enrolment, calibration and evaluation all need the same per-file observations, so
 :class:`FeatureCache` stores them on disk (one JSON file per audio file, keyed by absolute path,
 size and modification time; one slot per feature version, and the embedding's version names its
-backend) and :func:`extract_many` extracts every corpus file once, optionally in a pool of
-worker processes.
+backend) and :func:`extract_many` extracts every corpus file once, optionally on Dask workers
+(:mod:`monitor.cluster`).
 """
 
 from __future__ import annotations
@@ -18,16 +18,21 @@ import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from monitor.cluster import dask_client, map_batches, uses_cluster
 from monitor.errors import InputError, StoreError
-from monitor.features.base import FEATURE_NAMES, Observation, get_feature
+from monitor.features.base import (
+    FEATURE_NAMES,
+    Observation,
+    embedding_backend,
+    get_feature,
+    set_embedding_backend,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -329,13 +334,18 @@ class Extraction:
     errors: dict[str, InputError]
 
 
-def _worker_init(threads: int, features: tuple[str, ...]) -> None:
-    """Each worker uses ``threads`` torch threads (cores are shared by the pool); torch is
-    imported only when the embedding is among the features."""
+def _extract_batch(
+    paths: list[str], features: tuple[str, ...], backend: str
+) -> list[FileFeatures | tuple[str, str]]:
+    """A Dask task: extract a batch of files with the caller's embedding backend (a worker of
+    a running cluster does not inherit the caller's environment) and one torch thread (workers
+    share the cores); torch is imported only when the embedding is among the features."""
     if "embedding" in features:
         import torch
 
-        torch.set_num_threads(threads)
+        set_embedding_backend(backend)
+        torch.set_num_threads(1)
+    return [_extract_or_error(path, features) for path in paths]
 
 
 def _extract_or_error(path: str, features: tuple[str, ...]) -> FileFeatures | tuple[str, str]:
@@ -352,13 +362,15 @@ def extract_many(
     *,
     features: Sequence[str] = FEATURE_NAMES,
     jobs: int = 1,
+    scheduler: str | None = None,
     progress: Progress | None = None,
 ) -> Extraction:
     """Features of every file, from ``cache`` where valid, else extracted (and then cached).
 
     Files that cannot be read are collected in ``errors`` with their InputError, never dropped
-    silently. ``jobs`` > 1 extracts in that many worker processes (spawned, one torch thread
-    each); the parent alone writes the cache.
+    silently. ``jobs`` > 1 extracts on a Dask LocalCluster of that many worker processes (one
+    torch thread each), ``scheduler`` on a running Dask cluster (:mod:`monitor.cluster`), one
+    task per batch of files; this process alone reads and writes the cache.
     """
     names = _check_features(features)
     if jobs < 1:
@@ -389,19 +401,18 @@ def extract_many(
         else:
             todo.append(path)
 
-    if jobs == 1 or len(todo) <= 1:
+    if not todo or not uses_cluster(jobs, scheduler):
         for path in todo:
             finish(path, _extract_or_error(path, names))
     else:
-        with ProcessPoolExecutor(
-            max_workers=min(jobs, len(todo)),
-            mp_context=get_context("spawn"),
-            initializer=_worker_init,
-            initargs=(1, names),
-        ) as pool:
-            futures = {pool.submit(_extract_or_error, path, names): path for path in todo}
-            for future in as_completed(futures):
-                finish(futures[future], future.result())
+
+        def batch_done(paths: list[str], outcomes: list[FileFeatures | tuple[str, str]]) -> None:
+            for path, outcome in zip(paths, outcomes, strict=True):
+                finish(path, outcome)
+
+        with dask_client(min(jobs, len(todo)), scheduler) as client:
+            backend = embedding_backend()
+            map_batches(client, _extract_batch, todo, names, backend, done=batch_done)
 
     ordered = {path: files[path] for path in order if path in files}
     failed = {path: errors[path] for path in order if path in errors}
