@@ -29,6 +29,7 @@ from monitor.disclosure.baselines import (
     linkability_of_counts,
     min_cllr,
 )
+from monitor.disclosure.blocks import matrix_blocks
 from monitor.disclosure.composition import (
     MAX_OPTIMAL_STEPS,
     basic,
@@ -110,7 +111,7 @@ def _matrix_pooled_metrics(rows: RowSource, mated: np.ndarray, scan: MatrixScan)
     T, N = rows.shape
     if N < 2:
         raise ValueError("non-targets: no scores")
-    blocks = scan.counter.blocks(includes_targets=True)
+    blocks = matrix_blocks(mated, scan.counts)
 
     def between(low: float, high: float) -> np.ndarray:
         return np.concatenate(rows.map(rows_between, low, high))

@@ -117,6 +117,15 @@ class BlockCounter:
         return ScoreBlocks(self.mated, self.n_tar.copy(), n_non)
 
 
+def matrix_blocks(mated: np.ndarray, counts: np.ndarray) -> ScoreBlocks:
+    """Blocks of a matrix from its mated scores (T,) and the counts (2K+1,) of all its scores
+    (mated ones included) by :class:`BlockCounter` built on the same mated scores."""
+    distinct, tar_counts = np.unique(np.asarray(mated).ravel(), return_counts=True)
+    n_tar = np.zeros(2 * distinct.size + 1)
+    n_tar[1::2] = tar_counts
+    return ScoreBlocks(distinct, n_tar, counts.astype(np.float64) - n_tar)
+
+
 def pooled_blocks(tar: np.ndarray, non: np.ndarray, *, chunk: int = 1 << 22) -> ScoreBlocks:
     """Blocks of target scores (n_tar,) and non-target scores (n_non,), exact for any sizes."""
     tar, non = np.asarray(tar).ravel(), np.asarray(non).ravel()

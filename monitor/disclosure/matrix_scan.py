@@ -59,7 +59,7 @@ class MatrixScan:
     above: np.ndarray  # (n,) int64: non-mated scores above the mated one
     ties: np.ndarray  # (n,) int64: non-mated scores equal to the mated one
     best_other: np.ndarray  # (n,) float64: largest non-mated score (-inf when N = 1)
-    counter: BlockCounter  # every score of the rows counted into the sorted core's blocks
+    counts: np.ndarray  # (2K+1,) int64: every score of the rows per block of the sorted core
     low: float  # smallest score
     high: float  # largest score
 
@@ -91,7 +91,7 @@ def scan_rows(S: np.ndarray, m: np.ndarray, mated_all: np.ndarray, *, row0: int 
         others = block.copy()  # the mated entry is masked out
         others[rows, m[r0 : r0 + step]] = -np.inf
         best_other[r0 : r0 + step] = others.max(axis=1)
-    return MatrixScan(row0, above, ties, best_other, counter, low, high)
+    return MatrixScan(row0, above, ties, best_other, counter.n_all, low, high)
 
 
 def histogram_rows(S: np.ndarray, edges: np.ndarray, scale: float) -> np.ndarray:
@@ -138,15 +138,12 @@ def rows_costs(S: np.ndarray, m: np.ndarray, row0: int, cal: LidCalibration) -> 
 
 def merge_scans(scans: list[MatrixScan]) -> MatrixScan:
     """The scan of the whole matrix from its row blocks' scans (in row order)."""
-    counter = scans[0].counter
-    for scan in scans[1:]:
-        counter.merge(scan.counter)
     return MatrixScan(
         scans[0].row0,
         np.concatenate([s.above for s in scans]),
         np.concatenate([s.ties for s in scans]),
         np.concatenate([s.best_other for s in scans]),
-        counter,
+        np.sum([s.counts for s in scans], axis=0),
         min(s.low for s in scans),
         max(s.high for s in scans),
     )

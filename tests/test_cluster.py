@@ -1,0 +1,149 @@
+"""Dask: a LocalCluster of 2 worker processes (loopback, no dashboard) gives the single-process
+figures exactly — the score-matrix report in row blocks, feature extraction, and enrolment."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from monitor.cli import app
+from monitor.cluster import DaskRows, SyntheticMatrix, dask_client
+from monitor.disclosure.matrix_scan import InMemoryRows
+from monitor.errors import InputError
+from monitor.features.extract import extract_many
+from monitor.report_text import matrix_report, report_json, rows_report
+from monitor.store import open_store
+
+distributed = pytest.importorskip("distributed")
+
+runner = CliRunner(env={"COLUMNS": "1000"})
+GIVEN = {"lid_weight": 2.5, "lid_bias": -3.0}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[distributed.LocalCluster]:
+    with distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
+    ) as local:
+        yield local
+
+
+@pytest.fixture
+def client(cluster: distributed.LocalCluster) -> Iterator[distributed.Client]:
+    with distributed.Client(cluster) as connected:
+        yield connected
+
+
+def test_synthetic_rows_do_not_depend_on_the_blocking():
+    make = SyntheticMatrix(T=9, N=5, seed=3)
+    whole, truth = make(0, 9)
+    parts = [make(0, 4), make(4, 7), make(7, 9)]
+    assert np.array_equal(whole, np.concatenate([p[0] for p in parts]))
+    assert np.array_equal(truth, np.concatenate([p[1] for p in parts]))
+    assert whole.dtype == np.float32 and np.all(whole[np.arange(9), truth] > whole.min())
+
+
+def test_matrix_report_on_two_workers_equals_the_single_process_report(client):
+    # Rounded scores make ties across classes; blocks of 37 rows split the 211 trials unevenly.
+    make = _Rounded(SyntheticMatrix(T=211, N=150, seed=1, separation=1.5))
+    S, m = make(0, 211)
+    local = report_json(matrix_report(S, m, **GIVEN))
+    spread = DaskRows(client, make, (211, 150), rows_per_task=37)
+    assert report_json(rows_report(spread, **GIVEN)) == local
+    in_memory = InMemoryRows(S, m, rows_per_block=50)
+    assert report_json(rows_report(in_memory, **GIVEN)) == local
+
+
+class _Rounded:
+    """Picklable loader: the synthetic rows rounded to quarters (many exact ties)."""
+
+    def __init__(self, make: SyntheticMatrix) -> None:
+        self.make = make
+
+    def __call__(self, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray]:
+        S, m = self.make(r0, r1)
+        return np.round(S * 4) / 4, m
+
+
+def test_a_distributed_matrix_needs_a_given_calibration(client):
+    spread = DaskRows(client, SyntheticMatrix(T=20, N=10), (20, 10), rows_per_task=8)
+    with pytest.raises(ValueError, match="dev matrix or a weight and bias"):
+        rows_report(spread)
+
+
+def test_an_unreachable_scheduler_is_one_line():
+    unreachable = r"^--scheduler: cannot reach tcp://127\.0\.0\.1:9"
+    with pytest.raises(InputError, match=unreachable), dask_client(1, "tcp://127.0.0.1:9"):
+        pass
+
+
+@pytest.mark.corpus
+def test_extraction_on_a_given_scheduler_equals_the_single_process_run(
+    corpus_root: Path, cluster, tmp_path: Path
+):
+    paths = sorted((corpus_root / "0024").glob("*.flac"))[:4]
+    (tmp_path / "bad.wav").write_text("not audio\n")
+    paths.append(tmp_path / "bad.wav")
+    seen: list[int] = []
+    serial = extract_many(paths, features=("f0", "phone"))
+    remote = extract_many(
+        paths,
+        features=("f0", "phone"),
+        scheduler=cluster.scheduler_address,
+        progress=lambda done, total, path: seen.append(done),
+    )
+    assert seen == [1, 2, 3, 4, 5]  # the bar moves file by file
+    assert list(remote.files) == list(serial.files)
+    assert {p: str(e) for p, e in remote.errors.items()} == {
+        p: str(e) for p, e in serial.errors.items()
+    }
+    for path, result in serial.files.items():
+        for name in ("f0", "phone"):
+            assert np.array_equal(
+                result.observations[name].values, remote.files[path].observations[name].values
+            )
+
+
+@pytest.mark.slow
+@pytest.mark.corpus
+def test_enroll_with_two_workers_stores_the_single_process_templates(
+    corpus_root: Path, corpus_speakers: list[dict[str, str]], tmp_path: Path
+):
+    root = tmp_path / "corpus"
+    rows = corpus_speakers[:3]
+    for row in rows:
+        (root / row["speaker"]).mkdir(parents=True)
+        for source in sorted((corpus_root / row["speaker"]).glob("*.flac"))[:2]:
+            (root / row["speaker"] / source.name).symlink_to(source)
+    with open(root / "speakers.tsv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), delimiter="\t")
+        writer.writeheader()
+        writer.writerows(rows)
+    templates = {}
+    for jobs in ("1", "2"):
+        db = tmp_path / f"jobs{jobs}.db"
+        args = ["enroll", str(root), "--db", str(db), "--features", "f0,phone", "--no-cache"]
+        result = runner.invoke(app, [*args, "--jobs", jobs])
+        assert result.exit_code == 0, result.output
+        with open_store(db) as store:
+            templates[jobs] = {
+                i.alias: {f: store.template(i.alias, f).values for f in i.templates}
+                for i in store.identities()
+            }
+    assert templates["1"].keys() == templates["2"].keys() and len(templates["1"]) == 3
+    for alias, features in templates["1"].items():
+        for name, values in features.items():
+            assert np.array_equal(values, templates["2"][alias][name]), (alias, name)
+    shutil.rmtree(root)
