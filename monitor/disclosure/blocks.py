@@ -85,8 +85,11 @@ class BlockCounter:
         self._table[target_cells] = -1  # cells holding a target: search exactly
 
     def _cells(self, scores: np.ndarray) -> np.ndarray:
-        cell = np.subtract(scores, self._low, dtype=np.float64)
-        cell *= self._scale
+        if self._scale == 0.0:  # one target value, or a range beyond floats: search them all
+            return np.zeros(scores.shape, dtype=np.intp)
+        with np.errstate(over="ignore"):  # far outside the target range: ±inf, clipped below
+            cell = np.subtract(scores, self._low, dtype=np.float64)
+            cell *= self._scale
         np.floor(cell, out=cell)
         cell += 1.0
         np.clip(cell, 0.0, GRID_CELLS - 1.0, out=cell)  # also maps ±inf into the end cells
@@ -105,16 +108,10 @@ class BlockCounter:
             block[search] = 2 * index + (self._lookup[index] == exact)
         self.n_all += np.bincount(block, minlength=self.n_all.size)
 
-    def merge(self, other: BlockCounter) -> None:
-        """Add the counts of another counter built on the same targets (e.g. from a worker)."""
-        self.n_all += other.n_all
-
-    def blocks(self, *, includes_targets: bool) -> ScoreBlocks:
-        """The blocks; ``includes_targets``: the counted scores held the targets too (a matrix)."""
-        n_non = self.n_all.astype(np.float64)
-        if includes_targets:
-            n_non -= self.n_tar
-        return ScoreBlocks(self.mated, self.n_tar.copy(), n_non)
+    def blocks(self) -> ScoreBlocks:
+        """The blocks of the targets and the counted non-targets (see :func:`matrix_blocks`
+        when the counted scores held the targets too)."""
+        return ScoreBlocks(self.mated, self.n_tar.copy(), self.n_all.astype(np.float64))
 
 
 def matrix_blocks(mated: np.ndarray, counts: np.ndarray) -> ScoreBlocks:
@@ -132,7 +129,7 @@ def pooled_blocks(tar: np.ndarray, non: np.ndarray, *, chunk: int = 1 << 22) -> 
     counter = BlockCounter(tar)
     for start in range(0, non.size, chunk):
         counter.add(non[start : start + chunk])
-    return counter.blocks(includes_targets=False)
+    return counter.blocks()
 
 
 def gap_values(non: np.ndarray) -> Callable[[float, float], np.ndarray]:
