@@ -192,21 +192,78 @@ def _pairs(enroll: pa.Array, trial: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise(enroll, trial, " ")
 
 
+_HASH_ROWS = 1 << 16  # strings hashed per step: bounded temporaries
+
+
+def _hash_strings(strings: pa.Array, seed: int) -> np.ndarray:
+    """A 64-bit polynomial hash per string (n,) uint64, vectorised over the bytes. Equal
+    strings hash equal; the join checks every hit against the strings themselves."""
+    n = len(strings)
+    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32)[strings.offset :][: n + 1]
+    data = np.frombuffer(strings.buffers()[2], dtype=np.uint8)
+    multiplier = np.uint64(0x100000001B3 + 2 * seed)  # odd: a bijection on each position
+    lengths = np.diff(offsets)
+    powers = np.cumprod(np.full(int(lengths.max(initial=1)), multiplier, dtype=np.uint64))
+    hashes = np.empty(n, dtype=np.uint64)
+    for r0 in range(0, n, _HASH_ROWS):
+        r1 = min(r0 + _HASH_ROWS, n)
+        first, last = int(offsets[r0]), int(offsets[r1])
+        starts = offsets[r0:r1] - first
+        size = lengths[r0:r1]
+        position = np.arange(last - first) - np.repeat(starts, size)
+        terms = (data[first:last].astype(np.uint64) + np.uint64(1)) * powers[position]
+        h = np.add.reduceat(terms, starts) if terms.size else np.zeros(len(starts), np.uint64)
+        h[size == 0] = 0
+        h ^= h >> np.uint64(31)
+        h *= np.uint64(0x9E3779B97F4A7C15)
+        hashes[r0:r1] = h ^ (h >> np.uint64(29))
+    return hashes
+
+
 @dataclass
 class _Key:
-    """The key, encoded: its distinct pairs in order of first appearance."""
+    """The key, encoded for a join in bounded memory: a 64-bit hash per 'enroll trial' pair,
+    sorted, beside the pair strings themselves (every hash hit is checked against them)."""
 
-    pairs: pa.Array  # (D,) distinct 'enroll trial' strings
-    first_row: np.ndarray  # (D,) int64: key row where each distinct pair first appears
+    pairs: pa.ChunkedArray  # (K,) 'enroll trial' strings
+    order: np.ndarray  # (K,) int64: rows sorted by hash (stable: first occurrence first)
+    sorted_hashes: np.ndarray  # (K,) uint64
+    seed: int  # hash seed under which no two different key pairs collide
     is_target: np.ndarray  # (K,) bool
     is_nontarget: np.ndarray  # (K,) bool
     first_problem: int | None  # first row with a bad label or a repeated pair
 
     def rows(self, enroll: pa.Array, trial: pa.Array) -> np.ndarray:
         """Key row of each pair (its first occurrence); -1 where the pair is not in the key."""
-        found = pc.index_in(_pairs(enroll, trial), value_set=self.pairs)
-        index = _to_numpy(pc.fill_null(found, -1))
-        return np.where(index >= 0, self.first_row[index], -1)
+        pairs = _pairs(enroll, trial)
+        hashes = _hash_strings(pairs, self.seed)
+        by_hash = np.argsort(hashes)  # sorted needles: the binary searches walk forwards
+        pos = np.empty(hashes.size, dtype=np.intp)
+        pos[by_hash] = np.searchsorted(self.sorted_hashes, hashes[by_hash])
+        np.minimum(pos, self.order.size - 1, out=pos)
+        rows = np.where(self.sorted_hashes[pos] == hashes, self.order[pos], -1)
+        hit = np.flatnonzero(rows >= 0)
+        same = pc.equal(pc.take(self.pairs, pa.array(rows[hit])), pc.take(pairs, pa.array(hit)))
+        rows[hit[~_to_numpy(same).astype(bool)]] = -1  # same hash, other pair: not in the key
+        return rows
+
+
+def _sorted_hashes(pairs: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(order, sorted hashes, repeated-row mask) under the first seed where only equal pairs
+    share a hash."""
+    for seed in range(64):
+        hashes = np.concatenate([_hash_strings(c, seed) for c in pairs.chunks])
+        order = np.argsort(hashes, kind="stable")
+        sorted_hashes = hashes[order]
+        del hashes
+        tied = np.flatnonzero(sorted_hashes[1:] == sorted_hashes[:-1])
+        first, later = pa.array(order[tied]), pa.array(order[tied + 1])
+        equal = _to_numpy(pc.equal(pc.take(pairs, first), pc.take(pairs, later))).astype(bool)
+        if equal.all():
+            repeated = np.zeros(order.size, dtype=bool)
+            repeated[order[tied + 1]] = True
+            return order, sorted_hashes, repeated, seed
+    raise AssertionError("unreachable: 64 independent 64-bit hashes all collided")
 
 
 def _read_key(path: Path) -> _Key:
@@ -218,23 +275,12 @@ def _read_key(path: Path) -> _Key:
             is_non.append(_to_numpy(pc.equal(label, "nontarget")))
         if sum(len(p) for p in pairs) == 0:
             raise InputError(str(path), "empty: no trial lines")
-        encoded = pc.dictionary_encode(pa.chunked_array(pairs)).unify_dictionaries()
-        del pairs
-        index = np.concatenate([_to_numpy(c.indices) for c in encoded.chunks])
-        # Arrow numbers distinct values in order of first appearance: a row is a first
-        # occurrence exactly where the running maximum of the indices grows.
-        grows = np.empty(index.size, dtype=bool)
-        grows[0] = True
-        np.greater(index[1:], np.maximum.accumulate(index)[:-1], out=grows[1:])
+        chunked = pa.chunked_array(pairs, type=pa.string())
+        order, sorted_hashes, repeated, seed = _sorted_hashes(chunked)
         is_target, is_non = np.concatenate(is_target), np.concatenate(is_non)
-        problem = ~grows | ~(is_target | is_non)
-        return _Key(
-            encoded.chunks[0].dictionary,
-            np.flatnonzero(grows),
-            is_target,
-            is_non,
-            int(np.argmax(problem)) if problem.any() else None,
-        )
+        problem = repeated | ~(is_target | is_non)
+        first_problem = int(np.argmax(problem)) if problem.any() else None
+        return _Key(chunked, order, sorted_hashes, seed, is_target, is_non, first_problem)
 
     return _consume(path, consume)
 
