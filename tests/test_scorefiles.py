@@ -229,3 +229,23 @@ def test_a_file_that_is_not_utf8_is_named(tmp_path):
     k = write(tmp_path / "k.txt", "a b target\n")
     with pytest.raises(InputError, match="not a UTF-8 text file"):
         read_scores_key(tmp_path / "s.txt", k)
+
+
+def test_pairs_that_share_a_hash_are_told_apart(tmp_path, monkeypatch):
+    # A hash with only 997 values: key pairs collide at some seeds (another seed is taken) and
+    # thousands of unkeyed score pairs share a key pair's hash (the strings tell them apart).
+    import monitor.scorefiles as scorefiles
+
+    strong = scorefiles._hash_strings
+    monkeypatch.setattr(
+        scorefiles, "_hash_strings", lambda strings, seed: strong(strings, seed) % np.uint64(997)
+    )
+    key_lines = [f"e{i} t{i} {'target' if i % 2 else 'nontarget'}" for i in range(30)]
+    score_lines = [f"e{i} t{i} {i}.5" for i in range(30)]
+    score_lines += [f"x{i} y{i} 1e9" for i in range(5000)]  # never keyed
+    joined = read_scores_key(
+        write(tmp_path / "s.txt", "\n".join(score_lines[::-1]) + "\n"),
+        write(tmp_path / "k.txt", "\n".join(key_lines) + "\n"),
+    )
+    assert joined.tar.tolist() == [i + 0.5 for i in range(1, 30, 2)]
+    assert joined.non.tolist() == [i + 0.5 for i in range(0, 30, 2)]
