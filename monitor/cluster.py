@@ -154,9 +154,10 @@ class DaskRows:
 
 @dataclass(frozen=True)
 class SyntheticMatrix:
-    """A reproducible synthetic (T, N) float32 score matrix made row by row: row i is standard
-    normal noise from a generator seeded by (seed, i) with the true identity's score raised by
-    ``separation``. Any block of rows is the same wherever and however it is made."""
+    """A reproducible synthetic (T, N) float32 score matrix made row by row: row i draws, from a
+    generator seeded by (seed, i), its true identity, the mated score (normal, raised by
+    ``separation``) and then N standard normal scores, the mated one put in place. Any block
+    of rows is the same wherever and however it is made."""
 
     T: int
     N: int
@@ -169,6 +170,7 @@ class SyntheticMatrix:
         for i in range(r0, r1):
             rng = np.random.default_rng([self.seed, i])
             m[i - r0] = rng.integers(self.N)
+            mated = np.float32(rng.standard_normal(dtype=np.float32) + self.separation)
             S[i - r0] = rng.standard_normal(self.N, dtype=np.float32)
-            S[i - r0, m[i - r0]] += np.float32(self.separation)
+            S[i - r0, m[i - r0]] = mated
         return S, m

@@ -50,9 +50,8 @@ from monitor.disclosure.matrix_scan import (
     RowSource,
     merge_scans,
     rows_between,
-    rows_costs,
     rows_histogram,
-    rows_lid,
+    rows_lid_costs,
     rows_mated,
     rows_scan,
 )
@@ -205,8 +204,9 @@ def rows_report(
             cal = fit_on_eval()
         else:
             raise ValueError("the LID calibration needs a dev matrix or a weight and bias here")
-        lid = lid_summary(np.concatenate(rows.map(rows_lid, cal.weight)), cal)
-        value = cllr_of_costs(np.concatenate(rows.map(rows_costs, cal)), N)
+        lid_rows, cost_rows = zip(*rows.map(rows_lid_costs, cal), strict=True)
+        lid = lid_summary(np.concatenate(lid_rows), cal)
+        value = cllr_of_costs(np.concatenate(cost_rows), N)
         metrics = _matrix_pooled_metrics(rows, mated, scan)
     notes = list(_collect_notes(caught))
     if fit.at_bound:

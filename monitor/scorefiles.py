@@ -63,7 +63,8 @@ def _finite_float(token: str, source: str, line: int, what: str) -> float:
     return value
 
 
-_BLOCK_BYTES = 1 << 25  # 32 MB of text per streamed chunk: ~10^6 trial lines
+# 2 MB of text (~7·10^4 trial lines) per streamed chunk: arrow's reader holds ~40 blocks ahead.
+_BLOCK_BYTES = 1 << 21
 _FIELDS = ("enroll", "trial", "value")
 
 
@@ -243,9 +244,37 @@ class _Key:
         np.minimum(pos, self.order.size - 1, out=pos)
         rows = np.where(self.sorted_hashes[pos] == hashes, self.order[pos], -1)
         hit = np.flatnonzero(rows >= 0)
-        same = pc.equal(pc.take(self.pairs, pa.array(rows[hit])), pc.take(pairs, pa.array(hit)))
-        rows[hit[~_to_numpy(same).astype(bool)]] = -1  # same hash, other pair: not in the key
+        same = _same_strings(self.pairs, rows[hit], pairs, hit)
+        rows[hit[~same]] = -1  # same hash, other pair: not in the key
         return rows
+
+
+def _same_strings(
+    chunked: pa.ChunkedArray, rows: np.ndarray, other: pa.Array, other_rows: np.ndarray
+) -> np.ndarray:
+    """chunked[rows] == other[other_rows] (bool), taking from one chunk at a time (a take on the
+    chunked array itself would first join every chunk into one copy)."""
+    bounds = np.cumsum([0] + [len(c) for c in chunked.chunks])
+    chunk_of = np.searchsorted(bounds, rows, side="right") - 1
+    by_chunk = np.argsort(chunk_of, kind="stable")
+    cuts = np.searchsorted(chunk_of[by_chunk], np.arange(len(bounds)))
+    same = np.zeros(rows.size, dtype=bool)
+    for c in np.unique(chunk_of).tolist():
+        inside = by_chunk[cuts[c] : cuts[c + 1]]
+        mine = pc.take(chunked.chunks[c], pa.array(rows[inside] - bounds[c]))
+        theirs = pc.take(other, pa.array(other_rows[inside]))
+        same[inside] = _to_numpy(pc.equal(mine, theirs)).astype(bool)
+    return same
+
+
+def _take(chunked: pa.ChunkedArray, rows: np.ndarray) -> list[str]:
+    """chunked[rows] as Python strings (few rows: the tied hashes of the key)."""
+    bounds = np.cumsum([0] + [len(c) for c in chunked.chunks])
+    found = []
+    for row in rows.tolist():
+        c = int(np.searchsorted(bounds, row, side="right")) - 1
+        found.append(chunked.chunks[c][row - int(bounds[c])].as_py())
+    return found
 
 
 def _sorted_hashes(pairs: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -253,12 +282,14 @@ def _sorted_hashes(pairs: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.n
     share a hash."""
     for seed in range(64):
         hashes = np.concatenate([_hash_strings(c, seed) for c in pairs.chunks])
-        order = np.argsort(hashes, kind="stable")
+        order = np.argsort(hashes, kind="stable").astype(
+            np.int32 if hashes.size < 2**31 else np.int64
+        )
         sorted_hashes = hashes[order]
         del hashes
         tied = np.flatnonzero(sorted_hashes[1:] == sorted_hashes[:-1])
-        first, later = pa.array(order[tied]), pa.array(order[tied + 1])
-        equal = _to_numpy(pc.equal(pc.take(pairs, first), pc.take(pairs, later))).astype(bool)
+        first, later = order[tied], order[tied + 1]
+        equal = _same_strings(pairs, first, pa.array(_take(pairs, later)), np.arange(later.size))
         if equal.all():
             repeated = np.zeros(order.size, dtype=bool)
             repeated[order[tied + 1]] = True
@@ -276,6 +307,7 @@ def _read_key(path: Path) -> _Key:
         if sum(len(p) for p in pairs) == 0:
             raise InputError(str(path), "empty: no trial lines")
         chunked = pa.chunked_array(pairs, type=pa.string())
+        del pairs
         order, sorted_hashes, repeated, seed = _sorted_hashes(chunked)
         is_target, is_non = np.concatenate(is_target), np.concatenate(is_non)
         problem = repeated | ~(is_target | is_non)
@@ -320,6 +352,8 @@ def _join_scores(path: Path, key: _Key) -> _Joined:
             keyed = np.flatnonzero(rows >= 0)
             _join_chunk(joined, rows[keyed], keyed, tokens, start)
             start += len(enroll)
+            del enroll, trial, tokens
+            pa.default_memory_pool().release_unused()  # keep RSS near what is live
         if start == 0:
             raise InputError(str(path), "empty: no trial lines")
         return joined
@@ -333,7 +367,8 @@ def _join_chunk(
     """Store one chunk's keyed scores; remember its first repeated pair or bad score."""
     values, not_number = _parse_scores(pc.take(tokens, pa.array(keyed)))
     repeated = joined.filled[key_rows]
-    if key_rows.size and np.bincount(key_rows).max() > 1:  # a pair twice within the chunk
+    in_order = np.sort(key_rows)
+    if np.any(in_order[1:] == in_order[:-1]):  # a pair twice within the chunk
         _, first = np.unique(key_rows, return_index=True)
         again = np.ones(key_rows.size, dtype=bool)
         again[first] = False

@@ -126,14 +126,11 @@ def rows_between(S: np.ndarray, m: np.ndarray, row0: int, low: float, high: floa
     return S[(low < S) & (high > S)].astype(np.float64)
 
 
-def rows_lid(S: np.ndarray, m: np.ndarray, row0: int, weight: float) -> np.ndarray:
-    """Row function: LID per trial of a block (n,) bits."""
-    return lid_per_trial(S, m, weight)
-
-
-def rows_costs(S: np.ndarray, m: np.ndarray, row0: int, cal: LidCalibration) -> np.ndarray:
-    """Row function: the calibrated-Cllr costs of a block (n, 2)."""
-    return calibrated_costs(S, m, cal)
+def rows_lid_costs(
+    S: np.ndarray, m: np.ndarray, row0: int, cal: LidCalibration
+) -> tuple[np.ndarray, np.ndarray]:
+    """Row function: LID per trial (n,) bits and the calibrated-Cllr costs (n, 2) of a block."""
+    return lid_per_trial(S, m, cal.weight), calibrated_costs(S, m, cal)
 
 
 def merge_scans(scans: list[MatrixScan]) -> MatrixScan:
