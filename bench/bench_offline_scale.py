@@ -11,6 +11,7 @@ whole anywhere) and reports each worker's peak RSS. Results: bench/results/offli
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import resource
@@ -95,8 +96,28 @@ def bench_matrix(folder: Path, n: int) -> dict[str, Any]:
     return results
 
 
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+_SAMPLED = {"peak": 0}
+
+
+def _start_rss_sampler() -> None:
+    """On a worker: sample this process's RSS every 50 ms (ru_maxrss would include the peak
+    of the process that started it: Linux keeps it across exec)."""
+    import threading
+
+    import psutil
+
+    process = psutil.Process()
+
+    def sample() -> None:
+        while True:
+            _SAMPLED["peak"] = max(_SAMPLED["peak"], process.memory_info().rss)
+            time.sleep(0.05)
+
+    threading.Thread(target=sample, daemon=True).start()
+
+
+def _sampled_peak_mb() -> float:
+    return _SAMPLED["peak"] / 2**20
 
 
 def bench_scaling(T: int, N: int, *, workers: int = 2, rows_per_task: int = 500) -> dict[str, Any]:
@@ -118,13 +139,14 @@ def bench_scaling(T: int, N: int, *, workers: int = 2, rows_per_task: int = 500)
         ) as cluster,
         Client(cluster) as client,
     ):
+        client.run(_start_rss_sampler)
         rows = DaskRows(
             client, SyntheticMatrix(T=T, N=N, seed=2), (T, N), rows_per_task=rows_per_task
         )
         started = time.perf_counter()
         report = report_json(rows_report(rows, lid_weight=3.0, lid_bias=-12.0))
         wall = time.perf_counter() - started
-        peaks = client.run(_peak_rss_mb)
+        peaks = client.run(_sampled_peak_mb)
     result = {
         "T": T,
         "N": N,
@@ -132,7 +154,7 @@ def bench_scaling(T: int, N: int, *, workers: int = 2, rows_per_task: int = 500)
         "rows_per_task": rows_per_task,
         "wall_seconds": round(wall, 1),
         "peak_rss_mb_per_worker": sorted(round(v, 1) for v in peaks.values()),
-        "client_peak_rss_mb": round(_peak_rss_mb(), 1),
+        "client_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "EER": report["EER"],
         "D_ECE": report["zebra"]["D_ECE"],
         "MeanD": report["srd"]["MeanD"],
@@ -142,15 +164,26 @@ def bench_scaling(T: int, N: int, *, workers: int = 2, rows_per_task: int = 500)
 
 
 def main(quick: bool = False) -> None:
-    quick = quick or "quick" in sys.argv[1:]
+    """All parts, or those named on the command line (files, matrix, scaling; ``quick`` for
+    smaller sizes); results merge into bench/results/offline_scale.json."""
+    words = sys.argv[1:]
+    quick = quick or "quick" in words
+    parts = [p for p in ("files", "matrix", "scaling") if p in words] or [
+        "files",
+        "matrix",
+        "scaling",
+    ]
     path = RESULTS_DIR / "offline_scale.json"
+    results = json.loads(path.read_text()) if path.is_file() else {}
+    results["load_average_at_start"] = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="voxmeter-bench-") as scratch:
         folder = Path(scratch)
-        results = {
-            "score_file": bench_score_files(folder, [10**6] if quick else [10**6, 10**7]),
-            "matrix_1e4": bench_matrix(folder, 10**4),
-            "scaling": bench_scaling(10**4 if quick else 10**5, 10**5),
-        }
+        if "files" in parts:
+            results["score_file"] = bench_score_files(folder, [10**6] if quick else [10**6, 10**7])
+        if "matrix" in parts:
+            results["matrix_1e4"] = bench_matrix(folder, 10**4)
+        if "scaling" in parts:
+            results["scaling"] = bench_scaling(10**4 if quick else 10**5, 10**5)
     write_results(path, results)
     print(f"wrote {path}")
 
