@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -50,17 +51,18 @@ def dask_client(jobs: int, scheduler: str | None = None) -> Iterator[Client]:
         with client:
             yield client
         return
-    with (
-        LocalCluster(
+    with warnings.catch_warnings():
+        # With 8787 taken (another cluster), the HTTP endpoint moves to a free loopback port.
+        warnings.filterwarnings("ignore", "Port .* is already in use", UserWarning)
+        cluster = LocalCluster(
             n_workers=jobs,
             threads_per_worker=1,
             processes=True,
             host="127.0.0.1",
             dashboard_address=None,
             silence_logs=logging.ERROR,
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+        )
+    with cluster, Client(cluster) as client:
         yield client
 
 

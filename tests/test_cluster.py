@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import logging
 import shutil
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,14 +30,17 @@ GIVEN = {"lid_weight": 2.5, "lid_bias": -3.0}
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[distributed.LocalCluster]:
-    with distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        silence_logs=logging.ERROR,
-    ) as local:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Port .* is already in use", UserWarning)
+        local = distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        )
+    with local:
         yield local
 
 
