@@ -174,8 +174,7 @@ def main(quick: bool = False) -> None:
         "scaling",
     ]
     path = RESULTS_DIR / "offline_scale.json"
-    results = json.loads(path.read_text()) if path.is_file() else {}
-    results["load_average_at_start"] = os.getloadavg()[0]
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="voxmeter-bench-") as scratch:
         folder = Path(scratch)
         if "files" in parts:
@@ -184,7 +183,10 @@ def main(quick: bool = False) -> None:
             results["matrix_1e4"] = bench_matrix(folder, 10**4)
         if "scaling" in parts:
             results["scaling"] = bench_scaling(10**4 if quick else 10**5, 10**5)
-    write_results(path, results)
+    merged = json.loads(path.read_text()) if path.is_file() else {}  # parts may run apart
+    merged.update(results)
+    merged.setdefault("load_average", {}).update({p: round(os.getloadavg()[0], 1) for p in parts})
+    write_results(path, merged)
     print(f"wrote {path}")
 
 
