@@ -53,7 +53,7 @@ def write_score_files(folder: Path, lines: int, *, seed: int = 0) -> tuple[Path,
 
 
 def run_cli(*args: str) -> dict[str, float]:
-    """Wall seconds and peak RSS (MB) of one ``voxmeter`` process."""
+    """Wall and CPU seconds and peak RSS (MB) of one ``voxmeter`` process."""
     command = [sys.executable, "-m", "monitor.cli", *args]
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -62,7 +62,11 @@ def run_cli(*args: str) -> dict[str, float]:
     stderr = process.stderr.read().decode() if process.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{' '.join(command)} failed: {stderr}")
-    return {"wall_seconds": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+    return {
+        "wall_seconds": round(wall, 2),
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),  # less disturbed by load
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+    }
 
 
 def bench_score_files(folder: Path, sizes: list[int]) -> dict[str, Any]:
