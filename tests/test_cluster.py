@@ -18,7 +18,8 @@ from monitor.cli import app
 from monitor.cluster import DaskRows, SyntheticMatrix, dask_client
 from monitor.disclosure.matrix_scan import InMemoryRows
 from monitor.errors import InputError
-from monitor.features.extract import extract_many
+from monitor.features.base import embedding_backend
+from monitor.features.extract import _extract_batch, extract_many
 from monitor.report_text import matrix_report, report_json, rows_report
 from monitor.store import open_store
 
@@ -151,3 +152,14 @@ def test_enroll_with_two_workers_stores_the_single_process_templates(
         for name, values in features.items():
             assert np.array_equal(values, templates["2"][alias][name]), (alias, name)
     shutil.rmtree(root)
+
+
+def _backend_after_a_batch(backend: str) -> str:
+    _extract_batch([], ("embedding",), backend)
+    return embedding_backend()
+
+
+def test_workers_extract_with_the_callers_embedding_backend(client):
+    # Workers of a running cluster do not share the caller's environment: the task carries it.
+    assert client.submit(_backend_after_a_batch, "campplus", pure=False).result() == "campplus"
+    assert client.submit(_backend_after_a_batch, "ge2e", pure=False).result() == "ge2e"
