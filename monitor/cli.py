@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -320,8 +321,17 @@ SplitOption = Annotated[
     str | None,
     typer.Option("--split", help="Only speakers of this original_split (train|test)."),
 ]
+# Each worker process loads torch and the models (~0.6 GB): more than a few per core only
+# thrashes the machine; a bigger audit belongs on a cluster (--scheduler).
+MAX_LOCAL_JOBS = 4 * (os.cpu_count() or 1)
 JobsOption = Annotated[
-    int, typer.Option("--jobs", min=1, help="Dask worker processes on this machine (1: none).")
+    int,
+    typer.Option(
+        "--jobs",
+        min=1,
+        max=MAX_LOCAL_JOBS,
+        help="Dask worker processes on this machine (1: none; at most 4 per CPU).",
+    ),
 ]
 SchedulerOption = Annotated[
     str | None,

@@ -25,6 +25,8 @@ def voxmeter(*args: str) -> subprocess.CompletedProcess[str]:
         (("compose", "--epsilon", "x", "--delta", "1e-5", "--steps", "10"), "'--epsilon'"),
         (("no-such-command",), "No such command 'no-such-command'"),
         (("score", "--matrix"), "--matrix"),
+        # one torch process per file of a corpus would exhaust a machine: capped per CPU
+        (("enroll", ".", "--db", "x.db", "--jobs", "10000"), "'--jobs'"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(args: tuple[str, ...], expected: str) -> None:
