@@ -40,7 +40,7 @@ bench: system venv models
 	$(PY) -m bench
 
 calibration: venv models
-	$(VENV)/bin/voxmeter calibrate ../shared/data/speechocean762 --split train --out models/calibration.json
+	$(VENV)/bin/voxmeter calibrate ../shared/data/speechocean762 --split train --out monitor/calibration/shipped/calibration.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

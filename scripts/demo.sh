@@ -131,10 +131,10 @@ else
 fi
 
 # ---- 2. calibration --------------------------------------------------------------------------
-if [ -f "$REPO/models/calibration.json" ]; then
-    say "calibration: models/calibration.json (the shipped default)"
+if [ -f "$REPO/monitor/calibration/shipped/calibration.json" ]; then
+    say "calibration: monitor/calibration/shipped/calibration.json (the shipped default)"
 else
-    say "models/calibration.json is absent: calibrating on the fly on the demo speakers" \
+    say "monitor/calibration/shipped/calibration.json is absent: calibrating on the fly on the demo speakers" \
         "(small and speaker-overlapping: figures are for show only)"
     "$VOXMETER" calibrate "$CALIBRATE_ON" --db "$DB" --out "$WORK/calibration.json" \
         --buckets 3,6,12 --template-seconds rest

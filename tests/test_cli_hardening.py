@@ -206,12 +206,13 @@ def test_calibrate_never_replaces_the_shipped_file_by_default(
     digits_corpus: Path, tmp_path: Path
 ) -> None:
     shipped = hashlib.sha256(DEFAULT_PATH.read_bytes()).hexdigest()
-    # Through the real entry point, run from the checkout (where models/ is relative).
+    # Through the real entry point, run from the checkout root.
+    checkout = DEFAULT_PATH.parents[3]
     done = subprocess.run(
         [sys.executable, "-c", "import sys; from monitor.cli import main; sys.exit(main())",
          "calibrate", str(digits_corpus), "--no-cache"],
-        cwd=DEFAULT_PATH.parent.parent, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(DEFAULT_PATH.parent.parent)},
+        cwd=checkout, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "--out" in done.stderr and len(done.stderr.strip().splitlines()) == 1

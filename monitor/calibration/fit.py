@@ -52,8 +52,9 @@ DEFAULT_BUCKETS: tuple[float, ...] = (3.0, 6.0, 12.0, 24.0, 48.0, 96.0)
 """Test-speech seconds per bucket; the corpus decides how many are kept (§13)."""
 DEFAULT_TEMPLATE_SECONDS = 12.0
 """Speech behind each template in calibration trials (an enrolment of a few utterances)."""
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "models" / "calibration.json"
-"""The shipped calibration (``make calibration`` writes it)."""
+DEFAULT_PATH = Path(__file__).resolve().parent / "shipped" / "calibration.json"
+"""The shipped calibration, package data so an installed voxmeter finds it (``make calibration``
+writes it)."""
 
 
 @dataclass(frozen=True)
@@ -250,8 +251,8 @@ class CalibrationSet:
 
 def default_path(backend: str | None = None) -> Path:
     """The shipped calibration for an embedding backend (default: the selected one):
-    ``models/calibration.json`` for ecapa (``make calibration`` rebuilds it), else
-    ``models/calibration-<backend>.json``."""
+    ``shipped/calibration.json`` for ecapa (``make calibration`` rebuilds it), else
+    ``shipped/calibration-<backend>.json`` (package data beside this module)."""
     backend = backend or embedding_backend()
     return (
         DEFAULT_PATH

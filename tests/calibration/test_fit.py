@@ -232,3 +232,23 @@ def test_the_shipped_calibration_loads() -> None:
         assert all(b.lid_weight > 0 and b.n_identities >= 100 for b in cal.buckets(name))
     assert set(cal.fusion_weights(3.0, FEATURES)) == set(FEATURES)
     assert CalibrationSet.load_default() == cal
+
+
+def test_shipped_calibrations_are_package_data() -> None:
+    """An installed voxmeter (a wheel, no checkout) finds its default calibrations: they sit in
+    the package and pyproject's package-data names them."""
+    import fnmatch
+    import importlib.resources
+    import tomllib
+
+    from monitor.calibration.fit import DEFAULT_PATH, default_path
+
+    shipped = importlib.resources.files("monitor.calibration") / "shipped"
+    names = sorted(p.name for p in shipped.iterdir() if p.name.endswith(".json"))
+    assert names == ["calibration-campplus.json", "calibration-ge2e.json", "calibration.json"]
+    assert DEFAULT_PATH.name in names
+    assert all(default_path(b).is_file() for b in ("ecapa", "campplus", "ge2e"))
+    pyproject = tomllib.loads((DEFAULT_PATH.parents[3] / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["monitor"]
+    for name in names:
+        assert any(fnmatch.fnmatch(f"calibration/shipped/{name}", p) for p in patterns), name
