@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass
 
 from monitor.daemon.config import BudgetSettings
-from monitor.daemon.events import STATES, BudgetState
+from monitor.vocabulary import BUDGET_STATES, BudgetState
 
-_LEVEL = {state: i for i, state in enumerate(STATES)}
+_LEVEL = {state: i for i, state in enumerate(BUDGET_STATES)}
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class BudgetMachine:
         else:
             hold = 0
         level = max(up, min(_LEVEL[current], hold))
-        return STATES[level]  # type: ignore[return-value]
+        return BUDGET_STATES[level]
 
     def state(self, track: str) -> BudgetState:
         return self.states.get(track, "ok")
@@ -69,7 +69,7 @@ class BudgetMachine:
     def restore(self, track: str, state: BudgetState) -> None:
         """Resume a stored state (a restart within the same period)."""
         if state not in _LEVEL:
-            raise ValueError(f"budget state {state!r}: must be one of {', '.join(STATES)}")
+            raise ValueError(f"budget state {state!r}: must be one of {', '.join(BUDGET_STATES)}")
         self.states[track] = state
 
     def process(self, track: str, bits: float) -> Transition | None:

@@ -15,10 +15,12 @@ import tomllib
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from monitor.errors import ConfigError, InputError
+from monitor.vocabulary import EXTRACTORS, TRACKING_FEATURE, FigureKey
 
 Check = Callable[[Any], str | None]
 
@@ -71,22 +73,23 @@ def _source(value: str) -> str | None:
 
 
 def _features(value: tuple[str, ...]) -> str | None:
-    known = ("f0", "phone", "embedding")
+    known = EXTRACTORS
     if not value:
         return "must name at least one feature"
     bad = [v for v in value if v not in known]
     if bad or len(set(value)) != len(value):
         return f"must be distinct names among {', '.join(known)}"
-    if "embedding" not in value:
+    if TRACKING_FEATURE not in value:
         return "must include embedding (the tracker follows voices by their embedding)"
     return None
 
 
 def _measure(value: str) -> str | None:
-    feature, _, measure = value.partition(".")
-    if feature in ("f0", "phone", "embedding", "combined") and measure in ("srd", "lid"):
-        return None
-    return "must be FEATURE.MEASURE (f0, phone, embedding, combined; srd or lid)"
+    try:
+        FigureKey.parse(value)
+    except ValueError as error:
+        return str(error)
+    return None
 
 
 def _cosine(value: float) -> str | None:
@@ -216,6 +219,11 @@ class BudgetSettings:
     period_seconds: float = _setting(
         86400.0, "budget period; periods start at multiples of it since the Unix epoch", _positive
     )
+
+    @cached_property
+    def figure(self) -> FigureKey:
+        """:attr:`measure` parsed once (already checked when the settings were loaded)."""
+        return FigureKey.parse(self.measure)
 
 
 @dataclass(frozen=True)

@@ -23,22 +23,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
+# The vocabulary is re-exported: exporters read the whole protocol from this one module.
+from monitor.vocabulary import BOUNDS as BOUNDS
+from monitor.vocabulary import FEATURES as FEATURES
+from monitor.vocabulary import MEASURES as MEASURES
+from monitor.vocabulary import BudgetState as BudgetState
+
 if TYPE_CHECKING:
     from monitor.features.base import Observation
 
-FEATURES: tuple[str, ...] = ("f0", "phone", "embedding", "combined")
-"""Feature labels of the disclosure figures: the three extractors and their fusion."""
-
-MEASURES: tuple[str, ...] = ("srd", "lid")
-"""Measures: SRD log2(N·γ_r) (DESIGN §1.4) and LID log2(N·P(l|s)) (DESIGN §2.5)."""
-
-STATES: tuple[str, ...] = ("ok", "warning", "exceeded")
-"""Budget states, in increasing order (DESIGN §12 step 6)."""
-
-BOUNDS: tuple[str, ...] = ("basic", "advanced", "optimal")
-"""Composition bounds (DESIGN §5.2, §5.4 as min(basic, Thm 3.4), §5.5)."""
-
-BudgetState = Literal["ok", "warning", "exceeded"]
 TrackKind = Literal["local", "unknown"]
 
 

@@ -16,6 +16,7 @@ from monitor.daemon.events import (
 )
 from monitor.daemon.scorer import Scorer, TrackScore, score_track
 from monitor.features.base import Feature, Observation
+from monitor.vocabulary import FigureKey
 
 RATE_HZ = 16000
 
@@ -74,11 +75,10 @@ class ScoredWindow:
 class TrackScorer:
     """Pools each track's windows and scores the pooled evidence (runs in the executor)."""
 
-    def __init__(self, scorer: Scorer, features: Mapping[str, Feature], measure: str) -> None:
+    def __init__(self, scorer: Scorer, features: Mapping[str, Feature], measure: FigureKey) -> None:
         self.scorer = scorer
         self.features = dict(features)
-        feature, _, name = measure.partition(".")
-        self.measure = (feature, name)
+        self.measure = (measure.feature, measure.measure)
         self.tracks: dict[str, TrackEvidence] = {}
         self.period_start_unix = -math.inf
 

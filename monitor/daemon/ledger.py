@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from monitor.daemon.budget import BudgetMachine, Transition, period_start
@@ -20,6 +20,7 @@ from monitor.daemon.events import (
 from monitor.daemon.evidence import ScoredWindow, finite_bits
 from monitor.store.database import Store
 from monitor.store.ledger import WindowRecord
+from monitor.vocabulary import FigureKey
 
 
 class LedgerWriter:
@@ -31,7 +32,7 @@ class LedgerWriter:
         budget: BudgetMachine,
         *,
         budget_bits: float,
-        measure: str,
+        measure: FigureKey,
         templates: int,
         alert_topic: str,
         device_id: str,
@@ -116,11 +117,11 @@ class LedgerWriter:
         started = self.clock()
         tracked, score, evidence = scored.tracked, scored.score, scored.evidence
         window = tracked.window
-        feature, _, measure = self.measure.partition(".")
+        key = self.measure
         figure = next(
             d.cumulative_bits
             for d in score.disclosures
-            if d.feature == feature and d.measure == measure
+            if d.feature == key.feature and d.measure == key.measure
         )
         previous = self.budget.state(tracked.track)
         change = None if stale else self.budget.process(tracked.track, figure)
@@ -190,7 +191,7 @@ class LedgerWriter:
                 ceiling_bits=math.log2(self.templates),
                 templates=self.templates,
                 budget_bits=self.budget_bits,
-                budget_measure=self.measure,
+                budget_measure=str(self.measure),
                 budget_figure_bits=figure,
                 state=state,
                 information_gain_bits=score.information_gain_bits,
@@ -210,6 +211,11 @@ class LedgerWriter:
             ),
         )
         return events
+
+
+def _disclosure(key: FigureKey, values: Sequence[float]) -> Disclosure:
+    """A ledger ``disclosures`` entry (``[cumulative, window]`` bits) as a Disclosure."""
+    return Disclosure(key.feature, key.measure, float(values[0]), float(values[1]))
 
 
 def restored_window(
@@ -236,7 +242,7 @@ def restored_window(
             pooled_speech_seconds=float(f["pooled_speech_seconds"]),
             windows=int(f["windows"]),
             disclosures=tuple(
-                Disclosure(*key.split(".", 1), float(values[0]), float(values[1]))
+                _disclosure(FigureKey.parse(key), values)
                 for key, values in f["disclosures"].items()
             ),
             bounds=CompositionBounds(

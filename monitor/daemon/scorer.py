@@ -20,13 +20,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+import numpy.typing as npt
 
-from monitor.calibration.fit import COMBINED, CalibrationSet
+from monitor.calibration.fit import CalibrationSet
 from monitor.daemon.events import CompositionBounds, Disclosure
 from monitor.disclosure.composition import kairouz_advanced, nats_to_bits, optimal
 from monitor.disclosure.ranks import single_threaded_blas
 from monitor.disclosure.srd import betabinom_pmf
 from monitor.features.base import Feature, Observation, TemplateBatch
+from monitor.vocabulary import COMBINED, SimilarityKind
 
 LN2 = math.log(2.0)
 
@@ -39,13 +41,16 @@ def _rank_cdf(N: int, alpha: float, beta: float) -> np.ndarray:
     return cdf
 
 
-def _xlogx(x: np.ndarray) -> np.ndarray:
+FloatArray = npt.NDArray[np.floating]  # float64, or float32 where templates are stored so
+
+
+def _xlogx(x: FloatArray) -> FloatArray:
     """x·log2(x) with 0·log 0 = 0."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(x > 0, x * np.log2(np.where(x > 0, x, 1.0)), 0.0)
 
 
-def _znorm(scores: np.ndarray) -> np.ndarray:
+def _znorm(scores: FloatArray) -> FloatArray:
     """z-scores of one row (ddof 0), 0 where all are equal: monitor.disclosure.lid.znorm_rows."""
     z = scores - scores.mean()
     if scores.max() == scores.min():
@@ -67,11 +72,9 @@ _BLOCK = 8192  # templates per block (3.5 MB at 107 bins): fastest of 2048–819
 _COSINE_BLOCK = 1024  # embedding rows per block (1 MB in float32)
 _FULL_SUPPORT = 0.65  # above this share of non-empty bins take every bin (break-even ~0.65–0.7)
 _FLOOR = 2.0**-60  # stored instead of q = 0: r·log2 r stays finite, normal, and ≈ 5e-17
-_JS_FEATURES = frozenset({"f0", "phone"})  # −JS divergence (monitor.features.similarity)
-_COSINE_FEATURES = frozenset({"embedding"})  # cosine
 
 
-def _sum_rows(a: np.ndarray) -> np.ndarray:
+def _sum_rows(a: FloatArray) -> FloatArray:
     """Column sums of ``a`` (K, B) by pairwise halving, in place: the rounding error grows as
     log2 K instead of K, which is what keeps float32 sums of ~100 bins near 1e-7."""
     k = a.shape[0]
@@ -102,7 +105,10 @@ class PreparedTemplates:
         self.n = len(batch)
         self.dtype = np.dtype(dtype)
         matrix = batch.matrix
-        if feature.name in _JS_FEATURES:
+        # A feature declares how it compares (vocabulary.SimilarityKind); one that does not
+        # (not yet in the Feature protocol) falls back to its own similarity.
+        kind: SimilarityKind | None = getattr(feature, "similarity_kind", None)
+        if kind == "histogram":
             totals = matrix.sum(axis=1)
             self.rows_ok = totals > 0
             q = np.ascontiguousarray((matrix / np.where(self.rows_ok, totals, 1.0)[:, None]).T)
@@ -114,7 +120,7 @@ class PreparedTemplates:
             q *= 2.0**self.scale_exp
             self.q_by_bin = np.maximum(q, _FLOOR).astype(self.dtype)  # (D, N): bins are rows
             self.qlogq_by_bin = _xlogx(q).astype(self.dtype)
-        elif feature.name in _COSINE_FEATURES:
+        elif kind == "embedding":
             norms = np.linalg.norm(matrix, axis=1)
             self.rows_ok = norms > 0
             self.kind = "cosine"

@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from monitor.features.similarity import neg_js_divergence
+from monitor.vocabulary import SimilarityKind
 
 FEATURE_NAMES: tuple[str, ...] = ("f0", "phone", "embedding")
 """Every feature, in the order reports and the database list them."""
@@ -213,6 +214,7 @@ class HistogramFeature:
     name: str
     dimension: int
     version: str
+    similarity_kind: SimilarityKind = "histogram"  # how the daemon's scorer compares them
 
     def counts(self, audio: np.ndarray, rate: int) -> np.ndarray:
         """(dimension,) counts of float32 mono speech at ``rate`` Hz."""

@@ -26,6 +26,7 @@ import numpy as np
 from monitor.errors import ConfigError
 from monitor.features.base import Observation, TemplateBatch, check_batch
 from monitor.features.similarity import cosine
+from monitor.vocabulary import SimilarityKind
 
 RATE_HZ = 16000
 """The rate every backend was trained at."""
@@ -60,6 +61,7 @@ class UnitEmbedding:
     backend: ClassVar[str]
     dimension: ClassVar[int]
     version: ClassVar[str]
+    similarity_kind: SimilarityKind = "embedding"  # cosine (the daemon's scorer reads this)
 
     def __init__(self, *, threads: int | None = 1) -> None:
         self.threads = threads

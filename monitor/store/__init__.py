@@ -5,7 +5,7 @@
 
 from monitor.store.database import MIGRATIONS, SCHEMA_VERSION, Store, open_store
 from monitor.store.ledger import TrackPeriod, WindowRecord
-from monitor.store.outbox import BUDGET_STATES, BudgetState, OutboxMessage
+from monitor.store.outbox import BudgetRecord, OutboxMessage
 from monitor.store.templates import (
     CalibrationRecord,
     Enrolment,
@@ -15,10 +15,9 @@ from monitor.store.templates import (
 )
 
 __all__ = [
-    "BUDGET_STATES",
     "MIGRATIONS",
     "SCHEMA_VERSION",
-    "BudgetState",
+    "BudgetRecord",
     "CalibrationRecord",
     "Enrolment",
     "Identity",

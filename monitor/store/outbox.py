@@ -17,18 +17,17 @@ from typing import Any
 import numpy as np
 
 from monitor.store.base import Database, dumps, utc_now
+from monitor.vocabulary import BUDGET_STATES, BudgetState
 
-__all__ = ["BUDGET_STATES", "BudgetState", "OutboxMessage", "OutboxMixin"]
-
-BUDGET_STATES = ("ok", "warning", "exceeded")
+__all__ = ["BudgetRecord", "OutboxMessage", "OutboxMixin"]
 
 
 @dataclass(frozen=True)
-class BudgetState:
-    """A speaker's stored budget state."""
+class BudgetRecord:
+    """A speaker's stored budget state (the row, with its bits and time)."""
 
     alias: str
-    state: str  # one of BUDGET_STATES
+    state: BudgetState
     bits: float  # the measure the budget compares, at the last update
     updated: str  # ISO 8601 UTC
 
@@ -62,21 +61,21 @@ _UPSERT_STATE = (
 class OutboxMixin(Database):
     """Budget states and the outbox (see module docstring)."""
 
-    def budget_state(self, alias: str) -> BudgetState | None:
+    def budget_state(self, alias: str) -> BudgetRecord | None:
         """The stored state of one speaker; None before their first update."""
         with self._read() as conn:
             row = conn.execute(
                 "SELECT alias, state, bits, updated FROM budget_state WHERE alias = ?", (alias,)
             ).fetchone()
-        return None if row is None else BudgetState(*row)
+        return None if row is None else BudgetRecord(*row)
 
-    def budget_states(self) -> dict[str, BudgetState]:
+    def budget_states(self) -> dict[str, BudgetRecord]:
         """Every stored budget state, by alias (the daemon restores these at start)."""
         with self._read() as conn:
             rows = conn.execute(
                 "SELECT alias, state, bits, updated FROM budget_state ORDER BY alias"
             ).fetchall()
-        return {row[0]: BudgetState(*row) for row in rows}
+        return {row[0]: BudgetRecord(*row) for row in rows}
 
     def update_budget(self, alias: str, state: str, bits: float) -> None:
         """Store the current bits (and state) without an alert: no transition happened."""

@@ -18,13 +18,14 @@ import pytest
 from prometheus_client import CollectorRegistry as Registry
 
 from monitor.daemon.config import HomeAssistantSettings, load_config
-from monitor.daemon.events import STATES, TrackExpired
+from monitor.daemon.events import TrackExpired
 from monitor.daemon.exporters import build_exporters
 from monitor.daemon.exporters.homeassistant import HomeAssistantExporter, safe_id
 from monitor.daemon.exporters.mqtt import MqttExporter
 from monitor.errors import ConfigError
 from monitor.features.base import Observation
 from monitor.store.database import Store, open_store
+from monitor.vocabulary import BUDGET_STATES
 from tests.daemon.exporter_events import N_TEMPLATES, scored, started
 from tests.daemon.test_exporter_mqtt import (
     DEVICE,
@@ -125,7 +126,7 @@ def check_config(topic: str, config: dict[str, Any]) -> None:
         assert config["unit_of_measurement"] == "bit" and config["state_class"] == "measurement"
         assert config["json_attributes_topic"] == config["state_topic"]
     elif object_id.endswith("_budget"):
-        assert config["device_class"] == "enum" and config["options"] == list(STATES)
+        assert config["device_class"] == "enum" and config["options"] == list(BUDGET_STATES)
 
 
 def test_safe_ids_are_safe_and_distinct() -> None:

@@ -25,6 +25,7 @@ from monitor.daemon.ledger import LedgerWriter
 from monitor.daemon.scorer import TrackScore
 from monitor.features.base import Observation
 from monitor.store.database import open_store
+from monitor.vocabulary import FigureKey
 
 DAY = 86400.0
 PERIOD = 20_000 * DAY
@@ -73,7 +74,7 @@ def writer(tmp_path: Path):
             store,
             budget,
             budget_bits=4.0,
-            measure="combined.lid",
+            measure=FigureKey("combined", "lid"),
             templates=32,
             alert_topic="voxmeter/dev/alerts",
             device_id="dev",

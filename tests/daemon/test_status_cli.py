@@ -13,6 +13,7 @@ from monitor.daemon.budget import BudgetMachine
 from monitor.daemon.config import BudgetSettings
 from monitor.daemon.ledger import LedgerWriter
 from monitor.store.database import open_store
+from monitor.vocabulary import FigureKey
 from tests.daemon.test_ledger_writer import scored
 
 
@@ -23,7 +24,7 @@ def test_status_table_and_json(tmp_path: Path) -> None:
             store,
             BudgetMachine(BudgetSettings(bits=4.0, warn_fraction=0.5, hysteresis_bits=0.25)),
             budget_bits=4.0,
-            measure="combined.lid",
+            measure=FigureKey("combined", "lid"),
             templates=32,
             alert_topic="voxmeter/dev/alerts",
             device_id="dev",

@@ -39,7 +39,6 @@ import aiomqtt
 from monitor import __version__
 from monitor.daemon.config import HomeAssistantSettings, MqttSettings
 from monitor.daemon.events import (
-    STATES,
     DaemonEvent,
     DaemonStarted,
     TrackExpired,
@@ -48,6 +47,7 @@ from monitor.daemon.events import (
 )
 from monitor.daemon.exporters.mqtt import Topics, iso_utc, publish, topics_for
 from monitor.store.templates import LocalProfile
+from monitor.vocabulary import BUDGET_STATES as STATES
 
 logger = logging.getLogger(__name__)
 

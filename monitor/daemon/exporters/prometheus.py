@@ -25,7 +25,6 @@ from prometheus_client.registry import Collector
 
 from monitor.daemon.config import PrometheusSettings
 from monitor.daemon.events import (
-    STATES,
     DaemonEvent,
     DaemonStarted,
     DaemonStopping,
@@ -38,6 +37,7 @@ from monitor.daemon.events import (
 from monitor.daemon.exporters.figures import bounds_bits
 from monitor.errors import ConfigError
 from monitor.store.database import open_store
+from monitor.vocabulary import BUDGET_STATES
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class Metrics:
         )
         for kind in ("total", "speech", "dropped"):
             self.frames.labels(kind)  # export 0 before the first stats, so rate() works
-        for state in STATES:
+        for state in BUDGET_STATES:
             self.alerts.labels(state)
 
     @property
@@ -332,7 +332,7 @@ class PrometheusExporter:
             m.calibration_extrapolated.labels(feature).set(1.0 if extrapolated else 0.0)
 
     def _set_state(self, speaker: str, current: str) -> None:
-        for state in STATES:
+        for state in BUDGET_STATES:
             self.metrics.budget_state.labels(speaker, state).set(1.0 if state == current else 0.0)
 
     def _expire(self, track: str) -> None:
