@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh Debian machine with Python 3.11:
 #   make demo   -- build a demo database and run the live daemon on a demo stream
-#   make test   -- the whole test suite, with the real broker, Prometheus and PulseAudio
+#   make test   -- lint (ruff, mypy), then the whole test suite, with the real broker, Prometheus
+#                  and PulseAudio
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -29,12 +30,13 @@ models: venv
 demo: system venv models
 	@bash scripts/demo.sh
 
-test: system venv models
+test: system venv models lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check monitor tests bench scripts
 	$(VENV)/bin/ruff format --check monitor tests bench scripts
+	$(VENV)/bin/mypy
 
 bench: system venv models
 	$(PY) -m bench

@@ -1034,7 +1034,7 @@ def run_command(
         )
     err_console.print(
         f"stopped ({summary.stop_reason}): {summary.windows} windows from "
-        f"{summary.audio_seconds:.0f} s of audio, {len(summary.alerts)} alerts, "
+        f"{summary.audio_seconds:.0f} s of audio, {summary.alerts} alerts, "
         f"{summary.frames_dropped} frames dropped, {summary.audio_device_errors} device errors",
         **out,
     )

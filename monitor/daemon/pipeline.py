@@ -83,7 +83,7 @@ class RunSummary:
     frames_dropped: int
     audio_device_errors: int
     last: dict[str, WindowScored]  # track → its last scored window
-    alerts: list[StateChanged]
+    alerts: int  # budget state changes (each one alert)
 
 
 def _unknown(track: str) -> bool:
@@ -129,7 +129,7 @@ class Pipeline:
         self.tracker = SpeakerTracker(
             profiles, tracker_settings(config), clock=clock, wall_clock=wall_clock
         )
-        self.track_scorer = TrackScorer(scorer, self.features, config.budget.measure)
+        self.track_scorer = TrackScorer(scorer, self.features, config.budget.figure)
         self.budget = BudgetMachine(config.budget)
         from monitor.daemon.exporters.mqtt import topics_for
 
@@ -137,7 +137,7 @@ class Pipeline:
             store,
             self.budget,
             budget_bits=config.budget.bits,
-            measure=config.budget.measure,
+            measure=config.budget.figure,
             templates=scorer.n,
             alert_topic=topics_for(config.mqtt, self.device_id).alerts,
             device_id=self.device_id,
@@ -156,7 +156,7 @@ class Pipeline:
         self._busy: dict[str, float] = {"features": 0.0, "scorer": 0.0, "ledger": 0.0}
         self.audio_seconds = 0.0
         self.last: dict[str, WindowScored] = {}
-        self.alerts: list[StateChanged] = []
+        self._alerts = 0
         size = config.daemon.queue_size
         self.queues: dict[str, asyncio.Queue[Any]] = {
             name: asyncio.Queue(size)
@@ -185,11 +185,11 @@ class Pipeline:
         # states stored in an earlier period step down now (one alert each) ...
         for alias, s in stored.items():
             if alias not in current:
-                self.budget.restore(alias, s.state)  # type: ignore[arg-type]
+                self.budget.restore(alias, s.state)
         events: list[DaemonEvent] = list(self.ledger.start_period(period))
         # ... while this period's states carry on
         for alias, s in current.items():
-            self.budget.restore(alias, s.state)  # type: ignore[arg-type]
+            self.budget.restore(alias, s.state)
         self.track_scorer.period_start_unix = period
         tracks = self.store.tracks(period)
         self.tracker.skip_numbers(tracks)
@@ -333,9 +333,9 @@ class Pipeline:
                 async with asyncio.timeout(self._seconds_to_next_period()):
                     item = await inbox.get()
             except TimeoutError:
-                for event in self.ledger.roll_period(self.wall_clock()):
-                    self.alerts.append(event)
-                    await out.put(event)
+                for change in self.ledger.roll_period(self.wall_clock()):
+                    self._alerts += 1
+                    await out.put(change)
                 continue
             if item is None:
                 await out.put(None)
@@ -352,7 +352,7 @@ class Pipeline:
                     self._windows += 1
                     self.last[event.track] = event
                 elif isinstance(event, StateChanged):
-                    self.alerts.append(event)
+                    self._alerts += 1
                 await out.put(event)
 
     def _seconds_to_next_period(self) -> float | None:
@@ -446,7 +446,7 @@ class Pipeline:
         """Run until end of input (with ``exit_at_end``), ``duration_seconds``, or a signal."""
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(_quiet_cancellation)
-        handled: list[int] = []
+        handled: list[signal.Signals] = []
         for signum, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
             try:
                 loop.add_signal_handler(signum, self._on_signal, name)
@@ -523,7 +523,7 @@ class Pipeline:
             frames_dropped=stats.frames_dropped,
             audio_device_errors=stats.audio_device_errors,
             last=dict(self.last),
-            alerts=list(self.alerts),
+            alerts=self._alerts,
         )
 
 

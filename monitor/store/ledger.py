@@ -37,6 +37,15 @@ class WindowRecord:
     figures: dict[str, Any]
 
 
+def _record(row: tuple[Any, ...]) -> WindowRecord:
+    """A ``ledger_windows`` row (id … window_bits, figures JSON) as a record."""
+    id_, track, period_start, window_start, window_end, speech_seconds, window_bits, figures = row
+    return WindowRecord(
+        id_, track, period_start, window_start, window_end, speech_seconds, window_bits,
+        json.loads(figures),
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class TrackPeriod:
     """Everything the daemon needs to resume one track in one period after a restart."""
@@ -165,7 +174,7 @@ class LedgerMixin(Database):
                 "ORDER BY window_end, id",
                 (track, float(period_start)),
             ).fetchall()
-        return [WindowRecord(*row[:7], figures=json.loads(row[7])) for row in rows]
+        return [_record(row) for row in rows]
 
     def last_window(self, track: str, period_start: float) -> WindowRecord | None:
         """The track's latest window record in this period (what a restart exports again)."""
@@ -176,7 +185,7 @@ class LedgerMixin(Database):
                 "ORDER BY window_end DESC, id DESC LIMIT 1",
                 (track, float(period_start)),
             ).fetchone()
-        return None if row is None else WindowRecord(*row[:7], figures=json.loads(row[7]))
+        return None if row is None else _record(row)
 
     def prune_ledger(self, before: float) -> int:
         """Delete ledger periods that started before ``before``; returns windows deleted."""
