@@ -133,8 +133,3 @@ class TrackScorer:
 
     def reset(self) -> None:
         self.tracks.clear()
-
-
-def finite_bits(bits: float) -> float:
-    """JSON and SQLite take no infinities: clamp to ±1e9 bits (never reached by real figures)."""
-    return float(np.clip(bits, -1e9, 1e9))

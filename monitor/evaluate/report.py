@@ -16,30 +16,9 @@ import numpy as np
 
 from monitor.calibration.fit import COMBINED, LOSSES
 from monitor.evaluate.audit import Audit, FeatureAudit, SettingAudit, composition_curves
+from monitor.jsonsafe import jsonable
 
 PROTOCOL_NAME = "paper 000 eq. 6: per speaker, test and template blocks of consecutive utterances"
-
-
-def _num(value: Any) -> Any:
-    """JSON-safe number: NaN → None, ±inf → "inf"/"-inf", numpy scalars → Python."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-    return value
-
-
-def _clean(document: Any) -> Any:
-    if isinstance(document, Mapping):
-        return {str(k): _clean(v) for k, v in document.items()}
-    if isinstance(document, list | tuple):
-        return [_clean(v) for v in document]
-    if isinstance(document, np.ndarray):
-        return [_num(v) for v in document.tolist()]
-    return _num(document)
 
 
 def _stats(stats: Any) -> dict[str, float]:
@@ -182,7 +161,7 @@ def report_dict(audit: Audit, plots: Mapping[str, str] | None = None) -> dict[st
         "skipped": [{"item": item, "reason": reason} for item, reason in audit.skipped],
         "plots": dict(plots or {}),
     }
-    return _clean(document)
+    return jsonable(document)
 
 
 # ---- Markdown ---------------------------------------------------------------------------
