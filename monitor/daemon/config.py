@@ -19,6 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from monitor.audio.sources import parse_source
 from monitor.errors import ConfigError, InputError
 from monitor.vocabulary import EXTRACTORS, TRACKING_FEATURE, FigureKey
 
@@ -54,22 +55,11 @@ def _port(value: int) -> str | None:
 
 
 def _source(value: str) -> str | None:
-    if value in ("mic", "stdin") or value.startswith(("mic:", "stdin:")):
-        return None
-    if value.startswith("file:") and len(value) > 5:
-        return None
-    if value.startswith(("wyoming://", "wyoming-listen://")):
-        from monitor.audio.wyoming import parse_endpoint
-
-        try:
-            parse_endpoint(value)
-        except InputError as error:
-            return error.problem
-        return None
-    return (
-        "must be mic, mic:DEVICE, file:PATH, stdin, stdin:RATE[:CHANNELS], "
-        "wyoming://HOST:PORT or wyoming-listen://HOST:PORT"
-    )
+    try:
+        parse_source(value)
+    except InputError as error:
+        return error.problem
+    return None
 
 
 def _features(value: tuple[str, ...]) -> str | None:

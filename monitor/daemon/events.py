@@ -8,7 +8,8 @@ seconds of audio, ``*_unix`` is wall-clock time (seconds since the epoch), ``*_m
 Flow (DESIGN §14)::
 
     AudioFrame → SpeechChunk → SpeechWindow          (monitor.audio)
-    SpeechWindow → FeatureWindow                     (features stage)
+    SpeechWindow → ClosedWindow                      (vad stage: numbered and timed)
+    ClosedWindow → FeatureWindow                     (features stage)
     FeatureWindow → TrackedWindow                    (tracker stage)
     TrackedWindow → WindowScored (+ StateChanged)    (scorer + ledger stage)
     DaemonStarted, TrackRestored, WindowScored, StateChanged, TrackExpired, PipelineStats,
@@ -30,12 +31,24 @@ from monitor.vocabulary import MEASURES as MEASURES
 from monitor.vocabulary import BudgetState as BudgetState
 
 if TYPE_CHECKING:
+    from monitor.audio.windows import SpeechWindow
     from monitor.features.base import Observation
 
 TrackKind = Literal["local", "unknown"]
 
 
 # ---- between stages ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClosedWindow:
+    """A window of speech as the windower closed it: the only message that carries audio, and
+    only between the vad and the features stage (it is never stored or exported)."""
+
+    index: int  # 0-based window number since the daemon started
+    window: SpeechWindow
+    closed_monotonic: float  # start of the latency clock
+    closed_unix: float  # the same instant, wall clock
 
 
 @dataclass(frozen=True)

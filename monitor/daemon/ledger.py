@@ -17,7 +17,8 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
-from monitor.daemon.evidence import ScoredWindow, finite_bits
+from monitor.daemon.evidence import ScoredWindow
+from monitor.jsonsafe import finite_bits
 from monitor.store.database import Store
 from monitor.store.ledger import WindowRecord
 from monitor.vocabulary import FigureKey

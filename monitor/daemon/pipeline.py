@@ -33,13 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from monitor import __version__
-from monitor.audio.sources import AudioSource, FileSource, MicrophoneSource, open_source
+from monitor.audio.sources import AudioSource, MicrophoneSource, Retry, open_source
 from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad
-from monitor.audio.windows import SpeechWindow, Windower
+from monitor.audio.windows import Windower
 from monitor.calibration.fit import CalibrationSet, load_default
 from monitor.daemon.budget import BudgetMachine, period_start
 from monitor.daemon.config import Config, tracker_settings
 from monitor.daemon.events import (
+    ClosedWindow,
     DaemonEvent,
     DaemonStarted,
     DaemonStopping,
@@ -254,7 +255,7 @@ class Pipeline:
             chunks = self.vad.flush() if frame is None else self.vad.process(frame)
             for chunk in chunks:
                 for window in self.windower.process(chunk):
-                    await out.put((index, window, self.clock(), self.wall_clock()))
+                    await out.put(ClosedWindow(index, window, self.clock(), self.wall_clock()))
                     index += 1
             if frame is None:
                 self.windower.reset()  # a partial last window is not scored
@@ -269,8 +270,8 @@ class Pipeline:
             if item is None:
                 await out.put(None)
                 return
-            index, window, closed_monotonic, closed_unix = item
-            assert isinstance(window, SpeechWindow)
+            assert isinstance(item, ClosedWindow)
+            window = item.window
             started = self.clock()
             names = list(self.features)
             observations = await asyncio.gather(
@@ -283,13 +284,13 @@ class Pipeline:
             self._busy["features"] += spent
             await out.put(
                 FeatureWindow(
-                    index=index,
+                    index=item.index,
                     start_seconds=window.start_seconds,
                     end_seconds=window.end_seconds,
                     speech_seconds=window.speech_seconds,
                     observations=dict(zip(names, observations, strict=True)),
-                    closed_monotonic=closed_monotonic,
-                    closed_unix=closed_unix,
+                    closed_monotonic=item.closed_monotonic,
+                    closed_unix=item.closed_unix,
                     feature_seconds=spent,
                 )
             )
@@ -582,31 +583,10 @@ def _leaves(error: BaseException) -> list[BaseException]:
 
 
 def make_source(config: Config) -> AudioSource:
-    """The configured source; file pacing and microphone retry delays come from ``[audio]``."""
-    spec = config.daemon.source
-    if spec.startswith("file:"):
-        path = spec[len("file:") :]
-        fast = config.audio.pace == "fast" or path.endswith("?fast")
-        return FileSource(path.removesuffix("?fast"), realtime=not fast)
-    if spec == "mic" or spec.startswith("mic:"):
-        arg = spec[4:]
-        device: str | int | None = (int(arg) if arg.isdigit() else arg) if arg else None
-        return MicrophoneSource(
-            device,
-            backoff_initial_seconds=config.audio.retry_min_seconds,
-            backoff_max_seconds=config.audio.retry_max_seconds,
-            wait_for_device=config.audio.wait_for_device,
-        )
-    if spec.startswith(("wyoming://", "wyoming-listen://")):
-        from monitor.audio.wyoming import WyomingSource, parse_endpoint
-
-        return WyomingSource(
-            parse_endpoint(spec),
-            backoff_initial_seconds=config.audio.retry_min_seconds,
-            backoff_max_seconds=config.audio.retry_max_seconds,
-            wait_for_device=config.audio.wait_for_device,
-        )
-    return open_source(spec)
+    """The configured source; file pacing and device retry delays come from ``[audio]``."""
+    audio = config.audio
+    retry = Retry(audio.retry_min_seconds, audio.retry_max_seconds, audio.wait_for_device)
+    return open_source(config.daemon.source, fast=audio.pace == "fast", retry=retry)
 
 
 def load_calibration(config: Config, store: Store) -> CalibrationSet:
