@@ -42,10 +42,10 @@ from monitor.calibration.fit import (
     default_path,
     load_default,
 )
+from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
 from monitor.daemon.events import DaemonEvent, DaemonStarted, WindowScored
 from monitor.daemon.exporters.prometheus import PrometheusExporter
-from monitor.daemon.pipeline import build_pipeline
 from monitor.daemon.scorer import Scorer, score_track
 from monitor.features.base import (
     FEATURE_NAMES,

@@ -1001,8 +1001,8 @@ def run_command(
     ] = None,
 ) -> None:
     """Run the live monitor: per-speaker disclosure, budgets, metrics and alerts."""
+    from monitor.daemon.build import run_daemon
     from monitor.daemon.config import load_config
-    from monitor.daemon.pipeline import run_daemon
 
     overrides = list(set_ or [])
     if db is not None:

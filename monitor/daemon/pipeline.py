@@ -12,6 +12,9 @@ never interrupts one. ``None`` in a queue means end of input.
 State survives restarts: every window commits its record and the track's pooled evidence in one
 transaction, and a starting daemon resumes the current period's tracks from the ledger, so a
 SIGKILL loses at most the window in flight.
+
+Building a pipeline from the config (source, scorer, exporters) and ``voxmeter run`` are in
+:mod:`monitor.daemon.build`.
 """
 
 from __future__ import annotations
@@ -29,14 +32,12 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from monitor import __version__
-from monitor.audio.sources import AudioSource, MicrophoneSource, Retry, open_source
+from monitor.audio.sources import AudioSource
 from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad
 from monitor.audio.windows import Windower
-from monitor.calibration.fit import CalibrationSet, load_default
 from monitor.daemon.budget import BudgetMachine, period_start
 from monitor.daemon.config import Config, tracker_settings
 from monitor.daemon.events import (
@@ -52,15 +53,13 @@ from monitor.daemon.events import (
     WindowScored,
 )
 from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
+from monitor.daemon.exporters.mqtt import topics_for
 from monitor.daemon.ledger import LedgerWriter, restored_window
-from monitor.daemon.lock import DaemonLock
-from monitor.daemon.logs import LogExporter, configure_logging
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
-from monitor.errors import ConfigError, StoreError
-from monitor.features.base import Feature, get_feature, set_embedding_backend
+from monitor.errors import VoxmeterError
+from monitor.features.base import Feature
 from monitor.store.database import Store
-from monitor.store.templates import model_name
 
 logger = logging.getLogger(__name__)
 
@@ -132,8 +131,6 @@ class Pipeline:
         )
         self.track_scorer = TrackScorer(scorer, self.features, config.budget.figure)
         self.budget = BudgetMachine(config.budget)
-        from monitor.daemon.exporters.mqtt import topics_for
-
         self.ledger = LedgerWriter(
             store,
             self.budget,
@@ -565,8 +562,6 @@ def _force_exit(reason: str, deadline: float) -> None:
 
 def _first_user_error(group: BaseExceptionGroup) -> BaseException:
     """The error to report: the first VoxmeterError if any (one line in the CLI), else all."""
-    from monitor.errors import VoxmeterError
-
     for error in _leaves(group):
         if isinstance(error, VoxmeterError):
             return error
@@ -577,155 +572,3 @@ def _leaves(error: BaseException) -> list[BaseException]:
     if isinstance(error, BaseExceptionGroup):
         return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
     return [error]
-
-
-# ---- building a pipeline from config ---------------------------------------------------------
-
-
-def make_source(config: Config) -> AudioSource:
-    """The configured source; file pacing and device retry delays come from ``[audio]``."""
-    audio = config.audio
-    retry = Retry(audio.retry_min_seconds, audio.retry_max_seconds, audio.wait_for_device)
-    return open_source(config.daemon.source, fast=audio.pace == "fast", retry=retry)
-
-
-def load_calibration(config: Config, store: Store) -> CalibrationSet:
-    """``scorer.calibration`` if set, else the store's, else models/calibration.json."""
-    backend = config.features.embedding
-    if config.scorer.calibration:
-        loaded = CalibrationSet.load(config.scorer.calibration)
-        loaded.check_embedding_backend(config.scorer.calibration, backend)
-        return loaded
-    stored = store.load_calibration()
-    if stored is not None:
-        stored.check_embedding_backend(f"{store.path}: stored calibration", backend)
-        return stored
-    return load_default(backend)
-
-
-def check_template_model(store: Store, name: str, feature: Feature) -> None:
-    """The stored templates of ``name`` must come from the model this daemon extracts with;
-    for the embedding, a mismatch names the config key to change."""
-    stored = store.template_model(name)
-    if not stored or stored == feature.version:
-        return
-    if name == "embedding":
-        raise ConfigError(
-            "features.embedding",
-            f"{store.path} was enrolled with the {model_name(stored)} backend, not "
-            f'{model_name(feature.version)}: set features.embedding = "{model_name(stored)}" '
-            "or re-enrol into a new database",
-        )
-    raise StoreError(
-        f"{store.path}: {name!r} templates were made by {stored}, this voxmeter extracts "
-        f"{feature.version}: re-enrol"
-    )
-
-
-def load_scorer(config: Config, store: Store, features: Mapping[str, Feature]) -> Scorer:
-    """All templates of the enabled features (same identities for each) and the calibration."""
-    for name, feature in features.items():
-        check_template_model(store, name, feature)
-    aliases: tuple[str, ...] | None = None
-    batches = {}
-    for name in features:
-        names, batch = store.template_batch(name)
-        if aliases is not None and names != aliases:
-            missing = sorted(set(aliases) ^ set(names))[:5]
-            raise StoreError(
-                f"{store.path}: identities differ between features (e.g. {', '.join(missing)}): "
-                "every identity needs a template of every enabled feature"
-            )
-        aliases = names
-        batches[name] = batch
-    assert aliases is not None
-    try:
-        return Scorer(
-            aliases, batches, load_calibration(config, store), features, delta=config.scorer.delta
-        )
-    except ValueError as error:
-        raise StoreError(f"{store.path}: {error}") from error
-
-
-def build_exporters(config: Config, store: Store, device_id: str) -> list[Exporter]:
-    """The log exporter plus Prometheus and MQTT as configured."""
-    exporters: list[Exporter] = [LogExporter()]
-    try:
-        from monitor.daemon import exporters as package
-
-        builder = getattr(package, "build_exporters", None)
-    except ImportError:  # pragma: no cover - the package ships with voxmeter
-        builder = None
-    if builder is not None:
-        exporters += builder(config, store=store, db_path=Path(store.path), device_id=device_id)
-        return exporters
-    if config.prometheus.enabled:
-        from monitor.daemon.exporters.prometheus import PrometheusExporter
-
-        exporters.append(PrometheusExporter(config.prometheus, db_path=Path(store.path)))
-    if config.mqtt.enabled:
-        from monitor.daemon.exporters.mqtt import MqttExporter
-
-        exporters.append(MqttExporter(config.mqtt, store=store, device_id=device_id))
-    return exporters
-
-
-def build_pipeline(
-    config: Config,
-    *,
-    store: Store,
-    source: AudioSource | None = None,
-    exporters: Sequence[Exporter] | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    wall_clock: Callable[[], float] = time.time,
-) -> Pipeline:
-    """A pipeline as ``voxmeter run`` builds it (tests pass their own source or exporters)."""
-    device_id = config.daemon.device_id or socket.gethostname()
-    source = source if source is not None else make_source(config)
-    set_embedding_backend(config.features.embedding)
-    features = {name: get_feature(name) for name in config.features.enabled}
-    scorer = load_scorer(config, store, features)
-    profiles = [p for p in store.local_profiles() if p.identity_alias in scorer.index]
-    return Pipeline(
-        config,
-        store=store,
-        source=source,
-        scorer=scorer,
-        features=features,
-        profiles=profiles,
-        exporters=exporters if exporters is not None else build_exporters(config, store, device_id),
-        device_id=device_id,
-        clock=clock,
-        wall_clock=wall_clock,
-    )
-
-
-#: SIGTERM must end ``voxmeter run`` within 2 s (systemd, containers): past this, by force.
-EXIT_DEADLINE_SECONDS = 1.75
-
-
-def run_daemon(config: Config) -> RunSummary:
-    """``voxmeter run``: lock the database, open it, build the pipeline, run it to the end.
-
-    The lock (``<db>.lock``) is held until the store is closed, so a second daemon on the same
-    database is refused with one line before it prints or changes anything.
-    """
-    from monitor.store.database import open_store
-
-    configure_logging(config.logging)
-    with DaemonLock(config.daemon.db):
-        source = make_source(config)  # a bad file: one line, before anything else
-        if isinstance(source, MicrophoneSource) and not source.wait_for_device:
-            source.probe()  # a missing device: likewise
-        store = open_store(config.daemon.db)
-        try:
-            pipeline = build_pipeline(config, store=store, source=source)
-            pipeline.exit_deadline_seconds = EXIT_DEADLINE_SECONDS
-            summary = asyncio.run(pipeline.run())
-        finally:
-            store.close()
-    logger.info(
-        "stopped",
-        extra={"fields": {"reason": summary.stop_reason, "windows": summary.windows}},
-    )
-    return summary

@@ -501,6 +501,8 @@ class TemplatesMixin(Database):
     def load_calibration(self, name: str = "default") -> CalibrationSet | None:
         """The latest stored calibration as a CalibrationSet; None when none is stored (the
         daemon then falls back to ``CalibrationSet.load_default()``)."""
+        # the store sits below calibration (which reads features and templates): a top-level
+        # import would be upward; only loading a stored calibration needs it
         from monitor.calibration.fit import CalibrationSet
 
         record = self.calibration_record(name)

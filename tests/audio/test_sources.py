@@ -451,7 +451,8 @@ def test_microphone_drops_oldest_when_consumer_lags() -> None:
         frames = mic.frames()
         first = await anext(frames)
         await asyncio.to_thread(backend.streams[0]._thread.join)  # all blocks delivered
-        await asyncio.sleep(0.05)  # and scheduled on the loop
+        while mic.stats.dropped < len(blocks) - 1 - 8:  # and taken in by the loop
+            await asyncio.sleep(0)
         rest = [await anext(frames) for _ in range(8)]
         mic.close()
         await frames.aclose()

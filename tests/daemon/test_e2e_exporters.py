@@ -251,16 +251,23 @@ def test_daemon_metrics_alerts_and_deploy_queries_end_to_end(
             assert status and status[0]["state"] == "online"
 
             # Every query shipped in deploy/ returns series from this Prometheus.
-            time.sleep(3)  # a few more scrapes for rate() windows
-            empty = [
-                title
-                for title, expr in dashboard_expressions().items()
-                if not prometheus.query(expr)
-            ]
-            for name, expr in rule_expressions().items():
-                if not prometheus.query(without_threshold(expr)):
-                    empty.append(f"rule {name}")
-            assert not empty, f"no series for: {empty}"
+            def empty() -> list[str]:
+                titles = [
+                    title
+                    for title, expr in dashboard_expressions().items()
+                    if not prometheus.query(expr)
+                ]
+                return titles + [
+                    f"rule {name}"
+                    for name, expr in rule_expressions().items()
+                    if not prometheus.query(without_threshold(expr))
+                ]
+
+            # rate() needs a few scrapes: wait for them rather than for a fixed time
+            with contextlib.suppress(TimeoutError):
+                wait_until(lambda: not empty(), 60, "a series for every query")
+            missing = empty()
+            assert not missing, f"no series for: {missing}"
             assert prometheus.wait_for("voxmeter_mqtt_connected == 1", timeout_seconds=30)
             sent = prometheus.wait_for(
                 'voxmeter_alerts_total{state="exceeded"} >= 1', timeout_seconds=30

@@ -221,8 +221,7 @@ def test_entities_carry_the_figures_and_vanish_with_their_speaker(
                 ]
 
             async with subscribed(mosquitto, "#") as late:
-                await late.wait(lambda: len(configs(late)) == 5)
-                await asyncio.sleep(0.5)  # retained messages come at once; nothing else may
+                await late.settled()  # every retained message is in: exactly these remain
                 assert sorted(t.split("/")[3] for t in configs(late)) == [
                     "member-a_budget",
                     "member-a_disclosure",

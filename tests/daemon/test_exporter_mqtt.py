@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,9 @@ def enqueue(store: Any, alias: str, from_state: str, to_state: str, bits: float)
 class Subscriber:
     """A real client that records everything under the device prefix (retained included)."""
 
-    def __init__(self) -> None:
+    def __init__(self, client: aiomqtt.Client, topic: str) -> None:
+        self.client = client
+        self.topic = topic
         self.messages: list[aiomqtt.Message] = []
 
     def on(self, topic: str) -> list[Any]:
@@ -91,13 +94,21 @@ class Subscriber:
                 raise TimeoutError(f"condition not met; messages so far: {seen}")
             await asyncio.sleep(0.05)
 
+    async def settled(self) -> None:
+        """Wait until every retained message of the subscription has arrived: the broker sends
+        them while it handles SUBSCRIBE, so before a message this client publishes afterwards
+        (one connection, in order). Then "nothing retained" needs no fixed sleep."""
+        marker = f"{self.topic.removesuffix('#')}test-barrier/{uuid.uuid4().hex}"
+        await self.client.publish(marker, b"", qos=1)
+        await self.wait(lambda: any(m.topic.value == marker for m in self.messages))
+
 
 @contextlib.asynccontextmanager
 async def subscribed(
     broker: MosquittoBroker, topic: str = "voxmeter/#"
 ) -> AsyncIterator[Subscriber]:
-    subscriber = Subscriber()
     async with aiomqtt.Client(broker.host, broker.port, identifier=f"test-{os.getpid()}") as client:
+        subscriber = Subscriber(client, topic)
         await client.subscribe(topic, qos=1)
 
         async def record() -> None:
@@ -199,9 +210,9 @@ def test_expired_track_clears_its_retained_state(
                 await exporter.handle(TrackExpired("unknown-3", "unknown", 30.0, 1.8e9))
                 await sub.wait(lambda: sub.on(topic)[-1] is None)
             async with subscribed(mosquitto) as late:
-                await late.wait(lambda: bool(late.on(TOPICS.status)))
-                await asyncio.sleep(0.3)
-                assert late.on(topic) == []  # nothing retained any more
+                await late.settled()
+                assert late.on(TOPICS.status)  # the retained status arrived ...
+                assert late.on(topic) == []  # ... and nothing else is retained any more
 
     run(scenario)
 
@@ -210,10 +221,13 @@ def test_every_alert_survives_a_broker_outage_in_order(
     mosquitto: MosquittoBroker, tmp_path: Path
 ) -> None:
     reconnect = asyncio.Event()
+    parked = asyncio.Event()
 
     async def gated_sleep(seconds: float) -> None:
         """The exporter's backoff, which also waits while the test holds ``reconnect``."""
         await asyncio.sleep(seconds)
+        if not reconnect.is_set():
+            parked.set()  # a retry came round while the broker is away: held here
         await reconnect.wait()
 
     async def scenario() -> None:
@@ -248,7 +262,7 @@ def test_every_alert_survives_a_broker_outage_in_order(
                 seq_b = enqueue(store, "alias-b", "ok", "exceeded", 6.0)
                 during.append(seq_b)
                 await exporter.handle(changed("alias-b", "ok", "exceeded", seq=seq_b))
-                await asyncio.sleep(1.5)  # the exporter keeps retrying meanwhile
+                await asyncio.wait_for(parked.wait(), 30)  # it retried meanwhile, and is held
                 assert store.pending_count() == 4, "alerts must wait in the outbox"
 
                 # Alerts are not retained: this subscriber must be there before the exporter

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
-from monitor.daemon.pipeline import build_pipeline
 from monitor.store.database import open_store
 from tests.daemon.test_pipeline import Recorder
 
@@ -49,4 +49,7 @@ def test_speech_played_into_the_virtual_microphone_is_scored(
     assert len(scored) >= 3
     assert summary.frames_speech > 0 and summary.audio_device_errors == 0
     assert [e.track for e in scored[:3]] == ["home-1"] * 3
-    assert all(e.latency_seconds < 5.0 for e in scored)
+    # kept up with the live device (no frame dropped for a full queue), and each window's
+    # latency clock covers at least the work done on it (not a wall-clock bound)
+    assert summary.frames_dropped == 0
+    assert all(e.latency_seconds >= sum(e.stage_seconds.values()) for e in scored)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from monitor.audio.sources import MicrophoneSource, read_audio
+from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
 from monitor.daemon.events import (
     FEATURES,
@@ -22,7 +23,6 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
-from monitor.daemon.pipeline import build_pipeline
 from monitor.errors import AudioDeviceError
 from monitor.store.database import open_store
 

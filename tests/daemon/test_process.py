@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from monitor.daemon.budget import period_start
 from monitor.store.database import open_store
 
 pytestmark = pytest.mark.corpus
 
-START_TIMEOUT_SECONDS = 90.0
+# A daemon that never logs a window hangs its test in readline: pytest-timeout ends it (no
+# wall-clock assert here; the one bound below is a requirement, not a speed test).
+SIGTERM_DEADLINE_SECONDS = 2.0  # issue 11: `voxmeter run` must stop within 2 s of SIGTERM
 
 
 def start(db: Path, stream: Path, *args: str) -> subprocess.Popen[str]:
@@ -33,10 +36,8 @@ def start(db: Path, stream: Path, *args: str) -> subprocess.Popen[str]:
 def wait_for_windows(process: subprocess.Popen[str], count: int) -> list[str]:
     """Read log lines until ``count`` windows were scored; returns the window lines."""
     assert process.stderr is not None
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
     windows: list[str] = []
     while len(windows) < count:
-        assert time.monotonic() < deadline, "no windows in time"
         line = process.stderr.readline()
         assert line, f"daemon ended early (rc {process.poll()})"
         if "msg=window " in line:
@@ -61,7 +62,9 @@ def test_sigterm_stops_within_two_seconds(daemon_corpus, daemon_db) -> None:
         process.kill()
     rest = process.stderr.read() if process.stderr else ""
     assert rc == 0, rest
-    assert elapsed <= 2.0
+    # a liveness requirement (systemd and containers kill after their own grace period), with
+    # the daemon's own watchdog at 1.75 s; not a measure of speed
+    assert elapsed <= SIGTERM_DEADLINE_SECONDS
     assert "reason=SIGTERM" in rest
     assert "Traceback" not in rest
     with open_store(daemon_db) as store:
@@ -85,11 +88,7 @@ def test_sigkill_then_restart_continues_cumulative_figures(daemon_corpus, daemon
         assert "home-1" in states
     killed_windows = int(field(before[-1], "windows"))
     with open_store(daemon_db) as store:
-        import time as _time
-
-        from monitor.daemon.budget import period_start
-
-        start_of_period = period_start(_time.time(), 86400.0)
+        start_of_period = period_start(time.time(), 86400.0)
         kept = store.track_period("home-1", start_of_period)
     # at most the in-flight window is lost: every logged window is in the ledger
     assert kept.windows >= killed_windows

@@ -14,10 +14,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.audio.sources import StdinSource
+from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import PrometheusSettings, load_config
 from monitor.daemon.events import Disclosure, TrackRestored, WindowScored
 from monitor.daemon.exporters.prometheus import PrometheusExporter
-from monitor.daemon.pipeline import build_pipeline
 from monitor.store.database import open_store
 from tests.daemon.test_pipeline import Recorder
 

@@ -18,11 +18,11 @@ import pytest
 import soundfile as sf
 
 from monitor.audio.sources import StdinSource
+from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import PrometheusSettings, load_config
 from monitor.daemon.events import StateChanged, WindowScored
 from monitor.daemon.evidence import WindowFeatures
 from monitor.daemon.exporters.prometheus import PrometheusExporter, is_loopback
-from monitor.daemon.pipeline import build_pipeline
 from monitor.errors import ConfigError
 from monitor.features.base import get_feature
 from monitor.store.database import open_store

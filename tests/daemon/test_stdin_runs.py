@@ -25,8 +25,8 @@ import pytest
 import soundfile as sf
 
 from monitor.audio.sources import StdinSource
+from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
-from monitor.daemon.pipeline import build_pipeline
 from monitor.store.database import open_store
 from tests.realparts import stop_process
 from tests.realparts.mosquitto import MosquittoBroker
@@ -147,5 +147,5 @@ def test_sigterm_while_reading_stdin_stops_within_two_seconds(
     finally:
         stop_process(process, sig=signal.SIGKILL)
     assert rc == 0, rest
-    assert elapsed <= 2.0
+    assert elapsed <= 2.0  # issue 11's requirement (a liveness bound, not a speed test)
     assert "reason=SIGTERM" in rest

@@ -17,8 +17,8 @@ import soxr
 from monitor.audio.sources import read_audio
 from monitor.audio.wyoming import WyomingSource
 from monitor.daemon.budget import period_start
+from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
-from monitor.daemon.pipeline import build_pipeline
 from monitor.store.database import open_store
 from tests.audio.wyoming_peers import stream_to
 from tests.daemon.conftest import DaemonCorpus

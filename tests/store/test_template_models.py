@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from monitor.calibration.fit import BucketCalibration, CalibrationSet
 from monitor.cli import app
+from monitor.daemon.build import check_template_model, load_calibration
 from monitor.daemon.config import load_config
-from monitor.daemon.pipeline import check_template_model, load_calibration
 from monitor.errors import ConfigError, InputError, StoreError
 from monitor.features.base import (
     EMBEDDING_ENV,

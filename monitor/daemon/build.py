@@ -1,0 +1,165 @@
+"""Construction: a :class:`~monitor.daemon.pipeline.Pipeline` and its parts from the config.
+
+``voxmeter run`` calls :func:`run_daemon`; tests and benchmarks call :func:`build_pipeline`
+with their own source or exporters. What the built pipeline does is in pipeline.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from monitor.audio.sources import AudioSource, MicrophoneSource, Retry, open_source
+from monitor.calibration.fit import CalibrationSet, load_default
+from monitor.daemon.config import Config
+from monitor.daemon.events import Exporter
+from monitor.daemon.exporters import build_exporters
+from monitor.daemon.exporters.log import LogExporter
+from monitor.daemon.lock import DaemonLock
+from monitor.daemon.logs import configure_logging
+from monitor.daemon.pipeline import Pipeline, RunSummary
+from monitor.daemon.scorer import Scorer
+from monitor.errors import ConfigError, StoreError
+from monitor.features.base import Feature, get_feature, set_embedding_backend
+from monitor.store.database import Store, open_store
+from monitor.store.templates import model_name
+
+logger = logging.getLogger("monitor.daemon.pipeline")  # the name operators' log filters know
+
+
+def make_source(config: Config) -> AudioSource:
+    """The configured source; file pacing and device retry delays come from ``[audio]``."""
+    audio = config.audio
+    retry = Retry(audio.retry_min_seconds, audio.retry_max_seconds, audio.wait_for_device)
+    return open_source(config.daemon.source, fast=audio.pace == "fast", retry=retry)
+
+
+def load_calibration(config: Config, store: Store) -> CalibrationSet:
+    """``scorer.calibration`` if set, else the store's, else models/calibration.json."""
+    backend = config.features.embedding
+    if config.scorer.calibration:
+        loaded = CalibrationSet.load(config.scorer.calibration)
+        loaded.check_embedding_backend(config.scorer.calibration, backend)
+        return loaded
+    stored = store.load_calibration()
+    if stored is not None:
+        stored.check_embedding_backend(f"{store.path}: stored calibration", backend)
+        return stored
+    return load_default(backend)
+
+
+def check_template_model(store: Store, name: str, feature: Feature) -> None:
+    """The stored templates of ``name`` must come from the model this daemon extracts with;
+    for the embedding, a mismatch names the config key to change."""
+    stored = store.template_model(name)
+    if not stored or stored == feature.version:
+        return
+    if name == "embedding":
+        raise ConfigError(
+            "features.embedding",
+            f"{store.path} was enrolled with the {model_name(stored)} backend, not "
+            f'{model_name(feature.version)}: set features.embedding = "{model_name(stored)}" '
+            "or re-enrol into a new database",
+        )
+    raise StoreError(
+        f"{store.path}: {name!r} templates were made by {stored}, this voxmeter extracts "
+        f"{feature.version}: re-enrol"
+    )
+
+
+def load_scorer(config: Config, store: Store, features: Mapping[str, Feature]) -> Scorer:
+    """All templates of the enabled features (same identities for each) and the calibration."""
+    for name, feature in features.items():
+        check_template_model(store, name, feature)
+    aliases: tuple[str, ...] | None = None
+    batches = {}
+    for name in features:
+        names, batch = store.template_batch(name)
+        if aliases is not None and names != aliases:
+            missing = sorted(set(aliases) ^ set(names))[:5]
+            raise StoreError(
+                f"{store.path}: identities differ between features (e.g. {', '.join(missing)}): "
+                "every identity needs a template of every enabled feature"
+            )
+        aliases = names
+        batches[name] = batch
+    assert aliases is not None
+    try:
+        return Scorer(
+            aliases, batches, load_calibration(config, store), features, delta=config.scorer.delta
+        )
+    except ValueError as error:
+        raise StoreError(f"{store.path}: {error}") from error
+
+
+def daemon_exporters(config: Config, store: Store, device_id: str) -> list[Exporter]:
+    """The log exporter, then Prometheus, MQTT and Home Assistant as configured."""
+    return [
+        LogExporter(),
+        *build_exporters(config, store=store, db_path=Path(store.path), device_id=device_id),
+    ]
+
+
+def build_pipeline(
+    config: Config,
+    *,
+    store: Store,
+    source: AudioSource | None = None,
+    exporters: Sequence[Exporter] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
+) -> Pipeline:
+    """A pipeline as ``voxmeter run`` builds it (tests pass their own source or exporters)."""
+    device_id = config.daemon.device_id or socket.gethostname()
+    source = source if source is not None else make_source(config)
+    set_embedding_backend(config.features.embedding)
+    features = {name: get_feature(name) for name in config.features.enabled}
+    scorer = load_scorer(config, store, features)
+    profiles = [p for p in store.local_profiles() if p.identity_alias in scorer.index]
+    return Pipeline(
+        config,
+        store=store,
+        source=source,
+        scorer=scorer,
+        features=features,
+        profiles=profiles,
+        exporters=exporters
+        if exporters is not None
+        else daemon_exporters(config, store, device_id),
+        device_id=device_id,
+        clock=clock,
+        wall_clock=wall_clock,
+    )
+
+
+#: SIGTERM must end ``voxmeter run`` within 2 s (systemd, containers): past this, by force.
+EXIT_DEADLINE_SECONDS = 1.75
+
+
+def run_daemon(config: Config) -> RunSummary:
+    """``voxmeter run``: lock the database, open it, build the pipeline, run it to the end.
+
+    The lock (``<db>.lock``) is held until the store is closed, so a second daemon on the same
+    database is refused with one line before it prints or changes anything.
+    """
+    configure_logging(config.logging)
+    with DaemonLock(config.daemon.db):
+        source = make_source(config)  # a bad file: one line, before anything else
+        if isinstance(source, MicrophoneSource) and not source.wait_for_device:
+            source.probe()  # a missing device: likewise
+        store = open_store(config.daemon.db)
+        try:
+            pipeline = build_pipeline(config, store=store, source=source)
+            pipeline.exit_deadline_seconds = EXIT_DEADLINE_SECONDS
+            summary = asyncio.run(pipeline.run())
+        finally:
+            store.close()
+    logger.info(
+        "stopped",
+        extra={"fields": {"reason": summary.stop_reason, "windows": summary.windows}},
+    )
+    return summary
