@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 from monitor.vocabulary import BOUNDS as BOUNDS
 from monitor.vocabulary import FEATURES as FEATURES
 from monitor.vocabulary import MEASURES as MEASURES
+from monitor.vocabulary import Bound
 from monitor.vocabulary import BudgetState as BudgetState
 
 if TYPE_CHECKING:
@@ -93,6 +94,11 @@ class Disclosure:
     cumulative_bits: float  # disclosure of all the track's windows in the period, pooled
     window_bits: float  # disclosure of the last window alone
 
+    @property
+    def key(self) -> str:
+        """``feature.measure``, as the ledger, alerts and the budget setting spell it."""
+        return f"{self.feature}.{self.measure}"
+
 
 @dataclass(frozen=True)
 class CompositionBounds:
@@ -107,6 +113,11 @@ class CompositionBounds:
     basic_bits: float  # T·ε
     advanced_bits: float  # min(T·ε, Kairouz Thm 3.4)
     optimal_bits: float  # Kairouz Thm 3.3, exact ε* for δ
+
+    def bits(self) -> dict[Bound, float]:
+        """The bounds in bits keyed by :data:`BOUNDS` (the one place that builds this dict)."""
+        values = (self.basic_bits, self.advanced_bits, self.optimal_bits)
+        return dict(zip(BOUNDS, values, strict=True))
 
 
 @dataclass(frozen=True)

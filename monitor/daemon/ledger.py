@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from monitor.daemon.budget import BudgetMachine, Transition, period_start
@@ -70,15 +71,9 @@ class LedgerWriter:
         }
         if scored is not None:
             payload["features"] = {
-                f"{d.feature}.{d.measure}": finite_bits(d.cumulative_bits)
-                for d in scored.score.disclosures
+                d.key: finite_bits(d.cumulative_bits) for d in scored.score.disclosures
             }
-            b = scored.score.bounds
-            payload["bounds"] = {
-                "basic": b.basic_bits,
-                "advanced": b.advanced_bits,
-                "optimal": b.optimal_bits,
-            }
+            payload["bounds"] = scored.score.bounds.bits()
         bits = finite_bits(change.bits)
         seq = self.store.transition(change.track, change.to_state, bits, payload, self.alert_topic)
         return StateChanged(
@@ -118,47 +113,40 @@ class LedgerWriter:
         started = self.clock()
         tracked, score, evidence = scored.tracked, scored.score, scored.evidence
         window = tracked.window
-        key = self.measure
-        figure = next(
-            d.cumulative_bits
-            for d in score.disclosures
-            if d.feature == key.feature and d.measure == key.measure
-        )
+        figure = next(d.cumulative_bits for d in score.disclosures if d.key == str(self.measure))
         previous = self.budget.state(tracked.track)
         change = None if stale else self.budget.process(tracked.track, figure)
         state = self.budget.state(tracked.track)
         window_end_unix = window.closed_unix
         window_start_unix = window_end_unix - (window.end_seconds - window.start_seconds)
-        figures = {
-            "kind": tracked.kind,
-            "identity": tracked.identity,
-            "subject": score.subject,
-            "window_index": window.index,
-            "windows": evidence.windows,
-            "pooled_speech_seconds": evidence.speech_seconds,
-            "disclosures": {
-                f"{d.feature}.{d.measure}": [
-                    finite_bits(d.cumulative_bits),
-                    finite_bits(d.window_bits),
-                ]
-                for d in score.disclosures
-            },
-            "bounds": {
-                "basic": score.bounds.basic_bits,
-                "advanced": score.bounds.advanced_bits,
-                "optimal": score.bounds.optimal_bits,
-                "epsilon_nats": score.bounds.epsilon_nats,
-            },
-            "ceiling_bits": math.log2(self.templates),
-            "templates": self.templates,
-            "budget_bits": self.budget_bits,
-            "budget_figure_bits": finite_bits(figure),
-            "state": state,
-            "information_gain_bits": score.information_gain_bits,
-            "top_candidate": score.top_candidate,
-            "top_candidate_bits": score.top_candidate_bits,
-            "extrapolated": score.extrapolated,
-        }
+        scored_event = WindowScored(
+            track=tracked.track,
+            kind=tracked.kind,
+            identity=tracked.identity,
+            window_index=window.index,
+            window_start_seconds=window.start_seconds,
+            window_end_seconds=window.end_seconds,
+            window_speech_seconds=window.speech_seconds,
+            pooled_speech_seconds=evidence.speech_seconds,
+            windows=evidence.windows,
+            disclosures=score.disclosures,
+            bounds=score.bounds,
+            ceiling_bits=math.log2(self.templates),
+            templates=self.templates,
+            budget_bits=self.budget_bits,
+            budget_measure=str(self.measure),
+            budget_figure_bits=figure,
+            state=state,
+            information_gain_bits=score.information_gain_bits,
+            top_candidate=score.top_candidate,
+            top_candidate_bits=score.top_candidate_bits,
+            extrapolated=score.extrapolated,
+            period_start_unix=scored.period_start_unix,
+            window_closed_unix=window.closed_unix,
+            window_closed_monotonic=window.closed_monotonic,
+            scored_unix=math.nan,  # set below, once the ledger holds the window
+            latency_seconds=math.nan,
+        )
         self.store.record_window(
             tracked.track,
             period_start=scored.period_start_unix,
@@ -166,7 +154,7 @@ class LedgerWriter:
             window_end=window_end_unix,
             speech_seconds=window.speech_seconds,
             pooled=evidence.pooled,
-            figures=figures,
+            figures=ledger_figures(scored_event, subject=score.subject),
             window_bits=finite_bits(score.window_bits),
         )
         if change is not None:
@@ -177,31 +165,8 @@ class LedgerWriter:
         ledger_seconds = self.clock() - started
         events.insert(
             0,
-            WindowScored(
-                track=tracked.track,
-                kind=tracked.kind,
-                identity=tracked.identity,
-                window_index=window.index,
-                window_start_seconds=window.start_seconds,
-                window_end_seconds=window.end_seconds,
-                window_speech_seconds=window.speech_seconds,
-                pooled_speech_seconds=evidence.speech_seconds,
-                windows=evidence.windows,
-                disclosures=score.disclosures,
-                bounds=score.bounds,
-                ceiling_bits=math.log2(self.templates),
-                templates=self.templates,
-                budget_bits=self.budget_bits,
-                budget_measure=str(self.measure),
-                budget_figure_bits=figure,
-                state=state,
-                information_gain_bits=score.information_gain_bits,
-                top_candidate=score.top_candidate,
-                top_candidate_bits=score.top_candidate_bits,
-                extrapolated=score.extrapolated,
-                period_start_unix=scored.period_start_unix,
-                window_closed_unix=window.closed_unix,
-                window_closed_monotonic=window.closed_monotonic,
+            replace(
+                scored_event,
                 scored_unix=scored_unix,
                 latency_seconds=self.clock() - window.closed_monotonic,
                 stage_seconds={
@@ -212,6 +177,34 @@ class LedgerWriter:
             ),
         )
         return events
+
+
+def ledger_figures(event: WindowScored, *, subject: str) -> dict[str, Any]:
+    """The ledger's JSON of a scored window (what ``status`` shows); :func:`restored_window` is
+    its inverse. Figures are kept finite (:func:`~monitor.jsonsafe.finite_bits`)."""
+    b = event.bounds
+    return {
+        "kind": event.kind,
+        "identity": event.identity,
+        "subject": subject,
+        "window_index": event.window_index,
+        "windows": event.windows,
+        "pooled_speech_seconds": event.pooled_speech_seconds,
+        "disclosures": {
+            d.key: [finite_bits(d.cumulative_bits), finite_bits(d.window_bits)]
+            for d in event.disclosures
+        },
+        "bounds": {**b.bits(), "epsilon_nats": b.epsilon_nats},
+        "ceiling_bits": event.ceiling_bits,
+        "templates": event.templates,
+        "budget_bits": event.budget_bits,
+        "budget_figure_bits": finite_bits(event.budget_figure_bits),
+        "state": event.state,
+        "information_gain_bits": event.information_gain_bits,
+        "top_candidate": event.top_candidate,
+        "top_candidate_bits": event.top_candidate_bits,
+        "extrapolated": event.extrapolated,
+    }
 
 
 def _disclosure(key: FigureKey, values: Sequence[float]) -> Disclosure:

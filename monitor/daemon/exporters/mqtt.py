@@ -45,7 +45,6 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
-from monitor.daemon.exporters.figures import bounds_bits
 from monitor.errors import StoreError
 from monitor.store.outbox import OutboxMessage
 
@@ -119,7 +118,7 @@ def speaker_state_payload(event: WindowScored, *, updated_unix: float) -> dict[s
         "budget": event.budget_bits,
         "measure": event.budget_measure,
         "features": features,
-        "bounds": bounds_bits(event.bounds),
+        "bounds": event.bounds.bits(),
         "ceiling": event.ceiling_bits,
         "windows": event.windows,
         "speech_seconds": event.pooled_speech_seconds,

@@ -34,7 +34,6 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
-from monitor.daemon.exporters.figures import bounds_bits
 from monitor.errors import ConfigError
 from monitor.store.database import open_store
 from monitor.vocabulary import BUDGET_STATES
@@ -316,7 +315,7 @@ class PrometheusExporter:
             m.window_disclosure_bits.labels(speaker, item.feature, item.measure).set(
                 item.window_bits
             )
-        for bound, value in bounds_bits(event.bounds).items():
+        for bound, value in event.bounds.bits().items():
             m.composition_bound_bits.labels(speaker, bound).set(value)
         m.disclosure_ceiling_bits.set(event.ceiling_bits)
         m.budget_bits.labels(speaker).set(event.budget_bits)
