@@ -22,11 +22,14 @@ from monitor.audio.sources import (
     FileSource,
     MicrophoneSource,
     SoundDeviceBackend,
+    SourceSpec,
     StdinSource,
     open_source,
+    parse_source,
     read_audio,
 )
-from monitor.errors import AudioDeviceError, InputError
+from monitor.daemon.config import load_config
+from monitor.errors import AudioDeviceError, ConfigError, InputError
 
 
 def tone(rate: int, seconds: float, hz: float, amplitude: float = 0.5) -> np.ndarray:
@@ -282,6 +285,28 @@ def test_open_source_spellings(tmp_path: Path) -> None:
     stdin = open_source("stdin:48000:2")
     assert isinstance(stdin, StdinSource) and (stdin.rate_hz, stdin.channels) == (48000, 2)
     assert open_source("stdin").rate_hz == RATE_HZ  # type: ignore[attr-defined]
+
+
+def test_parse_source_is_the_one_parser() -> None:
+    assert parse_source("mic") == SourceSpec("mic", "mic")
+    assert parse_source("mic:0").device == 0  # index 0 is a device, not the default
+    assert parse_source("mic:pulse").device == "pulse"
+    assert parse_source("file:a b.flac?fast") == SourceSpec(
+        "file", "file:a b.flac?fast", path="a b.flac", fast=True
+    )
+    assert (parse_source("stdin:8000:2").rate_hz, parse_source("stdin:8000:2").channels) == (
+        8000,
+        2,
+    )
+    assert parse_source("wyoming://127.0.0.1:10600?once").kind == "wyoming"
+    with pytest.raises(InputError, match="Wyoming"):
+        parse_source("wyoming://127.0.0.1")  # no port
+
+
+def test_config_checks_a_source_with_the_same_parser() -> None:
+    with pytest.raises(ConfigError, match=r"daemon\.source.*stream spec"):
+        load_config(None, ["daemon.source=stdin:fast"])
+    assert load_config(None, ["daemon.source=mic:0"]).daemon.source == "mic:0"
 
 
 @pytest.mark.parametrize("spec", ["speaker", "file:", "stdin:fast", "stdin:1:2:3", "http://x"])

@@ -203,10 +203,10 @@ def test_run_serves_until_cancelled() -> None:
 
     async def scenario() -> str:
         task = asyncio.create_task(exporter.run(), name="voxmeter.exporter.prometheus")
-        for _ in range(100):
-            if exporter._server is not None:
-                break
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(60):  # a hang guard only: wait for the server itself
+            while exporter._server is None:
+                assert not task.done(), "run() ended before serving"
+                await asyncio.sleep(0.01)
         url = f"http://127.0.0.1:{exporter.port}/metrics"
         text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read())
         task.cancel()
