@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from monitor.daemon.events import (
     TrackedWindow,
@@ -27,7 +28,7 @@ class WindowFeatures:
     def __init__(self, features: Mapping[str, Feature]) -> None:
         self.features = dict(features)
 
-    def observe(self, name: str, samples: np.ndarray) -> Observation:
+    def observe(self, name: str, samples: npt.NDArray[np.float32]) -> Observation:
         return self.features[name].observe(samples, RATE_HZ)
 
     def warm_up(self) -> None:

@@ -31,17 +31,15 @@ from monitor.features.base import Feature, Observation, TemplateBatch
 from monitor.vocabulary import COMBINED, SimilarityKind
 
 LN2 = math.log(2.0)
+FloatArray = npt.NDArray[np.floating]  # float64 figures; float32 where templates are stored
 
 
 @lru_cache(maxsize=64)
-def _rank_cdf(N: int, alpha: float, beta: float) -> np.ndarray:
+def _rank_cdf(N: int, alpha: float, beta: float) -> FloatArray:
     """(N+1,) cumulative γ with a leading 0: γ_k summed over ranks 1..k (read-only)."""
     cdf = np.concatenate(([0.0], np.cumsum(betabinom_pmf(N, alpha, beta))))
     cdf.flags.writeable = False
     return cdf
-
-
-FloatArray = npt.NDArray[np.floating]  # float64, or float32 where templates are stored so
 
 
 def _xlogx(x: FloatArray) -> FloatArray:
@@ -52,7 +50,7 @@ def _xlogx(x: FloatArray) -> FloatArray:
 
 def _znorm(scores: FloatArray) -> FloatArray:
     """z-scores of one row (ddof 0), 0 where all are equal: monitor.disclosure.lid.znorm_rows."""
-    z = scores - scores.mean()
+    z: FloatArray = scores - scores.mean()  # numpy's stubs give array arithmetic as Any
     if scores.max() == scores.min():
         z[:] = 0.0
         return z
@@ -60,9 +58,9 @@ def _znorm(scores: FloatArray) -> FloatArray:
     return z
 
 
-def _log_softmax(z: np.ndarray, weight: float) -> np.ndarray:
+def _log_softmax(z: FloatArray, weight: float) -> FloatArray:
     """ln P(j) = log-softmax_j(w·z_j) (nats): lid_log_posteriors of a row already z-normed."""
-    a = float(weight) * z
+    a: FloatArray = float(weight) * z
     a -= a.max()
     a -= math.log(float(np.exp(a).sum()))
     return a
@@ -82,7 +80,8 @@ def _sum_rows(a: FloatArray) -> FloatArray:
         half = k // 2
         a[:half] += a[k - half : k]
         k -= half
-    return a[0]
+    total: FloatArray = a[0]  # an integer index is typed Any by numpy's stubs
+    return total
 
 
 class PreparedTemplates:
@@ -129,11 +128,11 @@ class PreparedTemplates:
             self.kind = "generic"
             self.batch = batch
 
-    def similarity(self, test: Observation) -> np.ndarray:
+    def similarity(self, test: Observation) -> FloatArray:
         """(N,) float64 similarity of one observation to every template."""
         return self.similarities([test])[0]
 
-    def similarities(self, tests: Sequence[Observation]) -> list[np.ndarray]:
+    def similarities(self, tests: Sequence[Observation]) -> list[FloatArray]:
         """(N,) float64 similarity of each observation; one pass over the templates for all."""
         values = [np.asarray(t.values, dtype=np.float64) for t in tests]
         if self.kind == "js":
@@ -142,10 +141,10 @@ class PreparedTemplates:
             return self._cosine(values)
         return [np.asarray(self.feature.similarity(t, self.batch), dtype=np.float64) for t in tests]
 
-    def _cosine(self, tests: list[np.ndarray]) -> list[np.ndarray]:
+    def _cosine(self, tests: Sequence[FloatArray]) -> list[FloatArray]:
         norms = [float(np.linalg.norm(v)) for v in tests]
         live = [i for i, norm in enumerate(norms) if norm > 0]
-        out = [np.zeros(self.n) for _ in tests]
+        out: list[FloatArray] = [np.zeros(self.n) for _ in tests]
         if not live:
             return out
         vectors = [(tests[i] / norms[i]).astype(self.dtype) for i in live]
@@ -164,13 +163,13 @@ class PreparedTemplates:
             out[i] = np.clip(cos, -1.0, 1.0, out=cos)
         return out
 
-    def _scaled(self, p: np.ndarray) -> np.ndarray:
+    def _scaled(self, p: FloatArray) -> FloatArray:
         """(K, 1) column of test probabilities in the stored scale and dtype."""
         return (p * 2.0**self.scale_exp).astype(self.dtype)[:, None]
 
-    def _js(self, tests: list[np.ndarray]) -> list[np.ndarray]:
+    def _js(self, tests: Sequence[FloatArray]) -> list[FloatArray]:
         D, N = self.q_by_bin.shape
-        plans: list[tuple[np.ndarray | None, np.ndarray, float, np.ndarray] | None] = []
+        plans: list[tuple[npt.NDArray[np.intp] | None, FloatArray, float, FloatArray] | None] = []
         for counts in tests:
             if counts.shape[0] != D:
                 raise ValueError(f"test has {counts.shape[0]} bins, templates {D}")
@@ -207,7 +206,7 @@ class PreparedTemplates:
                 if rows is not None:
                     rlogr -= self.qlogq_by_bin[rows, start:stop]
                 acc[start:stop] = _sum_rows(rlogr)
-        out = []
+        out: list[FloatArray] = []
         for plan in plans:
             if plan is None:
                 out.append(np.ones(N))
@@ -238,9 +237,9 @@ class FeatureScores:
     """One feature's view of some evidence: scores and the calibrated posteriors they imply."""
 
     feature: str
-    scores: np.ndarray  # (N,) similarity (or fused score for combined)
-    log_posterior: np.ndarray  # (N,) LID ln P(i | s), nats
-    rank_cdf: np.ndarray  # (N+1,) cumulative γ of the SRD model for this length
+    scores: FloatArray  # (N,) similarity (or fused score for combined)
+    log_posterior: FloatArray  # (N,) LID ln P(i | s), nats
+    rank_cdf: FloatArray  # (N+1,) cumulative γ of the SRD model for this length
     extrapolated: bool
 
     def srd_bits(self, index: int) -> float:
@@ -331,7 +330,7 @@ class Scorer:
         return math.log2(self.n)
 
     def _feature_scores(
-        self, name: str, scores: np.ndarray, z: np.ndarray, seconds: float
+        self, name: str, scores: FloatArray, z: FloatArray, seconds: float
     ) -> FeatureScores:
         bucket, extrapolated = self.calibration.lookup(name, seconds)
         return FeatureScores(
@@ -359,7 +358,7 @@ class Scorer:
             for i, (_, seconds) in enumerate(evidence)
         ]
 
-    def _evidence(self, raw: dict[str, np.ndarray], seconds: float) -> Evidence:
+    def _evidence(self, raw: dict[str, FloatArray], seconds: float) -> Evidence:
         # each row z-normalised once, for its own posterior and for the fusion (the figures of
         # lid_log_posteriors and fuse_scores, which z-normalise again inside: tests compare)
         z = {name: _znorm(s) for name, s in raw.items()}

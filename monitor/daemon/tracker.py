@@ -17,16 +17,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from monitor.daemon.config import TrackerSettings
 from monitor.daemon.events import FeatureWindow, TrackedWindow, TrackExpired
 from monitor.store.templates import LocalProfile
+from monitor.vocabulary import TRACKING_FEATURE
 
-EMBEDDING = "embedding"
+EMBEDDING = TRACKING_FEATURE  # the feature voices are followed by
 _UNKNOWN = re.compile(r"^unknown-(\d+)$")
 
 
-def _unit(v: np.ndarray) -> np.ndarray:
+def _unit(v: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     norm = float(np.linalg.norm(v))
     if norm == 0.0:
         raise ValueError("embedding has zero norm")
@@ -36,7 +38,7 @@ def _unit(v: np.ndarray) -> np.ndarray:
 @dataclass
 class _Cluster:
     track: str
-    centroid: np.ndarray  # (D,) unit vector
+    centroid: npt.NDArray[np.float64]  # (D,) unit vector
     seconds: float
     last_seen: float  # clock time
     last_seen_seconds: float  # stream position
@@ -70,7 +72,7 @@ class SpeakerTracker:
         highest = max((int(m.group(1)) for t in used if (m := _UNKNOWN.match(t))), default=0)
         self._numbers = itertools.count(highest + 1)
 
-    def restore(self, track: str, embedding: np.ndarray, seconds: float) -> None:
+    def restore(self, track: str, embedding: npt.NDArray[np.float64], seconds: float) -> None:
         """Resume an unknown-N cluster from its pooled embedding (restart in the same period)."""
         now = self.clock()
         self.clusters[track] = _Cluster(track, _unit(np.asarray(embedding)), seconds, now, 0.0)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
+import numpy.typing as npt
 
 from monitor.errors import StoreError
 
@@ -127,7 +128,7 @@ def current_version(conn: sqlite3.Connection) -> int:
     return int(row[0] or 0)
 
 
-def vector_blob(values: np.ndarray, what: str) -> tuple[bytes, int]:
+def vector_blob(values: npt.ArrayLike, what: str) -> tuple[bytes, int]:
     """A (D,) finite vector as little-endian float64 bytes and D; ValueError names ``what``."""
     vector = np.asarray(values, dtype=np.float64)
     if vector.ndim != 1 or vector.size == 0:
@@ -137,6 +138,6 @@ def vector_blob(values: np.ndarray, what: str) -> tuple[bytes, int]:
     return vector.astype("<f8", copy=False).tobytes(), int(vector.size)
 
 
-def blob_vector(blob: bytes) -> np.ndarray:
+def blob_vector(blob: bytes) -> npt.NDArray[np.float64]:
     """Inverse of :func:`vector_blob` (a writable copy, native float64)."""
     return np.frombuffer(blob, dtype="<f8").astype(np.float64)
