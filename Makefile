@@ -45,4 +45,4 @@ calibration: venv models
 	$(VENV)/bin/voxmeter calibrate ../shared/data/speechocean762 --split train --out monitor/calibration/shipped/calibration.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
