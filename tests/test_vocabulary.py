@@ -7,7 +7,7 @@ import pytest
 from monitor.daemon.config import load_config
 from monitor.errors import ConfigError
 from monitor.features.base import FEATURE_NAMES, HistogramFeature
-from monitor.features.embedding import EmbeddingFeature
+from monitor.features.embedding import CampplusEmbedding, EcapaEmbedding, GE2EEmbedding
 from monitor.store.outbox import BudgetRecord
 from monitor.vocabulary import (
     BOUNDS,
@@ -51,4 +51,5 @@ def test_budget_measure_is_parsed_once_in_config() -> None:
 
 def test_features_declare_their_similarity_kind() -> None:
     assert HistogramFeature.similarity_kind == "histogram"
-    assert EmbeddingFeature.similarity_kind == "embedding"
+    for backend in (EcapaEmbedding, CampplusEmbedding, GE2EEmbedding):
+        assert backend.similarity_kind == "embedding"
