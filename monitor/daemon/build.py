@@ -39,7 +39,7 @@ def make_source(config: Config) -> AudioSource:
 
 
 def load_calibration(config: Config, store: Store) -> CalibrationSet:
-    """``scorer.calibration`` if set, else the store's, else models/calibration.json."""
+    """``scorer.calibration`` if set, else the store's, else the shipped one of the backend."""
     backend = config.features.embedding
     if config.scorer.calibration:
         loaded = CalibrationSet.load(config.scorer.calibration)

@@ -191,7 +191,7 @@ class ScorerSettings:
     """Scoring against all N templates and the composition comparison."""
 
     calibration: str = _setting(
-        "", "calibration JSON; empty = the store's, else models/calibration.json"
+        "", "calibration JSON; empty = the store's, else the shipped one for the embedding backend"
     )
     delta: float = _setting(1e-5, "δ of the advanced and optimal composition bounds", _delta)
 
