@@ -279,12 +279,25 @@ def test_daemon_metrics_alerts_and_deploy_queries_end_to_end(
             # candidate's LID, which the sharper ECAPA embedding can push past the budget
             assert speaker in firing_speakers
             assert all(s == speaker or s.startswith("unknown-") for s in firing_speakers)
-            rules = prometheus.api("rules")["groups"]
-            exceeded_rule = next(
-                r for g in rules for r in g["rules"] if r["name"] == "VoxmeterBudgetExceeded"
-            )
-            assert exceeded_rule["health"] == "ok"
-            assert any(a["labels"]["speaker"] == speaker for a in exceeded_rule["alerts"])
+
+            def exceeded_rule() -> dict[str, Any]:
+                rules = prometheus.api("rules")["groups"]
+                return next(
+                    r for g in rules for r in g["rules"] if r["name"] == "VoxmeterBudgetExceeded"
+                )
+
+            # the rule's alerts appear at its next evaluation, after the expression first holds
+            with contextlib.suppress(TimeoutError):
+                wait_until(
+                    lambda: any(
+                        a["labels"]["speaker"] == speaker for a in exceeded_rule()["alerts"]
+                    ),
+                    60,
+                    "the rule's alert for the speaker",
+                )
+            rule = exceeded_rule()
+            assert rule["health"] == "ok"
+            assert any(a["labels"]["speaker"] == speaker for a in rule["alerts"]), rule
         finally:
             stop_process(daemon, grace_seconds=30)
     log = (tmp_path / "daemon.log").read_text()
