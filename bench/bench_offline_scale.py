@@ -129,7 +129,7 @@ def bench_scaling(T: int, N: int, *, workers: int = 2, rows_per_task: int = 500)
     from distributed import Client, LocalCluster
 
     from monitor.cluster import DaskRows, SyntheticMatrix
-    from monitor.report_text import report_json, rows_report
+    from monitor.score.report import report_json, rows_report
 
     with (
         LocalCluster(

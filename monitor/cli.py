@@ -237,7 +237,7 @@ def score_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Disclosure and baseline metrics of a score file (ZEBRA format) or a 1-to-N score matrix."""
-    from monitor.report_text import (
+    from monitor.score.report import (
         render_report,
         report_json,
         score_report_from_files,
@@ -275,7 +275,7 @@ def compose_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
     """Composed ε after k releases: basic, advanced (Kairouz Thm 3.4) and optimal (Thm 3.3)."""
-    from monitor.report_text import (
+    from monitor.score.report import (
         compose_json,
         compose_rows,
         parse_steps,

@@ -20,7 +20,7 @@ from monitor.disclosure.matrix_scan import InMemoryRows
 from monitor.errors import InputError
 from monitor.features.base import embedding_backend
 from monitor.features.extract import _extract_batch, extract_many
-from monitor.report_text import matrix_report, report_json, rows_report
+from monitor.score.report import matrix_report, report_json, rows_report
 from monitor.store import open_store
 
 distributed = pytest.importorskip("distributed")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from monitor.errors import InputError
-from monitor.scorefiles import read_matrix, read_matrix_trials, read_scores_key, read_truth
+from monitor.score.files import read_matrix, read_matrix_trials, read_scores_key, read_truth
 
 
 def write(path: Path, text: str) -> Path:
@@ -171,7 +171,7 @@ def _reference_join(scores: str, key: str) -> tuple[list[float], list[float]]:
 def test_streamed_join_matches_the_line_parser(tmp_path, monkeypatch, block_bytes, separator):
     # Small blocks put chunk boundaries everywhere; tabs and mixed whitespace take the other
     # delimiter and the line-by-line path; blank lines and unkeyed scores are sprinkled in.
-    import monitor.scorefiles as scorefiles
+    import monitor.score.files as scorefiles
 
     monkeypatch.setattr(scorefiles, "_BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(7)
@@ -213,7 +213,7 @@ def test_streamed_join_matches_the_line_parser(tmp_path, monkeypatch, block_byte
 def test_errors_far_into_a_streamed_file_name_the_line(
     tmp_path, monkeypatch, scores, where, problem
 ):
-    import monitor.scorefiles as scorefiles
+    import monitor.score.files as scorefiles
 
     monkeypatch.setattr(scorefiles, "_BLOCK_BYTES", 64)
     s = write(tmp_path / "s.txt", scores)
@@ -234,7 +234,7 @@ def test_a_file_that_is_not_utf8_is_named(tmp_path):
 def test_pairs_that_share_a_hash_are_told_apart(tmp_path, monkeypatch):
     # A hash with only 997 values: key pairs collide at some seeds (another seed is taken) and
     # thousands of unkeyed score pairs share a key pair's hash (the strings tell them apart).
-    import monitor.scorefiles as scorefiles
+    import monitor.score.files as scorefiles
 
     strong = scorefiles._hash_strings
     monkeypatch.setattr(

@@ -59,7 +59,7 @@ from monitor.disclosure.ranks import check_scores, histogram_of_rank_counts
 from monitor.disclosure.srd import RankFit, SrdStats, fit_rank_model, srd_stats
 from monitor.disclosure.zebra import ZebraResult, zebra, zebra_of_blocks
 from monitor.errors import InputError
-from monitor.scorefiles import PairScores, read_matrix_trials, read_scores_key
+from monitor.score.files import PairScores, read_matrix_trials, read_scores_key
 
 FIT_LOSSES = ("ll", "ms", "wms", "rwms", "cll")
 #: Where the LID calibration came from, as printed.

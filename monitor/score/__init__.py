@@ -1,0 +1,1 @@
+"""Score files and the `score`/`compose` report."""
