@@ -27,15 +27,13 @@ from typing import Any
 import numpy as np
 
 from monitor.calibration.protocol import (
-    MIN_SPEECH_SECONDS,
-    SpeakerUtterances,
     Trials,
     describe_template,
-    load_speakers,
     plan_splits,
     score_trials,
     speech_listing,
 )
+from monitor.corpus.speakers import MIN_SPEECH_SECONDS, SpeakerUtterances, load_speakers
 from monitor.disclosure.lid import LidCalibration
 from monitor.errors import InputError
 from monitor.features.base import embedding_backend

@@ -9,11 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from monitor.calibration.fit import CalibrationSet
-from monitor.calibration.protocol import (
-    MIN_SPEECH_SECONDS,
-    NotEnoughSpeakersError,
-    load_speakers,
-)
+from monitor.calibration.protocol import NotEnoughSpeakersError
+from monitor.corpus.speakers import MIN_SPEECH_SECONDS, load_speakers
 from monitor.errors import InputError
 from monitor.evaluate.audit import Audit, protected_audit, run_audit
 

@@ -1,0 +1,155 @@
+"""A corpus's speakers as per-utterance observations, ready for the trial protocol.
+
+:func:`load_speakers` scans a corpus, extracts (or reads from the feature cache) every file and
+groups the usable utterances by speaker, listing everything left out and why.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from monitor.corpus.scan import scan_corpus
+from monitor.errors import InputError
+
+MIN_SPEECH_SECONDS = 0.3
+"""Default minimum speech per utterance (after VAD); the corpus commands take --min-speech."""
+
+
+@dataclass(frozen=True)
+class SpeakerUtterances:
+    """One speaker's usable utterances in corpus order, with per-feature observations.
+
+    ``speech_seconds`` (K,) is the speech behind each utterance (segment lengths);
+    ``values[f]`` (K, D_f) and ``weights[f]`` (K,) are the observations' values and seconds.
+    """
+
+    alias: str
+    utterances: tuple[str, ...]
+    speech_seconds: np.ndarray
+    values: Mapping[str, np.ndarray]
+    weights: Mapping[str, np.ndarray]
+
+    def __post_init__(self) -> None:
+        K = len(self.utterances)
+        seconds = np.asarray(self.speech_seconds, dtype=np.float64)
+        if seconds.shape != (K,):
+            raise ValueError(f"{self.alias}: speech_seconds shape {seconds.shape} != ({K},)")
+        object.__setattr__(self, "speech_seconds", seconds)
+        for name, matrix in self.values.items():
+            if np.shape(matrix)[0] != K or np.shape(self.weights[name]) != (K,):
+                raise ValueError(f"{self.alias}: {name} observations do not match {K} utterances")
+
+    @property
+    def total_seconds(self) -> float:
+        return float(self.speech_seconds.sum())
+
+
+@dataclass(frozen=True)
+class CorpusSpeakers:
+    """Speakers of a corpus ready for :func:`score_trials`, plus everything left out and why."""
+
+    root: str
+    split: str | None
+    speakers: tuple[SpeakerUtterances, ...]
+    skipped: tuple[tuple[str, str], ...]  # (file or speaker, reason)
+    files: int  # audio files found (readable or not)
+
+
+def usable_observation(values: np.ndarray) -> bool:
+    """An observation carries evidence: some counts (histograms) or a non-zero embedding.
+    An empty one cannot be normalised into a distribution or a direction, so it is skipped."""
+    return bool(np.any(values != 0))
+
+
+def load_speakers(
+    root: str | Path,
+    *,
+    split: str | None = None,
+    features: Sequence[str],
+    cache_dir: str | Path | None = None,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    min_speech_seconds: float = MIN_SPEECH_SECONDS,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> CorpusSpeakers:
+    """Scan ``root``, extract (or read from the cache) every file, group by speaker.
+
+    Files that cannot be read, utterances with less than ``min_speech_seconds`` of speech or
+    with no evidence for any feature, and speakers left with fewer than 2 utterances are
+    skipped and listed. An utterance empty for some features only is kept: its empty
+    observations pool as nothing.
+    Raises ``InputError`` when no speaker remains.
+    """
+    from monitor.features.extract import FeatureCache, extract_many
+
+    # abspath folds "a/../b" (unlike Path.absolute) but keeps symlinks (unlike resolve), so
+    # "../corpus" and "/abs/corpus" share one set of FeatureCache entries.
+    corpus = scan_corpus(os.path.abspath(root), split=split)
+    cache = FeatureCache(cache_dir) if cache_dir is not None else None
+    extraction = extract_many(
+        corpus.paths,
+        cache,
+        features=tuple(features),
+        jobs=jobs,
+        scheduler=scheduler,
+        progress=progress,
+    )
+    skipped: list[tuple[str, str]] = [(str(path), reason) for path, reason in corpus.unreadable]
+    skipped += [(path, error.problem) for path, error in extraction.errors.items()]  # type: ignore[attr-defined]
+    speakers: list[SpeakerUtterances] = []
+    for alias in corpus.speakers:
+        kept: list[tuple[str, Any]] = []
+        for utterance in corpus.utterances_of(alias):
+            result = extraction.files.get(str(utterance.path))
+            if result is None:
+                continue
+            if result.speech_seconds < min_speech_seconds:
+                skipped.append(
+                    (
+                        str(utterance.path),
+                        f"too little speech ({result.speech_seconds:.2f} s, "
+                        f"minimum {min_speech_seconds:g} s)",
+                    )
+                )
+                continue
+            empty = [f for f in features if not usable_observation(result.observations[f].values)]
+            if len(empty) == len(features):
+                skipped.append((str(utterance.path), f"empty {', '.join(empty)} observation"))
+                continue
+            # An empty observation of one feature pools as nothing (zero counts, zero
+            # vector): the utterance still serves the other features.
+            kept.append((utterance.path.stem, result))
+        if len(kept) < 2:
+            skipped.append(
+                (f"speaker {alias}", f"only {len(kept)} usable utterance(s); 2 or more needed")
+            )
+            continue
+        speakers.append(
+            SpeakerUtterances(
+                alias=alias,
+                utterances=tuple(stem for stem, _ in kept),
+                speech_seconds=np.array([r.speech_seconds for _, r in kept]),
+                values={f: np.stack([r.observations[f].values for _, r in kept]) for f in features},
+                weights={
+                    f: np.array([r.observations[f].seconds for _, r in kept]) for f in features
+                },
+            )
+        )
+    if not speakers:
+        raise InputError(
+            str(corpus.root),
+            f"no speaker has 2 or more utterances with usable speech ({len(skipped)} skipped)",
+        )
+    return CorpusSpeakers(
+        root=str(corpus.root),
+        split=split,
+        speakers=tuple(speakers),
+        skipped=tuple(skipped),
+        files=len(corpus.utterances) + len(corpus.unreadable),
+    )
