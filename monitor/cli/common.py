@@ -1,0 +1,157 @@
+"""What the command families share: one-line user errors and warnings, the consoles, shared
+option types and small printing helpers."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from monitor.errors import VoxmeterError
+from monitor.printable import printable
+
+
+class _LineConsole(Console):
+    """stderr: every text printed is one line, control characters escaped (a file named
+    ``a\nvoxmeter: all good.wav`` would split an error in two and forge the second line)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(printable(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+
+console = Console()
+err_console = _LineConsole(stderr=True)
+
+
+def user_errors(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a VoxmeterError into one line on stderr and its exit code: no traceback."""
+
+    @wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except VoxmeterError as error:
+            err_console.print(
+                f"voxmeter: error: {error}", markup=False, highlight=False, soft_wrap=True
+            )
+            raise typer.Exit(error.exit_code) from None
+
+    return wrapper
+
+
+class _WarningLine(logging.Handler):
+    """Library warnings of the offline commands as 'voxmeter: warning: ...' lines on stderr
+    (through err_console, which follows sys.stderr even when a test runner swaps it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        err_console.print(
+            f"voxmeter: warning: {record.getMessage()}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def warning_lines(function: Callable[..., Any]) -> Callable[..., Any]:
+    """While an offline command runs, the monitor package's warnings print once each as one
+    line; the handler is removed afterwards (the daemon has its own logging set-up)."""
+
+    @wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        package = logging.getLogger("monitor")
+        handler = _WarningLine(logging.WARNING)
+        level = package.level
+        package.addHandler(handler)
+        if level == logging.NOTSET or level > logging.WARNING:
+            package.setLevel(logging.WARNING)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            package.removeHandler(handler)
+            package.setLevel(level)
+
+    return wrapper
+
+
+DB_HELP = "Template database (default: $VOXMETER_DB or ./voxmeter.db)."
+
+
+def db_path(db: Path | None) -> Path:
+    from monitor.enroll import default_db_path
+
+    return db if db is not None else default_db_path()
+
+
+# ---- options shared by the corpus commands (enroll, calibrate, evaluate) ----------------------
+SplitOption = Annotated[
+    str | None,
+    typer.Option("--split", help="Only speakers of this original_split (train|test)."),
+]
+# Each worker process loads torch and the models (~0.6 GB): more than a few per core only
+# thrashes the machine; a bigger audit belongs on a cluster (--scheduler).
+MAX_LOCAL_JOBS = 4 * (os.cpu_count() or 1)
+JobsOption = Annotated[
+    int,
+    typer.Option(
+        "--jobs",
+        min=1,
+        max=MAX_LOCAL_JOBS,
+        help="Dask worker processes on this machine (1: none; at most 4 per CPU).",
+    ),
+]
+SchedulerOption = Annotated[
+    str | None,
+    typer.Option("--scheduler", help="Use a running Dask cluster, e.g. tcp://host:8786."),
+]
+FeaturesOption = Annotated[str, typer.Option("--features", help="Comma-separated features.")]
+CacheOption = Annotated[
+    Path | None,
+    typer.Option("--cache", help="Feature cache (default $VOXMETER_CACHE, ~/.cache/voxmeter)."),
+]
+NoCacheOption = Annotated[
+    bool, typer.Option("--no-cache", help="Do not read or write the feature cache.")
+]
+MinSpeechOption = Annotated[
+    float,
+    typer.Option(
+        "--min-speech", min=0.0, help="Skip files with less speech than this (seconds, after VAD)."
+    ),
+]
+ALL_FEATURES = "f0,phone,embedding"
+EmbeddingOption = Annotated[
+    str | None,
+    typer.Option(
+        "--embedding",
+        help="Embedding backend: ecapa (default), campplus or ge2e ($VOXMETER_EMBEDDING).",
+    ),
+]
+
+
+def select_embedding(backend: str | None) -> None:
+    """Use ``backend`` for the embedding feature here and in extraction workers."""
+    from monitor.features.base import EMBEDDING_BACKENDS, embedding_backend, set_embedding_backend
+
+    if backend is None:
+        try:
+            embedding_backend()
+        except ValueError as error:
+            raise VoxmeterError(f"$VOXMETER_EMBEDDING: {error}") from None
+        return
+    if backend not in EMBEDDING_BACKENDS:
+        raise VoxmeterError(
+            f"--embedding {backend!r}: expected one of {', '.join(EMBEDDING_BACKENDS)}"
+        )
+    set_embedding_backend(backend)
+
+
+def cell(text: str) -> Any:
+    """A table cell holding user text (an alias): control characters escaped, no markup."""
+    from rich.text import Text
+
+    return Text(printable(text))

@@ -1,0 +1,451 @@
+"""The corpus commands ``voxmeter enroll``, ``calibrate`` and ``evaluate``: a labelled corpus in,
+templates, a calibration or an audit out."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from monitor.cli.common import (
+    ALL_FEATURES,
+    DB_HELP,
+    CacheOption,
+    EmbeddingOption,
+    FeaturesOption,
+    JobsOption,
+    MinSpeechOption,
+    NoCacheOption,
+    SchedulerOption,
+    SplitOption,
+    console,
+    db_path,
+    err_console,
+    select_embedding,
+    user_errors,
+    warning_lines,
+)
+from monitor.errors import VoxmeterError
+
+
+@user_errors
+@warning_lines
+def enroll_command(
+    corpus: Annotated[Path, typer.Argument(help="Corpus root: <root>/<speaker>/<utt>.wav|flac.")],
+    db: Annotated[Path | None, typer.Option("--db", help=DB_HELP)] = None,
+    utterances: Annotated[
+        int | None,
+        typer.Option("--utterances", min=1, help="Use each speaker's first K usable utterances."),
+    ] = None,
+    seconds: Annotated[
+        float | None,
+        typer.Option("--seconds", min=0.0, help="Use each speaker's first S seconds of speech."),
+    ] = None,
+    local: Annotated[
+        bool, typer.Option("--local", help="Also register every speaker as a device user.")
+    ] = False,
+    split: SplitOption = None,
+    jobs: JobsOption = 1,
+    scheduler: SchedulerOption = None,
+    features: FeaturesOption = ALL_FEATURES,
+    cache: CacheOption = None,
+    no_cache: NoCacheOption = False,
+    min_speech: MinSpeechOption = 0.3,
+    embedding: EmbeddingOption = None,
+) -> None:
+    """Build one template per speaker and feature from a corpus (replacing old templates)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from monitor.cluster import shared_scheduler
+    from monitor.corpus import check_speaker_names, scan_corpus
+    from monitor.enroll import default_cache_dir, enroll_corpus
+    from monitor.features.base import FEATURE_NAMES
+    from monitor.features.extract import FeatureCache
+    from monitor.store import open_store
+
+    select_embedding(embedding)
+    if utterances is not None and seconds is not None:
+        raise VoxmeterError("--utterances and --seconds exclude each other: give one")
+    if seconds is not None and not 0 < seconds < float("inf"):
+        raise VoxmeterError(f"--seconds must be a positive number, got {seconds:g}")
+    names = tuple(name.strip() for name in features.split(",") if name.strip())
+    unknown = [name for name in names if name not in FEATURE_NAMES]
+    if unknown or not names:
+        raise VoxmeterError(
+            f"--features {features!r}: unknown {unknown or 'empty list'}; "
+            f"known: {','.join(FEATURE_NAMES)}"
+        )
+    if local and "embedding" not in names:
+        raise VoxmeterError("--local needs the embedding feature (local profiles track voices)")
+    scanned = scan_corpus(corpus, split=split)
+    check_speaker_names(scanned)  # before the database is touched or any audio processed
+    path = db_path(db)
+    feature_cache = None if no_cache else FeatureCache(cache or default_cache_dir())
+    with _new_file_removed_on_error(path), open_store(path) as store:
+        store.check_writable()  # fail now, not after minutes of extraction
+        with Progress(
+            TextColumn("[bold]enrolling[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=err_console,
+        ) as bar:
+            task = bar.add_task("", total=None)
+
+            def progress(done: int, total: int, file: str) -> None:
+                speaker_file = "/".join(Path(file).parts[-2:])
+                bar.update(task, completed=done, total=total, description=speaker_file)
+
+            with shared_scheduler(jobs, scheduler) as address:  # one cluster for all rounds
+                report = enroll_corpus(
+                    store,
+                    scanned,
+                    features=names,
+                    utterances=utterances,
+                    seconds=seconds,
+                    local=local,
+                    jobs=jobs,
+                    scheduler=address,
+                    cache=feature_cache,
+                    progress=progress,
+                    min_speech_seconds=min_speech,
+                )
+    out = {"markup": False, "highlight": False, "soft_wrap": True}
+    for file, reason in report.skipped_files:
+        err_console.print(f"voxmeter: skipped file {file}: {reason}", **out)
+    for file, reason in report.partial_files:
+        err_console.print(f"voxmeter: file {file}: {reason}", **out)
+    for alias, reason in report.skipped_speakers:
+        err_console.print(f"voxmeter: skipped speaker {alias}: {reason}", **out)
+    _print_drops_per_speaker([file for file, _ in report.skipped_files])
+    for speaker in report.enrolled:
+        if speaker.short:
+            asked = f"{utterances} utterances" if utterances else f"{seconds:g} s"
+            err_console.print(
+                f"voxmeter: speaker {speaker.alias}: only {len(speaker.files)} usable file(s), "
+                f"{speaker.speech_seconds:.1f} s of speech (asked for {asked})",
+                **out,
+            )
+    speech = sum(s.speech_seconds for s in report.enrolled)
+    console.print(
+        f"enrolled {len(report.enrolled)} speakers ({', '.join(report.features)}; "
+        f"{speech:.0f} s of speech from {sum(len(s.files) for s in report.enrolled)} files) "
+        f"into {path}; {report.files_extracted} files processed ({report.cache_hits} cached), "
+        f"{len(report.skipped_files)} files and {len(report.skipped_speakers)} speakers skipped"
+        + (f"; {len(report.local_profiles)} local profiles" if report.local_profiles else ""),
+        **out,
+    )
+
+
+def _print_drops_per_speaker(files: Sequence[str]) -> None:
+    """One line: how many files each speaker lost (speaker = the file's folder)."""
+    counts = Counter(Path(file).parent.name for file in files)
+    if counts:
+        listed = ", ".join(f"{speaker} {n}" for speaker, n in sorted(counts.items()))
+        err_console.print(
+            f"voxmeter: files skipped per speaker: {listed}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+@contextmanager
+def _new_file_removed_on_error(path: Path) -> Iterator[None]:
+    """If ``path`` does not exist yet and the block fails, remove what it created there (the
+    database and its -wal/-shm): an error never leaves an empty database behind."""
+    existed = path.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with suppress(OSError):
+                    path.with_name(path.name + suffix).unlink()
+        raise
+
+
+# ---- voxmeter calibrate / evaluate (owner: calibration-evaluate) -----------------------------
+
+
+def _seconds_list(text: str, option: str, *, allow_rest: bool = False) -> list[float | None]:
+    """'3,6,12' -> [3.0, 6.0, 12.0]; 'rest' (templates only) means all remaining speech."""
+    values: list[float | None] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if allow_rest and part == "rest":
+            values.append(None)
+            continue
+        try:
+            value = float(part)
+        except ValueError:
+            raise VoxmeterError(f"{option} {text!r}: {part!r} is not a number of seconds") from None
+        if not 0 < value < float("inf"):
+            raise VoxmeterError(f"{option} {text!r}: lengths must be positive numbers, got {part}")
+        values.append(value)
+    if not values:
+        raise VoxmeterError(f"{option} {text!r}: give at least one length")
+    return values
+
+
+def _feature_list(text: str) -> tuple[str, ...]:
+    from monitor.features.base import FEATURE_NAMES
+
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in FEATURE_NAMES]
+    if unknown or not names:
+        raise VoxmeterError(
+            f"--features {text!r}: unknown {unknown or 'empty list'}; "
+            f"known: {','.join(FEATURE_NAMES)}"
+        )
+    return names
+
+
+def _check_loss(loss: str) -> str:
+    from monitor.calibration.fit import LOSSES
+
+    if loss not in LOSSES:
+        raise VoxmeterError(f"--loss {loss!r}: expected one of {', '.join(LOSSES)}")
+    return loss
+
+
+class _LazyBar:
+    """A rich progress bar on stderr that appears with the first file (so an error that comes
+    before any extraction prints as one line), driven by the extract_many callback."""
+
+    def __init__(self, label: str) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.bar = Progress(
+            TextColumn(f"[bold]{label}[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=err_console,
+        )
+        self.task = self.bar.add_task("", total=None)
+        self.started = False
+
+    def __call__(self, done: int, total: int, file: str) -> None:
+        if not self.started:
+            self.bar.start()
+            self.started = True
+        where = "/".join(Path(file).parts[-2:])
+        self.bar.update(self.task, completed=done, total=total, description=where)
+
+    def __enter__(self) -> _LazyBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.started:
+            self.bar.stop()
+
+
+def _print_skipped(skipped: Any) -> None:
+    for item, reason in skipped:
+        err_console.print(
+            f"voxmeter: skipped {item}: {reason}", markup=False, highlight=False, soft_wrap=True
+        )
+    _print_drops_per_speaker([item for item, _ in skipped if not item.startswith("speaker ")])
+
+
+@user_errors
+@warning_lines
+def calibrate_command(
+    corpus: Annotated[Path, typer.Argument(help="Labelled dev corpus <root>/<speaker>/<utt>.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            help="Calibration JSON to write (required: the shipped models/calibration.json is "
+            "replaced only when named here).",
+        ),
+    ],
+    split: SplitOption = None,
+    db: Annotated[
+        Path | None,
+        typer.Option("--db", help="Also store the calibration in this database ($VOXMETER_DB)."),
+    ] = None,
+    loss: Annotated[
+        str, typer.Option("--loss", help="Beta-binomial loss: ll (default), ms, wms, rwms, cll.")
+    ] = "ll",
+    buckets: Annotated[
+        str, typer.Option("--buckets", help="Test-speech seconds per bucket, as far as possible.")
+    ] = "3,6,12,24,48,96",
+    template_seconds: Annotated[
+        str, typer.Option("--template-seconds", help="Template speech seconds, or 'rest'.")
+    ] = "12",
+    features: FeaturesOption = ALL_FEATURES,
+    jobs: JobsOption = 1,
+    scheduler: SchedulerOption = None,
+    cache: CacheOption = None,
+    no_cache: NoCacheOption = False,
+    min_speech: MinSpeechOption = 0.3,
+    embedding: EmbeddingOption = None,
+) -> None:
+    """Fit the per-feature, per-length calibration (beta-binomial and LID) on a dev corpus."""
+
+    select_embedding(embedding)
+    from monitor.calibration.fit import calibrate_corpus
+    from monitor.enroll import default_cache_dir
+    from monitor.outputs import check_output_file
+
+    names = _feature_list(features)
+    loss = _check_loss(loss)
+    bucket_list = [b for b in _seconds_list(buckets, "--buckets") if b is not None]
+    template = _seconds_list(template_seconds, "--template-seconds", allow_rest=True)
+    if len(template) != 1:
+        raise VoxmeterError(f"--template-seconds {template_seconds!r}: give one length")
+    check_output_file(out, "--out")
+    with _LazyBar("extracting") as extraction_progress:
+        calibration, skipped = calibrate_corpus(
+            corpus,
+            split=split,
+            features=names,
+            buckets=bucket_list,
+            template_seconds=template[0],
+            loss=loss,
+            cache_dir=None if no_cache else (cache or default_cache_dir()),
+            jobs=jobs,
+            scheduler=scheduler,
+            extraction_progress=extraction_progress,
+            progress=lambda text: err_console.print(f"fitting {text}", markup=False),
+            min_speech_seconds=min_speech,
+        )
+    _print_skipped(skipped)
+    calibration.save(out)
+    db_path = (
+        db
+        if db is not None
+        else (Path(os.environ["VOXMETER_DB"]) if os.environ.get("VOXMETER_DB") else None)
+    )
+    stored = ""
+    if db_path is not None:
+        from monitor.store import open_store
+
+        with open_store(db_path) as store:
+            store.save_calibration(calibration)
+        stored = f" and {db_path}"
+    first = next(iter(calibration.features.values()))
+    console.print(
+        f"calibrated {', '.join(calibration.features)} for test lengths "
+        f"{', '.join(f'{b.seconds:g}' for b in first)} s on {calibration.metadata['speakers']} "
+        f"speakers (N per bucket {', '.join(str(b.n_identities) for b in first)}); "
+        f"{len(skipped)} items skipped; wrote {out}{stored}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@user_errors
+@warning_lines
+def evaluate_command(
+    corpus: Annotated[Path, typer.Argument(help="Evaluation corpus <root>/<speaker>/<utt>.")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.json, PNGs.")],
+    split: SplitOption = None,
+    test_seconds: Annotated[
+        str, typer.Option("--test-seconds", help="Test speech seconds (grid), e.g. 3,6,12.")
+    ] = "3,6,12",
+    template_seconds: Annotated[
+        str, typer.Option("--template-seconds", help="Template speech seconds (grid) or 'rest'.")
+    ] = "12",
+    protected: Annotated[
+        Path | None,
+        typer.Option("--protected", help="Pseudonymised copy of the corpus (same file names)."),
+    ] = None,
+    loss: Annotated[
+        str, typer.Option("--loss", help="Loss of the reported model: ll, ms, wms, rwms, cll.")
+    ] = "ll",
+    calibration: Annotated[
+        Path | None,
+        typer.Option("--calibration", help="Calibration JSON for LID (default: the shipped one)."),
+    ] = None,
+    lid_from: Annotated[
+        str | None,
+        typer.Option(
+            "--lid-from",
+            help="'calibration' or 'crossfit' (default: calibration if it covers every feature).",
+        ),
+    ] = None,
+    features: FeaturesOption = ALL_FEATURES,
+    jobs: JobsOption = 1,
+    scheduler: SchedulerOption = None,
+    cache: CacheOption = None,
+    no_cache: NoCacheOption = False,
+    min_speech: MinSpeechOption = 0.3,
+    embedding: EmbeddingOption = None,
+) -> None:
+    """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
+    from monitor.calibration.fit import CalibrationSet, default_path
+    from monitor.cluster import shared_scheduler
+    from monitor.enroll import default_cache_dir
+    from monitor.errors import InputError
+    from monitor.evaluate import evaluate_corpus
+    from monitor.outputs import check_output_folder
+
+    select_embedding(embedding)
+    shipped = default_path()
+    names = _feature_list(features)
+    loss = _check_loss(loss)
+    tests = [t for t in _seconds_list(test_seconds, "--test-seconds") if t is not None]
+    templates = _seconds_list(template_seconds, "--template-seconds", allow_rest=True)
+    if lid_from not in (None, "calibration", "crossfit"):
+        raise VoxmeterError(f"--lid-from {lid_from!r}: expected 'calibration' or 'crossfit'")
+    calibration_path = calibration if calibration is not None else shipped
+    loaded = None
+    if calibration is not None or lid_from == "calibration" or shipped.is_file():
+        loaded = CalibrationSet.load(calibration_path)
+        if "embedding" in names:
+            loaded.check_embedding_backend(str(calibration_path))
+    check_output_folder(out, "--out")
+    if protected is not None and not protected.is_dir():
+        raise InputError(str(protected), "--protected: not a corpus folder")
+    with (
+        _LazyBar("extracting") as extraction_progress,
+        shared_scheduler(jobs, scheduler) as address,  # one cluster for both corpora
+    ):
+        _, document = evaluate_corpus(
+            corpus,
+            out,
+            split=split,
+            test_seconds=tests,
+            template_seconds=templates,
+            features=names,
+            loss=loss,
+            calibration=loaded,
+            calibration_source=str(calibration_path) if loaded is not None else None,
+            lid_source=lid_from,
+            protected=protected,
+            cache_dir=None if no_cache else (cache or default_cache_dir()),
+            jobs=jobs,
+            scheduler=address,
+            extraction_progress=extraction_progress,
+            progress=lambda text: err_console.print(f"auditing {text}", markup=False),
+            min_speech_seconds=min_speech,
+        )
+    _print_skipped([(s["item"], s["reason"]) for s in document["skipped"]])
+    summary = ", ".join(
+        f"{name} {f['histogram']['MeanD']:.2f}" for name, f in document["features"].items()
+    )
+    console.print(
+        f"N = {document['N']}: MeanD (bits) {summary}; wrote {out}/report.md, report.json and "
+        f"{len(document['plots'])} plots",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )

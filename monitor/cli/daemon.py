@@ -1,0 +1,195 @@
+"""``voxmeter run`` (the live monitor) and ``voxmeter status`` (what it stored this period)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from monitor.cli.common import (
+    cell,
+    console,
+    err_console,
+    user_errors,
+)
+from monitor.printable import printable
+
+
+@user_errors
+def run_command(
+    config: Annotated[
+        Path | None, typer.Option("--config", help="config.toml (default: built-in defaults).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override one key: section.key=value (repeatable)."),
+    ] = None,
+    db: Annotated[Path | None, typer.Option("--db", help="Database (daemon.db).")] = None,
+    source: Annotated[
+        str | None,
+        typer.Option("--source", help="mic[:DEVICE], file:PATH or stdin (daemon.source)."),
+    ] = None,
+    fast: Annotated[
+        bool, typer.Option("--fast", help="Read a file source as fast as possible.")
+    ] = False,
+    duration: Annotated[
+        float | None,
+        typer.Option("--duration", min=0.0, help="Stop after this many seconds (0 = never)."),
+    ] = None,
+    exit_at_end: Annotated[
+        bool | None,
+        typer.Option("--exit-at-end/--keep-running", help="Stop when a file or stdin ends."),
+    ] = None,
+) -> None:
+    """Run the live monitor: per-speaker disclosure, budgets, metrics and alerts."""
+    from monitor.daemon.build import run_daemon
+    from monitor.daemon.config import load_config
+
+    overrides = list(set_ or [])
+    if db is not None:
+        overrides.append(f"daemon.db={json.dumps(str(db))}")
+    if source is not None:
+        overrides.append(f"daemon.source={json.dumps(source)}")
+    if fast:
+        overrides.append('audio.pace="fast"')
+    if duration is not None:
+        overrides.append(f"daemon.duration_seconds={duration}")
+    if exit_at_end is not None:
+        overrides.append(f"daemon.exit_at_end={'true' if exit_at_end else 'false'}")
+    settings = load_config(config, overrides)
+    summary = run_daemon(settings)
+    out = {"markup": False, "highlight": False, "soft_wrap": True}
+    for track, event in sorted(summary.last.items()):
+        err_console.print(
+            f"{printable(track)}: {event.windows} windows, "
+            f"{event.pooled_speech_seconds:.0f} s of speech, "
+            f"{event.budget_measure} {event.budget_figure_bits:.2f} bits of "
+            f"{event.budget_bits:g} ({event.state}); ceiling {event.ceiling_bits:.2f} bits",
+            **out,
+        )
+    if summary.windows == 0 and summary.audio_seconds > 0:
+        err_console.print(
+            f"no window was scored: {summary.audio_seconds:.0f} s of audio held less than one "
+            f"{settings.audio.window_seconds:g} s window of speech",
+            **out,
+        )
+    err_console.print(
+        f"stopped ({summary.stop_reason}): {summary.windows} windows from "
+        f"{summary.audio_seconds:.0f} s of audio, {summary.alerts} alerts, "
+        f"{summary.frames_dropped} frames dropped, {summary.audio_device_errors} device errors",
+        **out,
+    )
+    # Everything is committed and closed. Skip the interpreter's teardown of torch and
+    # pocketsphinx (seconds on a small device) so that SIGTERM exits within 2 s.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _status_table(rows: list[Any]) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(
+        title="voxmeter: disclosure per speaker this period (bits; LID/SRD of the pooled speech)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    headers = (
+        "track", "state", "win", "sec", "LID", "SRD", "f0", "phone", "emb",
+        "basic", "adv", "opt", "ceil", "budget", "unknown: top (IG)",
+    )  # fmt: skip
+    for header in headers:
+        table.add_column(
+            header,
+            justify="left" if header[0].isalpha() and len(header) > 4 else "right",
+            no_wrap=True,
+        )
+    style = {"ok": "green", "warning": "yellow", "exceeded": "bold red"}
+    for row in rows:
+        f = row.figures
+        d = f.get("disclosures", {})
+        b = f.get("bounds", {})
+
+        def bits(key: str, d: dict[str, Any] = d) -> str:
+            return f"{d[key][0]:.2f}" if key in d else "-"
+
+        top = "-"
+        if f.get("kind") == "unknown" and f.get("top_candidate"):
+            top = f"{f['top_candidate']} ({f.get('information_gain_bits', 0):.2f})"
+        table.add_row(
+            cell(row.track),
+            f"[{style.get(row.state, '')}]{row.state}[/]",
+            str(row.windows),
+            f"{row.speech_seconds:.0f}",
+            bits("combined.lid"),
+            bits("combined.srd"),
+            bits("f0.lid"),
+            bits("phone.lid"),
+            bits("embedding.lid"),
+            f"{b.get('basic', 0):.1f}",
+            f"{b.get('advanced', 0):.1f}",
+            f"{b.get('optimal', 0):.1f}",
+            f"{f.get('ceiling_bits', float('nan')):.2f}",
+            f"{f.get('budget_bits', float('nan')):g}",
+            cell(top),
+        )
+    table.caption = (
+        f"{len(rows)} tracks; LID/SRD = combined features; f0/phone/emb = LID per feature; "
+        "basic/adv/opt = composition bounds"
+    )
+    return table
+
+
+@user_errors
+def status_command(
+    db: Annotated[Path | None, typer.Option("--db", help="Database (daemon.db).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="config.toml.")] = None,
+    live: Annotated[bool, typer.Option("--live", help="Refresh until stopped.")] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.1, help="Seconds between refreshes.")
+    ] = 1.0,
+    seconds: Annotated[
+        float, typer.Option("--seconds", min=0.0, help="With --live: stop after this long.")
+    ] = 0.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Per-speaker disclosure of the current period, as the daemon stored it."""
+    import time
+
+    from rich.live import Live
+
+    from monitor.daemon.config import load_config
+    from monitor.daemon.status import current_status
+    from monitor.store import open_store
+
+    settings = load_config(config, [f"daemon.db={json.dumps(str(db))}"] if db else [])
+    period = settings.budget.period_seconds
+    if not console.is_terminal:
+        console.width = max(console.width, 140)
+    with open_store(settings.daemon.db, create=False) as store:
+        if as_json:
+            rows = current_status(store, period)
+            console.print_json(json.dumps([row.__dict__ for row in rows]))
+            return
+        if not live:
+            console.print(_status_table(current_status(store, period)))
+            return
+        ends = time.monotonic() + seconds if seconds > 0 else float("inf")
+        with Live(console=console, refresh_per_second=4) as screen:
+            try:
+                while True:
+                    rows = current_status(store, period)
+                    screen.update(_status_table(rows))
+                    if time.monotonic() >= ends:
+                        break
+                    time.sleep(min(interval, max(0.0, ends - time.monotonic())))
+            except KeyboardInterrupt:
+                pass
