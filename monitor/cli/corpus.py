@@ -271,7 +271,7 @@ def calibrate_command(
         Path,
         typer.Option(
             "--out",
-            help="Calibration JSON to write (required: the shipped models/calibration.json is "
+            help="Calibration JSON to write (required: the shipped calibration is "
             "replaced only when named here).",
         ),
     ],
