@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class ScoreBlocks:
     @property
     def filled(self) -> np.ndarray:
         """Mask (2K+1,) of the blocks that hold at least one score."""
-        return (self.n_tar + self.n_non) > 0
+        return cast(npt.NDArray[np.bool_], (self.n_tar + self.n_non) > 0)
 
     def counts(self) -> ClassCounts:
         """The non-empty blocks' counts."""
@@ -93,7 +95,7 @@ class BlockCounter:
         np.floor(cell, out=cell)
         cell += 1.0
         np.clip(cell, 0.0, GRID_CELLS - 1.0, out=cell)  # also maps ±inf into the end cells
-        return cell.astype(np.intp)
+        return cast(npt.NDArray[np.intp], cell.astype(np.intp))
 
     def add(self, scores: np.ndarray) -> None:
         """Count a chunk of scores (any shape) into the blocks."""

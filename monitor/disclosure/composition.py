@@ -8,8 +8,10 @@ e^{k·ε} and C(k, l) overflow a float.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 from scipy.special import gammaln
 
 LN2 = math.log(2.0)
@@ -55,7 +57,9 @@ def drv(eps: float, steps: np.ndarray | int, delta: float) -> np.ndarray:
     k = _check_steps(steps).astype(np.float64)
     with np.errstate(over="ignore"):  # e^ε overflows past ε ≈ 709: the bound is then +inf
         growth = np.expm1(eps)
-    return np.sqrt(2.0 * k * math.log(1.0 / delta)) * eps + k * eps * growth
+    return cast(
+        npt.NDArray[np.float64], np.sqrt(2.0 * k * math.log(1.0 / delta)) * eps + k * eps * growth
+    )
 
 
 def kairouz_advanced(eps: float, steps: np.ndarray | int, delta: float) -> np.ndarray:
@@ -73,7 +77,9 @@ def _log1mexp(x: np.ndarray) -> np.ndarray:
     """ln(1 - e^x) for x <= 0, accurate near 0 and for very negative x."""
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(divide="ignore"):
-        return np.where(x > -LN2, np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
+        return cast(
+            npt.NDArray[np.float64], np.where(x > -LN2, np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
+        )
 
 
 def _half_terms(eps: float, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -97,7 +103,7 @@ def _log_delta_at(log_cum_a: np.ndarray, log_cum_b: np.ndarray, e: np.ndarray) -
     """ln δ(e) = ln(ΣA - e^e ΣB), elementwise; -inf where the sums are empty or cancel."""
     with np.errstate(invalid="ignore"):
         ratio = np.where(np.isfinite(log_cum_a), e + log_cum_b - log_cum_a, -np.inf)
-        return log_cum_a + _log1mexp(np.minimum(ratio, 0.0))
+        return cast(npt.NDArray[np.float64], log_cum_a + _log1mexp(np.minimum(ratio, 0.0)))
 
 
 def theorem33_points(eps: float, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -138,7 +144,9 @@ def _optimal_chunk(eps: float, k: np.ndarray, log_target: float) -> np.ndarray:
         e = la + _log1mexp(np.minimum(log_target - la, 0.0)) - lb
     lower = np.maximum((k - 2.0 * (j_star + 1)) * eps, 0.0)
     upper = (k - 2.0 * j_star) * eps
-    return np.clip(np.nan_to_num(e, nan=0.0, neginf=0.0), lower, upper)
+    return cast(
+        npt.NDArray[np.float64], np.clip(np.nan_to_num(e, nan=0.0, neginf=0.0), lower, upper)
+    )
 
 
 def optimal(eps: float, steps: np.ndarray | int, delta: float) -> np.ndarray:
@@ -183,4 +191,6 @@ def dp_disclosure_cap_bits(eps: np.ndarray | float, N: int) -> np.ndarray:
     eps = np.asarray(eps, dtype=np.float64)
     if N == 1:
         return np.zeros_like(eps)
-    return (math.log(N) + eps - np.logaddexp(eps, math.log(N - 1))) / LN2
+    return cast(
+        npt.NDArray[np.float64], (math.log(N) + eps - np.logaddexp(eps, math.log(N - 1))) / LN2
+    )

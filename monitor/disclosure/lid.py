@@ -12,8 +12,10 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 from scipy.special import expit
 
 from monitor.disclosure.ranks import (
@@ -70,7 +72,7 @@ def _znorm_block(block: np.ndarray, row0: int) -> np.ndarray:
     sigma[constant | (sigma == 0)] = 1.0
     z /= sigma
     z[np.broadcast_to(constant, z.shape)] = 0.0
-    return z
+    return cast(npt.NDArray[np.float64], z)
 
 
 def znorm_rows(S: np.ndarray) -> np.ndarray:
@@ -104,7 +106,7 @@ def lid_log_posteriors(S: np.ndarray, weight: float) -> np.ndarray:
 
 def lid_posteriors(S: np.ndarray, weight: float) -> np.ndarray:
     """P(identity j | row i) (T, N); each row sums to 1."""
-    return np.exp(lid_log_posteriors(S, weight))
+    return cast(npt.NDArray[np.float64], np.exp(lid_log_posteriors(S, weight)))
 
 
 def calibrated_llr(S: np.ndarray, cal: LidCalibration) -> np.ndarray:
@@ -288,7 +290,7 @@ def calibrated_costs(S: np.ndarray, m: np.ndarray, cal: LidCalibration) -> np.nd
 def cllr_of_costs(costs: np.ndarray, N: int) -> float:
     """Cllr [bits] from :func:`calibrated_costs` (T, 2) of a matrix with N identities; the
     exactly rounded sums make it independent of the order of the rows."""
-    T = costs.shape[0]
+    T = int(costs.shape[0])
     tar, non = math.fsum(costs[:, 0]), math.fsum(costs[:, 1])
     return 0.5 * (tar / T + non / (T * (N - 1))) / _LN2
 

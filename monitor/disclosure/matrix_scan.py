@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from monitor.disclosure.blocks import BlockCounter
 from monitor.disclosure.lid import LidCalibration, calibrated_costs, lid_per_trial
@@ -66,7 +67,7 @@ class MatrixScan:
 
 def mated_scores(S: np.ndarray, m: np.ndarray) -> np.ndarray:
     """S[i, m_i] (T,), in the matrix's dtype."""
-    return S[np.arange(S.shape[0]), m]
+    return cast(npt.NDArray[Any], S[np.arange(S.shape[0]), m])
 
 
 def scan_rows(S: np.ndarray, m: np.ndarray, mated_all: np.ndarray, *, row0: int = 0) -> MatrixScan:

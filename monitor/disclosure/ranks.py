@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
@@ -43,7 +43,8 @@ def single_threaded_blas() -> contextlib.AbstractContextManager[object]:
     controller = _blas_controller()
     if controller is None:
         return contextlib.nullcontext()
-    return controller.limit(limits=1, user_api="blas")  # type: ignore[attr-defined]
+    limited = controller.limit(limits=1, user_api="blas")  # type: ignore[attr-defined]
+    return cast(contextlib.AbstractContextManager[object], limited)
 
 
 def check_scores(scores: np.ndarray, *, name: str = "scores") -> np.ndarray:

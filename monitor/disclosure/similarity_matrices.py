@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 from scipy.special import expit
 
 from monitor.disclosure.zebra import pav_llr
@@ -90,7 +92,7 @@ def speaker_similarity_matrix(
     if np.any((n_pos > 0) & (n_neg > 0)):
         raise ValueError("a speaker pair mixes +inf and -inf LLRs: its mean is undefined")
     mean = np.where(n_pos > 0, np.inf, np.where(n_neg > 0, -np.inf, sums / counts))
-    return expit(mean)
+    return cast(npt.NDArray[np.float64], expit(mean))
 
 
 def diagonal_dominance(M: np.ndarray) -> float:

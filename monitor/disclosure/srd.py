@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
+import numpy.typing as npt
 from scipy.optimize import minimize
 from scipy.special import digamma, gammaln, logsumexp
 
@@ -41,7 +42,7 @@ def _check_model(N: int, alpha: float, beta: float) -> int:
 
 def _log_choose(N: int) -> np.ndarray:
     j = np.arange(N, dtype=np.float64)
-    return gammaln(N) - gammaln(j + 1.0) - gammaln(N - j)
+    return cast(npt.NDArray[np.float64], gammaln(N) - gammaln(j + 1.0) - gammaln(N - j))
 
 
 def betabinom_logpmf(N: int, alpha: float, beta: float) -> np.ndarray:
@@ -49,18 +50,21 @@ def betabinom_logpmf(N: int, alpha: float, beta: float) -> np.ndarray:
     N = _check_model(N, alpha, beta)
     j = np.arange(N, dtype=np.float64)
     n = N - 1
-    return (
-        _log_choose(N)
-        + gammaln(j + alpha)
-        + gammaln(n - j + beta)
-        - gammaln(n + alpha + beta)
-        - (gammaln(alpha) + gammaln(beta) - gammaln(alpha + beta))
+    return cast(
+        npt.NDArray[np.float64],
+        (
+            _log_choose(N)
+            + gammaln(j + alpha)
+            + gammaln(n - j + beta)
+            - gammaln(n + alpha + beta)
+            - (gammaln(alpha) + gammaln(beta) - gammaln(alpha + beta))
+        ),
     )
 
 
 def betabinom_pmf(N: int, alpha: float, beta: float) -> np.ndarray:
     """γ (N,): probability of rank k = 1..N, i.e. scipy ``betabinom.pmf(k−1, N−1, α, β)``."""
-    return np.exp(betabinom_logpmf(N, alpha, beta))
+    return cast(npt.NDArray[np.float64], np.exp(betabinom_logpmf(N, alpha, beta)))
 
 
 def _normalise(p_or_hist: np.ndarray, name: str) -> np.ndarray:
@@ -75,7 +79,7 @@ def _normalise(p_or_hist: np.ndarray, name: str) -> np.ndarray:
     total = p.sum()
     if total <= 0:
         raise ValueError(f"{name} is empty (sums to 0): no trials, so no rank distribution")
-    return p / total
+    return cast(npt.NDArray[np.float64], p / total)
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ def rank_disclosure(p: np.ndarray) -> np.ndarray:
     """ε_k = log2(N·p_k) bits (N,), −inf where p_k = 0; ``p`` may be an unnormalised histogram."""
     q = _normalise(p, "p")
     with np.errstate(divide="ignore"):
-        return np.log2(q.size * q)
+        return cast(npt.NDArray[np.float64], np.log2(q.size * q))
 
 
 def srd_stats(p_or_hist: np.ndarray) -> SrdStats:
@@ -252,7 +256,7 @@ def identity_posterior(scores: np.ndarray, p: np.ndarray) -> np.ndarray:
         raise ValueError(f"scores have shape {s.shape}; the last axis must be N = {q.size}")
     start, end = tie_groups(s)
     cumulative = np.concatenate(([0.0], np.cumsum(q)))
-    return (cumulative[end] - cumulative[start]) / (end - start)
+    return cast(npt.NDArray[np.float64], (cumulative[end] - cumulative[start]) / (end - start))
 
 
 def joint_posterior(posteriors: np.ndarray) -> np.ndarray:
@@ -266,4 +270,4 @@ def joint_posterior(posteriors: np.ndarray) -> np.ndarray:
         log_joint = np.log(P).sum(axis=0)
     if not np.isfinite(log_joint).any():
         raise ValueError("every identity has probability 0 under some feature: no joint posterior")
-    return np.exp(log_joint - logsumexp(log_joint))
+    return cast(npt.NDArray[np.float64], np.exp(log_joint - logsumexp(log_joint)))

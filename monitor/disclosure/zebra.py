@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 from scipy.optimize import isotonic_regression
 
 from monitor.disclosure.blocks import ClassCounts, ScoreBlocks, pooled_blocks
@@ -107,7 +109,7 @@ def pav_posterior(blocks: TieBlocks | ClassCounts, *, laplace: bool = False) -> 
     posterior = isotonic_regression(y, weights=weights, increasing=True).x
     if laplace:
         posterior = posterior[1:-1]
-    return np.clip(posterior, 0.0, 1.0)
+    return cast(npt.NDArray[np.float64], np.clip(posterior, 0.0, 1.0))
 
 
 def pav_blocks(tar: np.ndarray, non: np.ndarray, *, laplace: bool = False) -> PavBlocks:
@@ -125,7 +127,7 @@ def block_llr(blocks: TieBlocks | PavBlocks | ClassCounts, posterior: np.ndarray
 
 def _logit(p: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
-        return np.log(p) - np.log1p(-p)
+        return cast(npt.NDArray[np.float64], np.log(p) - np.log1p(-p))
 
 
 def pav_llr(
@@ -228,7 +230,7 @@ def _ece(llr_tar: np.ndarray, llr_non: np.ndarray, prior_log_odds: np.ndarray) -
     pi = 1.0 / (1.0 + np.exp(-prior_log_odds))
     tar_term = np.mean(np.logaddexp(0.0, -(llr_tar[None, :] + t)), axis=1) / LN2
     non_term = np.mean(np.logaddexp(0.0, llr_non[None, :] + t), axis=1) / LN2
-    return pi * tar_term + (1.0 - pi) * non_term
+    return cast(npt.NDArray[np.float64], pi * tar_term + (1.0 - pi) * non_term)
 
 
 def ece_curve(
