@@ -95,18 +95,15 @@ class PreparedTemplates:
     Histograms use JS = 1 + ½(Σ p log2 p + Σ q log2 q − Σ r log2 r) with r = p + q (m = r/2),
     so per window only Σ r log2 r needs logarithms; bins where p = 0 contribute q log2 q
     exactly, so either every bin is taken (r = q there and −H(Q) is precomputed) or, for a
-    sparse test, only its support with the precomputed q log2 q subtracted. Other features fall
-    back to ``Feature.similarity``.
+    sparse test, only its support with the precomputed q log2 q subtracted. Every feature
+    declares its ``similarity_kind`` (the Feature protocol), so no other layout is needed.
     """
 
     def __init__(self, feature: Feature, batch: TemplateBatch, *, dtype: type = np.float32) -> None:
-        self.feature = feature
         self.n = len(batch)
         self.dtype = np.dtype(dtype)
         matrix = batch.matrix
-        # A feature declares how it compares (vocabulary.SimilarityKind); one that does not
-        # (not yet in the Feature protocol) falls back to its own similarity.
-        kind: SimilarityKind | None = getattr(feature, "similarity_kind", None)
+        kind: SimilarityKind = feature.similarity_kind
         if kind == "histogram":
             totals = matrix.sum(axis=1)
             self.rows_ok = totals > 0
@@ -119,14 +116,11 @@ class PreparedTemplates:
             q *= 2.0**self.scale_exp
             self.q_by_bin = np.maximum(q, _FLOOR).astype(self.dtype)  # (D, N): bins are rows
             self.qlogq_by_bin = _xlogx(q).astype(self.dtype)
-        elif kind == "embedding":
+        else:  # "embedding"
             norms = np.linalg.norm(matrix, axis=1)
             self.rows_ok = norms > 0
             self.kind = "cosine"
             self.unit = (matrix / np.where(self.rows_ok, norms, 1.0)[:, None]).astype(self.dtype)
-        else:
-            self.kind = "generic"
-            self.batch = batch
 
     def similarity(self, test: Observation) -> FloatArray:
         """(N,) float64 similarity of one observation to every template."""
@@ -137,9 +131,7 @@ class PreparedTemplates:
         values = [np.asarray(t.values, dtype=np.float64) for t in tests]
         if self.kind == "js":
             return [-js for js in self._js(values)]
-        if self.kind == "cosine":
-            return self._cosine(values)
-        return [np.asarray(self.feature.similarity(t, self.batch), dtype=np.float64) for t in tests]
+        return self._cosine(values)
 
     def _cosine(self, tests: Sequence[FloatArray]) -> list[FloatArray]:
         norms = [float(np.linalg.norm(v)) for v in tests]

@@ -100,6 +100,7 @@ class Feature(Protocol):
     name: str
     dimension: int
     version: str  # bumped whenever observe() would give different values (cache key)
+    similarity_kind: SimilarityKind  # how the daemon's scorer compares observations (no names)
 
     def observe(self, audio: np.ndarray, rate: int) -> Observation:
         """Observation of float32 mono audio in [-1, 1] at ``rate`` Hz (speech only)."""
