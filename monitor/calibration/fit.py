@@ -37,6 +37,7 @@ from monitor.corpus.speakers import MIN_SPEECH_SECONDS, SpeakerUtterances, load_
 from monitor.disclosure.lid import LidCalibration
 from monitor.errors import InputError
 from monitor.features.base import embedding_backend
+from monitor.jsonsafe import jsonable
 
 logger = logging.getLogger(__name__)
 
@@ -184,9 +185,9 @@ class CalibrationSet:
         document = {
             "format": FORMAT,
             "version": FORMAT_VERSION,
-            "metadata": _jsonable(self.metadata),
+            "metadata": jsonable(self.metadata),
             "features": {
-                name: [_jsonable(asdict(b)) for b in buckets]
+                name: [jsonable(asdict(b)) for b in buckets]
                 for name, buckets in self.features.items()
             },
         }
@@ -541,19 +542,6 @@ def calibrate_corpus(
     except ValueError as error:
         raise InputError(loaded.root, str(error)) from error
     return calibration, loaded.skipped
-
-
-def _jsonable(value: Any) -> Any:
-    """JSON-safe copy: NaN/inf become null/strings, numpy scalars become Python numbers."""
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
 
 
 def _from_jsonable(entry: Any) -> dict[str, Any]:

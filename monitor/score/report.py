@@ -59,6 +59,7 @@ from monitor.disclosure.ranks import check_scores, histogram_of_rank_counts
 from monitor.disclosure.srd import RankFit, SrdStats, fit_rank_model, srd_stats
 from monitor.disclosure.zebra import ZebraResult, zebra, zebra_of_blocks
 from monitor.errors import InputError
+from monitor.jsonsafe import jsonable
 from monitor.score.files import PairScores, read_matrix_trials, read_scores_key
 
 FIT_LOSSES = ("ll", "ms", "wms", "rwms", "cll")
@@ -286,19 +287,6 @@ def score_report_from_files(
 # ---- JSON ------------------------------------------------------------------------------------
 
 
-def _clean(value: Any) -> Any:
-    """NaN and ±inf become None (JSON null); numpy scalars become Python numbers."""
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def _srd_stats_json(stats: SrdStats) -> dict[str, Any]:
     return {k: v for k, v in asdict(stats).items() if k != "N"}
 
@@ -336,12 +324,12 @@ def report_json(report: ScoreReport) -> dict[str, Any]:
         "top1_linkage": report.top1_linkage,
         "notes": list(report.notes),
     }
-    return _clean(out)
+    return jsonable(out, inf="null")  # NaN and ±inf -> null: every figure is a number or null
 
 
 def to_json_text(obj: Any) -> str:
     """Strict JSON (no NaN tokens) with NaN/inf already turned into null."""
-    return json.dumps(_clean(obj), indent=2, allow_nan=False)
+    return json.dumps(jsonable(obj, inf="null"), indent=2, allow_nan=False)
 
 
 # ---- human output ----------------------------------------------------------------------------
