@@ -39,7 +39,7 @@ class ScoreBlocks:
     n_non: np.ndarray  # (2K+1,) float64: non-targets per block
 
     @property
-    def filled(self) -> np.ndarray:
+    def filled(self) -> npt.NDArray[np.bool_]:
         """Mask (2K+1,) of the blocks that hold at least one score."""
         return cast(npt.NDArray[np.bool_], (self.n_tar + self.n_non) > 0)
 
@@ -86,7 +86,7 @@ class BlockCounter:
         self._table = 2 * np.searchsorted(target_cells, cells)  # gap block of a target-free cell
         self._table[target_cells] = -1  # cells holding a target: search exactly
 
-    def _cells(self, scores: np.ndarray) -> np.ndarray:
+    def _cells(self, scores: np.ndarray) -> npt.NDArray[np.intp]:
         if self._scale == 0.0:  # one target value, or a range beyond floats: search them all
             return np.zeros(scores.shape, dtype=np.intp)
         with np.errstate(over="ignore"):  # far outside the target range: ±inf, clipped below

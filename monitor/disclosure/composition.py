@@ -51,7 +51,7 @@ def basic(eps: float, steps: np.ndarray | int) -> np.ndarray:
     return _check_steps(steps) * _check_eps(eps)
 
 
-def drv(eps: float, steps: np.ndarray | int, delta: float) -> np.ndarray:
+def drv(eps: float, steps: np.ndarray | int, delta: float) -> npt.NDArray[np.float64]:
     """Dwork–Rothblum–Vadhan advanced composition: sqrt(2k ln(1/δ'))·ε + k·ε·(e^ε - 1)."""
     eps, delta = _check_eps(eps), _check_delta(delta)
     k = _check_steps(steps).astype(np.float64)
@@ -73,7 +73,7 @@ def kairouz_advanced(eps: float, steps: np.ndarray | int, delta: float) -> np.nd
     return np.minimum(k * eps, np.minimum(second, third))
 
 
-def _log1mexp(x: np.ndarray) -> np.ndarray:
+def _log1mexp(x: np.ndarray) -> npt.NDArray[np.float64]:
     """ln(1 - e^x) for x <= 0, accurate near 0 and for very negative x."""
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(divide="ignore"):
@@ -99,7 +99,9 @@ def _half_terms(eps: float, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.logaddexp.accumulate(log_a, axis=1), np.logaddexp.accumulate(log_b, axis=1)
 
 
-def _log_delta_at(log_cum_a: np.ndarray, log_cum_b: np.ndarray, e: np.ndarray) -> np.ndarray:
+def _log_delta_at(
+    log_cum_a: np.ndarray, log_cum_b: np.ndarray, e: np.ndarray
+) -> npt.NDArray[np.float64]:
     """ln δ(e) = ln(ΣA - e^e ΣB), elementwise; -inf where the sums are empty or cancel."""
     with np.errstate(invalid="ignore"):
         ratio = np.where(np.isfinite(log_cum_a), e + log_cum_b - log_cum_a, -np.inf)
@@ -123,7 +125,7 @@ def theorem33_points(eps: float, k: int) -> tuple[np.ndarray, np.ndarray]:
     return eps_i.astype(np.float64), delta_i
 
 
-def _optimal_chunk(eps: float, k: np.ndarray, log_target: float) -> np.ndarray:
+def _optimal_chunk(eps: float, k: np.ndarray, log_target: float) -> npt.NDArray[np.float64]:
     log_cum_a, log_cum_b = _half_terms(eps, k)
     length = log_cum_a.shape[1]
     j = np.arange(length)[None, :]
@@ -183,7 +185,7 @@ def nats_to_bits(x: np.ndarray | float) -> np.ndarray | float:
     return np.asarray(x, dtype=np.float64) / LN2
 
 
-def dp_disclosure_cap_bits(eps: np.ndarray | float, N: int) -> np.ndarray:
+def dp_disclosure_cap_bits(eps: np.ndarray | float, N: int) -> npt.NDArray[np.float64]:
     """Largest disclosure an ε-DP release allows about one of N identities (DESIGN §5.7):
     log2(N e^ε / (e^ε + N - 1)) bits, <= min(ε·log2 e, log2 N)."""
     if N < 1:

@@ -54,7 +54,7 @@ def _check_weight(weight: float) -> float:
     return w
 
 
-def _znorm_block(block: np.ndarray, row0: int) -> np.ndarray:
+def _znorm_block(block: np.ndarray, row0: int) -> npt.NDArray[np.float64]:
     """z-scores of each row (ddof 0); rows whose scores are all equal become 0.
 
     z is invariant to scaling a row, so each row is first divided by its largest magnitude:
@@ -104,7 +104,7 @@ def lid_log_posteriors(S: np.ndarray, weight: float) -> np.ndarray:
     return out
 
 
-def lid_posteriors(S: np.ndarray, weight: float) -> np.ndarray:
+def lid_posteriors(S: np.ndarray, weight: float) -> npt.NDArray[np.float64]:
     """P(identity j | row i) (T, N); each row sums to 1."""
     return cast(npt.NDArray[np.float64], np.exp(lid_log_posteriors(S, weight)))
 

@@ -65,7 +65,7 @@ class MatrixScan:
     high: float  # largest score
 
 
-def mated_scores(S: np.ndarray, m: np.ndarray) -> np.ndarray:
+def mated_scores(S: np.ndarray, m: np.ndarray) -> npt.NDArray[Any]:
     """S[i, m_i] (T,), in the matrix's dtype."""
     return cast(npt.NDArray[Any], S[np.arange(S.shape[0]), m])
 

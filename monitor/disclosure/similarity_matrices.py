@@ -62,7 +62,7 @@ def oracle_pair_llr(
 
 def speaker_similarity_matrix(
     llr: np.ndarray, speaker_of: np.ndarray, *, exclude_same: bool = True
-) -> np.ndarray:
+) -> npt.NDArray[np.float64]:
     """M[i, j] = sigmoid(mean llr over segment pairs of speakers i and j), shape (N, N) (eqs. 1–2).
 
     ``llr`` (n, n) holds calibrated natural-log LLRs of segment pairs: rows and columns are the

@@ -40,12 +40,12 @@ def _check_model(N: int, alpha: float, beta: float) -> int:
     return int(N)
 
 
-def _log_choose(N: int) -> np.ndarray:
+def _log_choose(N: int) -> npt.NDArray[np.float64]:
     j = np.arange(N, dtype=np.float64)
     return cast(npt.NDArray[np.float64], gammaln(N) - gammaln(j + 1.0) - gammaln(N - j))
 
 
-def betabinom_logpmf(N: int, alpha: float, beta: float) -> np.ndarray:
+def betabinom_logpmf(N: int, alpha: float, beta: float) -> npt.NDArray[np.float64]:
     """ln γ_k for k = 1..N as an (N,) array (natural log; exact in the tails, no underflow)."""
     N = _check_model(N, alpha, beta)
     j = np.arange(N, dtype=np.float64)
@@ -62,12 +62,12 @@ def betabinom_logpmf(N: int, alpha: float, beta: float) -> np.ndarray:
     )
 
 
-def betabinom_pmf(N: int, alpha: float, beta: float) -> np.ndarray:
+def betabinom_pmf(N: int, alpha: float, beta: float) -> npt.NDArray[np.float64]:
     """γ (N,): probability of rank k = 1..N, i.e. scipy ``betabinom.pmf(k−1, N−1, α, β)``."""
     return cast(npt.NDArray[np.float64], np.exp(betabinom_logpmf(N, alpha, beta)))
 
 
-def _normalise(p_or_hist: np.ndarray, name: str) -> np.ndarray:
+def _normalise(p_or_hist: np.ndarray, name: str) -> npt.NDArray[np.float64]:
     p = np.asarray(p_or_hist, dtype=np.float64)
     if p.ndim != 1 or p.size < 1:
         raise ValueError(f"{name} must be a non-empty 1-D (N,) array, got shape {p.shape}")
@@ -94,7 +94,7 @@ class SrdStats:
     N: int  # number of identities (the histogram length)
 
 
-def rank_disclosure(p: np.ndarray) -> np.ndarray:
+def rank_disclosure(p: np.ndarray) -> npt.NDArray[np.float64]:
     """ε_k = log2(N·p_k) bits (N,), −inf where p_k = 0; ``p`` may be an unnormalised histogram."""
     q = _normalise(p, "p")
     with np.errstate(divide="ignore"):
@@ -245,7 +245,7 @@ def fit_rank_model(hist: np.ndarray, *, loss: Loss = "ll") -> RankFit:
     )
 
 
-def identity_posterior(scores: np.ndarray, p: np.ndarray) -> np.ndarray:
+def identity_posterior(scores: np.ndarray, p: np.ndarray) -> npt.NDArray[np.float64]:
     """P(identity h | scores) = p[rank(h) − 1] (§1.5): scores (..., N), p (N,) → (..., N).
 
     Tied identities share the mass of the ranks they jointly occupy, so every row sums to 1.
@@ -259,7 +259,7 @@ def identity_posterior(scores: np.ndarray, p: np.ndarray) -> np.ndarray:
     return cast(npt.NDArray[np.float64], (cumulative[end] - cumulative[start]) / (end - start))
 
 
-def joint_posterior(posteriors: np.ndarray) -> np.ndarray:
+def joint_posterior(posteriors: np.ndarray) -> npt.NDArray[np.float64]:
     """Normalised product of F independent features' posteriors (F, N) → (N,) (§1.11)."""
     P = np.asarray(posteriors, dtype=np.float64)
     if P.ndim != 2 or P.shape[0] < 1 or P.shape[1] < 1:

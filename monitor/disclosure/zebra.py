@@ -94,7 +94,9 @@ def class_counts(tar: np.ndarray, non: np.ndarray) -> ClassCounts:
     return pooled_blocks(_as_scores(tar, "targets"), _as_scores(non, "non-targets")).counts()
 
 
-def pav_posterior(blocks: TieBlocks | ClassCounts, *, laplace: bool = False) -> np.ndarray:
+def pav_posterior(
+    blocks: TieBlocks | ClassCounts, *, laplace: bool = False
+) -> npt.NDArray[np.float64]:
     """PAV P(target) per tie block (B,); ``laplace`` adds the toolkit's 4 dummies (§3.5).
 
     The dummy pair [target, non-target] at each end always pools into one block of mean 1/2 and
@@ -125,7 +127,7 @@ def block_llr(blocks: TieBlocks | PavBlocks | ClassCounts, posterior: np.ndarray
     return _logit(posterior) - prior
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
+def _logit(p: np.ndarray) -> npt.NDArray[np.float64]:
     with np.errstate(divide="ignore"):
         return cast(npt.NDArray[np.float64], np.log(p) - np.log1p(-p))
 
@@ -224,7 +226,9 @@ def zebra_of_blocks(blocks: ScoreBlocks) -> ZebraResult:
     return ZebraResult(D_ECE=_d_ece_blocks(counts), log10_lr_max=log10_l, tag=zebra_tag(log10_l))
 
 
-def _ece(llr_tar: np.ndarray, llr_non: np.ndarray, prior_log_odds: np.ndarray) -> np.ndarray:
+def _ece(
+    llr_tar: np.ndarray, llr_non: np.ndarray, prior_log_odds: np.ndarray
+) -> npt.NDArray[np.float64]:
     """ECE(pi) in bits for LLRs and prior log-odds t = logit(pi), vectorised over t."""
     t = prior_log_odds[:, None]
     pi = 1.0 / (1.0 + np.exp(-prior_log_odds))
