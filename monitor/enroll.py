@@ -272,6 +272,7 @@ def enroll_corpus(
         )
     unreadable_only = sorted({Path(p).parent.name for p, _ in corpus.unreadable} - set(speakers))
     skipped_speakers += [(alias, "no readable audio file") for alias in unreadable_only]
+    skipped_speakers += [(alias, "no audio file in its folder") for alias in corpus.empty_speakers]
     if not enrolments:
         example = f"; e.g. {skipped_files[0][0]}: {skipped_files[0][1]}" if skipped_files else ""
         raise InputError(

@@ -46,6 +46,7 @@ def test_layout_gives_sorted_speakers_and_utterances(tiny: Path) -> None:
     assert [u.path.name for u in corpus.utterances_of("spk1")] == ["a.WAV", "b.wav"]
     assert corpus.metadata["spk2"]["age"] == "41" and corpus.unreadable == ()
     assert len(corpus.paths) == 5
+    assert corpus.empty_speakers == ("empty-speaker",)  # named, never silently dropped
 
 
 def test_split_keeps_only_its_speakers(tiny: Path) -> None:

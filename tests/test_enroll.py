@@ -41,6 +41,7 @@ def small_corpus(
     (root / rows[0]["speaker"] / "zzz-broken.flac").write_bytes(b"not audio at all")
     (root / "9999").mkdir()
     (root / "9999" / "only.wav").write_bytes(b"RIFF....WAVEjunk")
+    (root / "8888").mkdir()  # a speaker folder with no audio file at all
     with open(root / "speakers.tsv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]), delimiter="\t")
         writer.writeheader()
@@ -67,7 +68,9 @@ def test_enroll_cli_end_to_end(small_corpus: Path, cache_dir: Path, tmp_path: Pa
     assert "skipped file" in result.stderr and "zzz-broken.flac" in result.stderr
     assert "skipped speaker 9999: no readable audio file" in result.stderr
 
-    speakers = sorted(p.name for p in small_corpus.iterdir() if p.is_dir() and p.name != "9999")
+    speakers = sorted(
+        p.name for p in small_corpus.iterdir() if p.is_dir() and p.name not in ("9999", "8888")
+    )
     with open_store(db) as store:
         identities = store.identities()
         assert [i.alias for i in identities] == speakers
@@ -127,4 +130,7 @@ def test_seconds_selects_the_fewest_first_files(
         assert len(speaker.files) == expected
         assert speaker.short == (speech[-1] < 4.0)
         assert seconds[speaker.alias] == pytest.approx(speaker.speech_seconds)
-    assert {alias for alias, _ in report.skipped_speakers} == {"9999"}
+    assert dict(report.skipped_speakers) == {
+        "9999": "no readable audio file",
+        "8888": "no audio file in its folder",
+    }

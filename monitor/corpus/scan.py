@@ -44,6 +44,7 @@ class Corpus:
     utterances: tuple[Utterance, ...]
     metadata: dict[str, dict[str, str]] = field(default_factory=dict)  # speaker -> column -> value
     unreadable: tuple[tuple[Path, str], ...] = ()  # (file, reason)
+    empty_speakers: tuple[str, ...] = ()  # speaker folders holding no audio file at all
 
     @cached_property
     def _by_speaker(self) -> dict[str, tuple[Utterance, ...]]:
@@ -180,6 +181,7 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
 
     utterances: list[Utterance] = []
     unreadable: list[tuple[Path, str]] = []
+    empty: list[str] = []
     try:
         folders = sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
     except OSError as exc:
@@ -192,9 +194,10 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
         except OSError as exc:  # e.g. a speaker folder without read permission: listed, not lost
             unreadable.append((folder, f"cannot list the folder ({exc.strerror or exc})"))
             continue
-        for path in entries:
-            if path.suffix.lower() not in AUDIO_SUFFIXES:
-                continue
+        audio = [path for path in entries if path.suffix.lower() in AUDIO_SUFFIXES]
+        if not audio:  # named, so that a speaker never silently vanishes from the counts
+            empty.append(folder.name)
+        for path in audio:
             if path.is_symlink() and not path.exists():
                 unreadable.append((path, "broken symbolic link"))
                 continue
@@ -220,4 +223,5 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
         utterances=tuple(utterances),
         metadata={s: by_name[_nfc(s)] for s in speakers if _nfc(s) in by_name},
         unreadable=tuple(unreadable),
+        empty_speakers=tuple(empty),
     )
