@@ -253,6 +253,42 @@ def _check_last_sample(path: str, handle: sf.SoundFile) -> None:
     handle.seek(0)
 
 
+#: An Ogg page header: capture pattern, version 0, then the header-type flags (RFC 3533 §6).
+_OGG_PAGE = b"OggS\x00"
+_OGG_END_OF_STREAM = 0x04
+_OGG_TAIL_BYTES = 1 << 16  # a page is at most 27 + 255 + 255·255 = 65,307 bytes
+
+
+def _ogg_cut(tail: bytes, at_end: int) -> str | None:
+    """Why the Ogg stream ending in ``tail`` is cut, or None when its last page is complete and
+    flags the end of the stream. ``at_end`` is the length of ``tail`` (the file's last bytes)."""
+    start = tail.rfind(_OGG_PAGE)
+    if start < 0 or start + 27 > at_end:
+        return "its last Ogg page is cut"
+    segments = tail[start + 26]
+    table = tail[start + 27 : start + 27 + segments]
+    if len(table) < segments or start + 27 + segments + sum(table) != at_end:
+        return "its last Ogg page is cut"
+    if not tail[start + 5] & _OGG_END_OF_STREAM:
+        return "the Ogg stream has no end-of-stream page"
+    return None
+
+
+def _check_ogg_complete(path: str, handle: sf.SoundFile) -> None:
+    """libsndfile takes an Ogg file's length from its last page, so a cut Ogg reads as a shorter,
+    valid file; its last page is either partial or lacks the end-of-stream flag. Refuse it, as a
+    cut WAV or FLAC is refused."""
+    if handle.format != "OGG":
+        return
+    with open(path, "rb") as stream:
+        size = stream.seek(0, 2)
+        stream.seek(max(0, size - _OGG_TAIL_BYTES))
+        tail = stream.read()
+    problem = _ogg_cut(tail, len(tail))
+    if problem is not None:
+        raise InputError(path, f"truncated: {problem}")
+
+
 def _check_finite(path: str, handle: sf.SoundFile) -> None:
     """Refuse a float file holding NaN or ±inf, as :func:`read_audio` (``voxmeter features``)
     does. Integer PCM cannot hold them; float files are scanned block by block (flat memory)."""
@@ -283,6 +319,7 @@ def _open_soundfile(path: str) -> sf.SoundFile:
     try:
         check_rate(path, int(handle.samplerate))
         _check_not_truncated(path, handle)
+        _check_ogg_complete(path, handle)
         if handle.frames == 0:
             raise InputError(path, "no audio samples")
         _check_last_sample(path, handle)

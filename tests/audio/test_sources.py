@@ -88,6 +88,14 @@ def bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     cut_wav.write_bytes(wav.read_bytes()[: 44 + 16000])
     fifo = tmp_path / "pipe.wav"  # exists: "no such file" misled
     os.mkfifo(fifo)
+    ogg = tmp_path / "good.ogg"
+    sf.write(ogg, tone(16000, 6.0, 200.0), 16000, format="OGG")
+    pages = _ogg_page_starts(ogg.read_bytes())
+    assert len(pages) >= 3
+    cut_ogg = tmp_path / "cut.ogg"  # libsndfile reads the pages left as a shorter, valid file
+    cut_ogg.write_bytes(ogg.read_bytes()[: pages[-2] + 100])
+    unfinished_ogg = tmp_path / "unfinished.ogg"  # whole pages, but the stream never ended
+    unfinished_ogg.write_bytes(ogg.read_bytes()[: pages[-1]])
     return {
         "directory": (tmp_path, "is a directory"),
         "fifo": (fifo, "not a regular file"),
@@ -98,7 +106,21 @@ def bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "text": (text, "not readable as audio"),
         "header": (header_only, "not readable as audio"),
         "truncated": (truncated, "truncated: header says 32000 samples"),
+        "truncated_ogg": (cut_ogg, "truncated: its last Ogg page is cut"),
+        "unfinished_ogg": (unfinished_ogg, "truncated: the Ogg stream has no end-of-stream page"),
     }
+
+
+def _ogg_page_starts(blob: bytes) -> list[int]:
+    """Offsets of the Ogg pages of ``blob`` (a capture pattern can occur in packet data, so
+    each page is found from the previous one's length)."""
+    starts, at = [], 0
+    while at < len(blob):
+        assert blob[at : at + 4] == b"OggS"
+        starts.append(at)
+        segments = blob[at + 26]
+        at += 27 + segments + sum(blob[at + 27 : at + 27 + segments])
+    return starts
 
 
 @pytest.mark.parametrize(
@@ -113,6 +135,8 @@ def bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "header",
         "truncated",
         "truncated_wav",
+        "truncated_ogg",
+        "unfinished_ogg",
     ],
 )
 def test_read_audio_bad_files_name_file_and_problem(tmp_path: Path, case: str) -> None:
@@ -141,7 +165,18 @@ def test_read_audio_rejects_absurd_rate_and_nan(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "case", ["missing", "directory", "empty", "text", "header", "truncated", "truncated_wav"]
+    "case",
+    [
+        "missing",
+        "directory",
+        "empty",
+        "text",
+        "header",
+        "truncated",
+        "truncated_wav",
+        "truncated_ogg",
+        "unfinished_ogg",
+    ],
 )
 def test_file_source_bad_files_fail_at_construction(tmp_path: Path, case: str) -> None:
     path, problem = bad_files(tmp_path)[case]
