@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from monitor.corpus import Corpus, check_speaker_names
+from monitor.corpus.duplicates import find_duplicates, fingerprint, warn_duplicates
 from monitor.features.base import FEATURE_NAMES, Observation, get_feature
 from monitor.features.extract import FeatureCache, FileFeatures, extract_many
 from monitor.store import Enrolment, Store
@@ -280,6 +281,12 @@ def enroll_corpus(
             f"no speaker has usable speech; nothing enrolled ({len(skipped_files)} files "
             f"skipped{example})",
         )
+    fingerprints = (
+        (speaker.alias, path, fingerprint(results[path].observations, results[path].speech_seconds))
+        for speaker in enrolled
+        for path in speaker.files
+    )
+    warn_duplicates(find_duplicates(fingerprints), within_speaker_matters=False)
     store.bulk_replace_templates(enrolments)
     return EnrolmentReport(
         enrolled=tuple(enrolled),

@@ -134,3 +134,65 @@ def test_seconds_selects_the_fewest_first_files(
         "9999": "no readable audio file",
         "8888": "no audio file in its folder",
     }
+
+
+@pytest.mark.corpus
+def test_the_same_audio_under_two_speakers_is_warned_about(
+    corpus_root: Path, corpus_speakers: list[dict[str, str]], cache_dir: Path, tmp_path: Path
+) -> None:
+    first, second = (row["speaker"] for row in corpus_speakers[:2])
+    root = tmp_path / "corpus"
+    for speaker in (first, second):
+        (root / speaker).mkdir(parents=True)
+        for source in sorted((corpus_root / speaker).glob("*.flac"))[:2]:
+            (root / speaker / source.name).symlink_to(source)
+    copied = sorted((corpus_root / first).glob("*.flac"))[0]
+    (root / second / "0-copy.flac").symlink_to(copied)  # a copy filed under the other speaker
+    db = tmp_path / "dup.db"
+    args = ["enroll", str(root), "--db", str(db), "--utterances", "2", "--cache", str(cache_dir)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    [line] = [line for line in result.stderr.splitlines() if "same audio" in line]
+    assert line.startswith("voxmeter: warning: the same audio appears under speakers")
+    assert f"{first}, {second}" in line and "0-copy.flac" in line and copied.name in line
+
+    (root / second / "0-copy.flac").unlink()  # without the copy: no warning
+    result = runner.invoke(app, [*args[:3], str(tmp_path / "clean.db"), *args[4:]])
+    assert result.exit_code == 0 and "same audio" not in result.stderr
+
+
+def test_duplicates_are_grouped_by_fingerprint_across_and_within_speakers() -> None:
+    from monitor.corpus.duplicates import find_duplicates, fingerprint
+    from monitor.features.base import Observation
+
+    def observed(value: float, seconds: float = 2.0) -> bytes:
+        obs = {"f0": Observation("f0", np.array([value, 1.0]), seconds)}
+        return fingerprint(obs, seconds)
+
+    files = [
+        ("a", "a/1.wav", observed(1.0)),
+        ("b", "b/1.wav", observed(1.0)),  # a's recording again
+        ("b", "b/2.wav", observed(2.0)),
+        ("b", "b/3.wav", observed(2.0)),  # b twice
+        ("c", "c/1.wav", observed(1.0, seconds=2.5)),  # same values, other speech: different
+    ]
+    groups = find_duplicates(files)
+    assert [g.files for g in groups] == [
+        (("a", "a/1.wav"), ("b", "b/1.wav")),
+        (("b", "b/2.wav"), ("b", "b/3.wav")),
+    ]
+    assert [g.speakers for g in groups] == [("a", "b"), ("b",)]
+
+
+def test_a_repeat_within_one_speaker_is_warned_about_only_where_tests_meet_templates(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from monitor.corpus.duplicates import DuplicateAudio, warn_duplicates
+
+    within = [DuplicateAudio((("b", "b/2.wav"), ("b", "b/3.wav")))]
+    with caplog.at_level("WARNING", logger="monitor"):
+        warn_duplicates(within, within_speaker_matters=False)  # enroll: harmless
+        assert caplog.records == []
+        warn_duplicates(within, within_speaker_matters=True)  # calibrate, evaluate
+    [record] = caplog.records
+    assert "speaker b holds the same audio twice (b/2.wav, b/3.wav)" in record.getMessage()

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from monitor.corpus.duplicates import find_duplicates, fingerprint, warn_duplicates
 from monitor.corpus.scan import scan_corpus
 from monitor.errors import InputError
 
@@ -107,6 +108,7 @@ def load_speakers(
     ]
     skipped += [(path, error.problem) for path, error in extraction.errors.items()]  # type: ignore[attr-defined]
     speakers: list[SpeakerUtterances] = []
+    fingerprints: list[tuple[str, str, bytes]] = []
     for alias in corpus.speakers:
         kept: list[tuple[str, Any]] = []
         for utterance in corpus.utterances_of(alias):
@@ -129,6 +131,13 @@ def load_speakers(
             # An empty observation of one feature pools as nothing (zero counts, zero
             # vector): the utterance still serves the other features.
             kept.append((utterance.path.stem, result))
+            fingerprints.append(
+                (
+                    alias,
+                    str(utterance.path),
+                    fingerprint(result.observations, result.speech_seconds),
+                )
+            )
         if len(kept) < 2:
             skipped.append(
                 (f"speaker {alias}", f"only {len(kept)} usable utterance(s); 2 or more needed")
@@ -150,6 +159,7 @@ def load_speakers(
             str(corpus.root),
             f"no speaker has 2 or more utterances with usable speech ({len(skipped)} skipped)",
         )
+    warn_duplicates(find_duplicates(fingerprints), within_speaker_matters=True)
     return CorpusSpeakers(
         root=str(corpus.root),
         split=split,
