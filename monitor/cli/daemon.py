@@ -6,8 +6,9 @@ import json
 import logging
 import os
 import sys
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,6 +19,10 @@ from monitor.cli.common import (
     user_errors,
 )
 from monitor.printable import printable
+
+if TYPE_CHECKING:
+    from monitor.daemon.figures import Figures
+    from monitor.daemon.status import TrackStatus
 
 
 @user_errors
@@ -92,7 +97,7 @@ def run_command(
     os._exit(0)
 
 
-def _status_table(rows: list[Any]) -> Any:
+def _status_table(rows: list[TrackStatus]) -> Any:
     from rich import box
     from rich.table import Table
 
@@ -115,30 +120,32 @@ def _status_table(rows: list[Any]) -> Any:
     style = {"ok": "green", "warning": "yellow", "exceeded": "bold red"}
     for row in rows:
         f = row.figures
-        d = f.get("disclosures", {})
-        b = f.get("bounds", {})
 
-        def bits(key: str, d: dict[str, Any] = d) -> str:
-            return f"{d[key][0]:.2f}" if key in d else "-"
+        def bits(feature: str, measure: str, f: Figures = f) -> str:
+            try:
+                return f"{f.bits(feature, measure):.2f}"
+            except KeyError:
+                return "-"
 
         top = "-"
-        if f.get("kind") == "unknown" and f.get("top_candidate"):
-            top = f"{f['top_candidate']} ({f.get('information_gain_bits', 0):.2f})"
+        if f.kind == "unknown" and f.top_candidate:
+            top = f"{f.top_candidate} ({f.information_gain_bits or 0.0:.2f})"
+        b = f.bounds
         table.add_row(
             cell(row.track),
             f"[{style.get(row.state, '')}]{row.state}[/]",
             str(row.windows),
             f"{row.speech_seconds:.0f}",
-            bits("combined.lid"),
-            bits("combined.srd"),
-            bits("f0.lid"),
-            bits("phone.lid"),
-            bits("embedding.lid"),
-            f"{b.get('basic', 0):.1f}",
-            f"{b.get('advanced', 0):.1f}",
-            f"{b.get('optimal', 0):.1f}",
-            f"{f.get('ceiling_bits', float('nan')):.2f}",
-            f"{f.get('budget_bits', float('nan')):g}",
+            bits("combined", "lid"),
+            bits("combined", "srd"),
+            bits("f0", "lid"),
+            bits("phone", "lid"),
+            bits("embedding", "lid"),
+            f"{b.basic_bits:.1f}",
+            f"{b.advanced_bits:.1f}",
+            f"{b.optimal_bits:.1f}",
+            f"{f.ceiling_bits:.2f}",
+            f"{f.budget_bits:g}",
             cell(top),
         )
     table.caption = (
@@ -171,23 +178,26 @@ def status_command(
     from monitor.store import open_store
 
     settings = load_config(config, [f"daemon.db={json.dumps(str(db))}"] if db else [])
-    period = settings.budget.period_seconds
+    status = partial(
+        current_status,
+        period_seconds=settings.budget.period_seconds,
+        budget_measure=settings.budget.measure,
+        delta=settings.scorer.delta,
+    )
     if not console.is_terminal:
         console.width = max(console.width, 140)
     with open_store(settings.daemon.db, create=False) as store:
         if as_json:
-            rows = current_status(store, period)
-            console.print_json(json.dumps([row.__dict__ for row in rows]))
+            console.print_json(json.dumps([row.to_json() for row in status(store)]))
             return
         if not live:
-            console.print(_status_table(current_status(store, period)))
+            console.print(_status_table(status(store)))
             return
         ends = time.monotonic() + seconds if seconds > 0 else float("inf")
         with Live(console=console, refresh_per_second=4) as screen:
             try:
                 while True:
-                    rows = current_status(store, period)
-                    screen.update(_status_table(rows))
+                    screen.update(_status_table(status(store)))
                     if time.monotonic() >= ends:
                         break
                     time.sleep(min(interval, max(0.0, ends - time.monotonic())))

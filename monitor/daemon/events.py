@@ -15,6 +15,9 @@ Flow (DESIGN §14)::
     DaemonStarted, TrackRestored, WindowScored, StateChanged, TrackExpired, PipelineStats,
     DaemonStopping                                   → every exporter, in order
 
+The figures of a scored window are one record, :class:`Figures` (monitor/daemon/figures.py):
+the ledger row, the alert, MQTT and ``voxmeter status`` all carry its ``to_json()``.
+
 Exporters implement :class:`Exporter` (see docs/architecture.md, monitor/daemon).
 """
 
@@ -24,19 +27,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-# The vocabulary is re-exported: exporters read the whole protocol from this one module.
+# The figure record and its parts (monitor/daemon/figures.py) and the vocabulary are
+# re-exported: exporters read the whole protocol from this one module.
+from monitor.daemon.figures import CompositionBounds as CompositionBounds
+from monitor.daemon.figures import Disclosure as Disclosure
+from monitor.daemon.figures import Figures as Figures
+from monitor.daemon.figures import TrackKind as TrackKind
 from monitor.vocabulary import BOUNDS as BOUNDS
 from monitor.vocabulary import FEATURES as FEATURES
 from monitor.vocabulary import MEASURES as MEASURES
-from monitor.vocabulary import Bound
 from monitor.vocabulary import BudgetState as BudgetState
 
 if TYPE_CHECKING:
     from monitor.audio.windows import SpeechWindow
     from monitor.features.base import Observation
-
-TrackKind = Literal["local", "unknown"]
-
 
 # ---- between stages ------------------------------------------------------------------------
 
@@ -82,45 +86,6 @@ class TrackedWindow:
 
 
 @dataclass(frozen=True)
-class Disclosure:
-    """One (feature, measure) figure for one track: the pooled evidence and the last window alone.
-
-    For a local profile the figures are about its identity; for an ``unknown-N`` track they are
-    about the top candidate (the identity with the largest posterior).
-    """
-
-    feature: str  # one of FEATURES
-    measure: str  # one of MEASURES
-    cumulative_bits: float  # disclosure of all the track's windows in the period, pooled
-    window_bits: float  # disclosure of the last window alone
-
-    @property
-    def key(self) -> str:
-        """``feature.measure``, as the ledger, alerts and the budget setting spell it."""
-        return f"{self.feature}.{self.measure}"
-
-
-@dataclass(frozen=True)
-class CompositionBounds:
-    """What DP composition would allow after ``windows`` windows (DESIGN §5.7, §12 step 5).
-
-    ε = max over the period's windows of (window disclosure · ln 2) nats; bounds converted to bits.
-    """
-
-    windows: int  # T: windows of this track in the period
-    epsilon_nats: float  # largest per-window ε so far
-    delta: float  # target δ of the advanced and optimal bounds
-    basic_bits: float  # T·ε
-    advanced_bits: float  # min(T·ε, Kairouz Thm 3.4)
-    optimal_bits: float  # Kairouz Thm 3.3, exact ε* for δ
-
-    def bits(self) -> dict[Bound, float]:
-        """The bounds in bits keyed by :data:`BOUNDS` (the one place that builds this dict)."""
-        values = (self.basic_bits, self.advanced_bits, self.optimal_bits)
-        return dict(zip(BOUNDS, values, strict=True))
-
-
-@dataclass(frozen=True)
 class DaemonStarted:
     """Sent once before any window: what the daemon measures against, and restored tracks."""
 
@@ -136,55 +101,28 @@ class DaemonStarted:
 
 @dataclass(frozen=True)
 class WindowScored:
-    """Everything measured for one track at one window close (DESIGN §12 steps 1–5)."""
+    """One track's figures at one window close (DESIGN §12 steps 1–5), with the window's place in
+    the stream and the time it took; :class:`Figures` is what the ledger stores and every
+    exporter shows."""
 
-    track: str  # local profile alias or "unknown-N" (aliases only, never real names)
-    kind: TrackKind
-    identity: str | None  # template alias disclosed about (local profiles); None for unknown-N
-    window_index: int
+    figures: Figures
     window_start_seconds: float  # stream position
     window_end_seconds: float
     window_speech_seconds: float  # speech in this window
-    pooled_speech_seconds: float  # L: speech of all the track's windows in the period
-    windows: int  # T: the track's windows in the period, this one included
-    disclosures: tuple[Disclosure, ...]  # every (feature, measure) in FEATURES × MEASURES
-    bounds: CompositionBounds
-    ceiling_bits: float  # log2 N
-    templates: int  # N
-    budget_bits: float
-    budget_measure: str  # "feature.measure" the budget uses, e.g. "combined.lid"
-    budget_figure_bits: float  # the cumulative figure compared with the budget
-    state: BudgetState  # state after this window
-    information_gain_bits: float | None  # unknown-N: log2 N − H(P) of the combined posterior
-    top_candidate: str | None  # unknown-N: alias of the identity with the largest posterior
-    top_candidate_bits: float | None  # unknown-N: log2(N · max_i P(i|s))
-    extrapolated: Mapping[str, bool]  # feature → calibration bucket extrapolated beyond the last
-    period_start_unix: float
-    window_closed_unix: float  # end of the window, wall clock
     window_closed_monotonic: float  # end of the window: exporters measure latency from here
     scored_unix: float  # when the ledger committed this window
     latency_seconds: float  # window close → ledger commit (the exporter adds its own part)
     stage_seconds: Mapping[str, float] = field(default_factory=dict)  # stage → seconds spent
 
-    def bits(self, feature: str, measure: str, *, cumulative: bool = True) -> float:
-        """The figure for one (feature, measure); KeyError names a pair that is not present."""
-        for item in self.disclosures:
-            if item.feature == feature and item.measure == measure:
-                return item.cumulative_bits if cumulative else item.window_bits
-        raise KeyError(f"{feature}.{measure}")
-
 
 @dataclass(frozen=True)
 class TrackRestored:
     """Sent after :class:`DaemonStarted` for every track resumed from the ledger: its last
-    window's figures, so that a restart does not blank a speaker's series until they speak again.
+    window's figures (with the budget state and budget of now), so that a restart does not blank
+    a speaker's series until they speak again. Exporters set gauges from it but observe no
+    histogram and count no speech: no window of this run was scored."""
 
-    ``last`` is rebuilt from the stored figures with the state and budget of now; its stream
-    positions are 0, its latency NaN and its stage times empty (no window of this run): exporters
-    set gauges from it but observe no histogram and count no speech.
-    """
-
-    last: WindowScored
+    figures: Figures
 
 
 @dataclass(frozen=True)

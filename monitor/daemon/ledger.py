@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from monitor.daemon.budget import BudgetMachine, Transition, period_start
 from monitor.daemon.events import (
-    CompositionBounds,
+    BOUNDS,
+    BudgetState,
     DaemonEvent,
-    Disclosure,
+    Figures,
     StateChanged,
     TrackRestored,
     WindowScored,
 )
 from monitor.daemon.evidence import ScoredWindow
+from monitor.errors import StoreError
 from monitor.jsonsafe import finite_bits
 from monitor.store.database import Store
 from monitor.store.ledger import WindowRecord
@@ -55,26 +57,20 @@ class LedgerWriter:
         self.period_start_unix: float | None = None
 
     def _alert(
-        self, change: Transition, scored: ScoredWindow | None, window_end_unix: float
+        self, change: Transition, figures: Figures | None, window_end_unix: float
     ) -> StateChanged:
-        payload: dict[str, Any] = {
+        bits = finite_bits(change.bits)
+        payload = {
             "alias": change.track,
             "from": change.from_state,
             "to": change.to_state,
-            "bits": finite_bits(change.bits),
+            "bits": bits,
             "budget": self.budget_bits,
-            "features": {},
-            "bounds": {},
             "window_end": window_end_unix,
             "device": self.device_id,
             "reason": change.reason,
+            **alert_figures(figures),
         }
-        if scored is not None:
-            payload["features"] = {
-                d.key: finite_bits(d.cumulative_bits) for d in scored.score.disclosures
-            }
-            payload["bounds"] = scored.score.bounds.bits()
-        bits = finite_bits(change.bits)
         seq = self.store.transition(change.track, change.to_state, bits, payload, self.alert_topic)
         return StateChanged(
             track=change.track,
@@ -119,33 +115,27 @@ class LedgerWriter:
         state = self.budget.state(tracked.track)
         window_end_unix = window.closed_unix
         window_start_unix = window_end_unix - (window.end_seconds - window.start_seconds)
-        scored_event = WindowScored(
+        figures = Figures(
             track=tracked.track,
             kind=tracked.kind,
             identity=tracked.identity,
+            subject=score.subject,
             window_index=window.index,
-            window_start_seconds=window.start_seconds,
-            window_end_seconds=window.end_seconds,
-            window_speech_seconds=window.speech_seconds,
-            pooled_speech_seconds=evidence.speech_seconds,
             windows=evidence.windows,
+            pooled_speech_seconds=evidence.speech_seconds,
             disclosures=score.disclosures,
             bounds=score.bounds,
             ceiling_bits=math.log2(self.templates),
             templates=self.templates,
             budget_bits=self.budget_bits,
             budget_measure=str(self.measure),
-            budget_figure_bits=figure,
             state=state,
             information_gain_bits=score.information_gain_bits,
             top_candidate=score.top_candidate,
             top_candidate_bits=score.top_candidate_bits,
             extrapolated=score.extrapolated,
             period_start_unix=scored.period_start_unix,
-            window_closed_unix=window.closed_unix,
-            window_closed_monotonic=window.closed_monotonic,
-            scored_unix=math.nan,  # set below, once the ledger holds the window
-            latency_seconds=math.nan,
+            window_end_unix=window_end_unix,
         )
         self.store.record_window(
             tracked.track,
@@ -154,19 +144,23 @@ class LedgerWriter:
             window_end=window_end_unix,
             speech_seconds=window.speech_seconds,
             pooled=evidence.pooled,
-            figures=ledger_figures(scored_event, subject=score.subject),
+            figures=figures.to_json(),
             window_bits=finite_bits(score.window_bits),
         )
         if change is not None:
-            events.append(self._alert(change, scored, window_end_unix))
+            events.append(self._alert(change, figures, window_end_unix))
         elif previous == state and not stale:
             self.store.update_budget(tracked.track, state, finite_bits(figure))
         scored_unix = self.wall_clock()
         ledger_seconds = self.clock() - started
         events.insert(
             0,
-            replace(
-                scored_event,
+            WindowScored(
+                figures=figures,
+                window_start_seconds=window.start_seconds,
+                window_end_seconds=window.end_seconds,
+                window_speech_seconds=window.speech_seconds,
+                window_closed_monotonic=window.closed_monotonic,
                 scored_unix=scored_unix,
                 latency_seconds=self.clock() - window.closed_monotonic,
                 stage_seconds={
@@ -179,88 +173,48 @@ class LedgerWriter:
         return events
 
 
-def ledger_figures(event: WindowScored, *, subject: str) -> dict[str, Any]:
-    """The ledger's JSON of a scored window (what ``status`` shows); :func:`restored_window` is
-    its inverse. Figures are kept finite (:func:`~monitor.jsonsafe.finite_bits`)."""
-    b = event.bounds
+def alert_figures(figures: Figures | None) -> dict[str, Any]:
+    """The figures part of an alert payload: the record's ``to_json()`` as ``figures`` (None for
+    a period reset, which no window caused), and the flat ``features {"feature.measure": bits}``
+    and ``bounds`` that alerts carried before the record (renamings of the same JSON)."""
+    if figures is None:
+        return {"features": {}, "bounds": {}, "figures": None}
+    data = figures.to_json()
     return {
-        "kind": event.kind,
-        "identity": event.identity,
-        "subject": subject,
-        "window_index": event.window_index,
-        "windows": event.windows,
-        "pooled_speech_seconds": event.pooled_speech_seconds,
-        "disclosures": {
-            d.key: [finite_bits(d.cumulative_bits), finite_bits(d.window_bits)]
-            for d in event.disclosures
-        },
-        "bounds": {**b.bits(), "epsilon_nats": b.epsilon_nats},
-        "ceiling_bits": event.ceiling_bits,
-        "templates": event.templates,
-        "budget_bits": event.budget_bits,
-        "budget_figure_bits": finite_bits(event.budget_figure_bits),
-        "state": event.state,
-        "information_gain_bits": event.information_gain_bits,
-        "top_candidate": event.top_candidate,
-        "top_candidate_bits": event.top_candidate_bits,
-        "extrapolated": event.extrapolated,
+        "features": {key: values[0] for key, values in data["disclosures"].items()},
+        "bounds": {bound: data["bounds"][bound] for bound in BOUNDS},
+        "figures": data,
     }
 
 
-def _disclosure(key: FigureKey, values: Sequence[float]) -> Disclosure:
-    """A ledger ``disclosures`` entry (``[cumulative, window]`` bits) as a Disclosure."""
-    return Disclosure(key.feature, key.measure, float(values[0]), float(values[1]))
+def stored_figures(record: WindowRecord, *, budget_measure: str, delta: float) -> Figures:
+    """A ledger row's figures as the record. Rows written before the record carried every key
+    take track, period and window end from the row's columns, and the budget measure and δ from
+    the configuration; a row that cannot be read is a StoreError naming it."""
+    fallback = {
+        "track": record.track,
+        "period_start_unix": record.period_start,
+        "window_end_unix": record.window_end,
+        "budget_measure": budget_measure,
+        "bounds": {"delta": delta},
+    }
+    try:
+        return Figures.from_json(record.figures, fallback=fallback)
+    except ValueError as exc:
+        raise StoreError(f"ledger window {record.id} of track {record.track!r}: {exc}") from exc
 
 
-def restored_window(
+def restored_track(
     record: WindowRecord,
     *,
-    state: str,
+    state: BudgetState,
     budget_bits: float,
     budget_measure: str,
     delta: float,
 ) -> TrackRestored:
-    """The last stored window of a track as a :class:`TrackRestored` (see its docstring):
-    figures as the ledger holds them, budget state and budget of the restarted daemon."""
-    f = record.figures
-    bounds = f["bounds"]
+    """The last stored window of a track as a :class:`TrackRestored`: figures as the ledger
+    holds them, with the budget state, budget and budget measure of the restarted daemon."""
+    figures = stored_figures(record, budget_measure=budget_measure, delta=delta)
     return TrackRestored(
-        WindowScored(
-            track=record.track,
-            kind=f["kind"],
-            identity=f.get("identity"),
-            window_index=int(f["window_index"]),
-            window_start_seconds=0.0,
-            window_end_seconds=0.0,
-            window_speech_seconds=record.speech_seconds,
-            pooled_speech_seconds=float(f["pooled_speech_seconds"]),
-            windows=int(f["windows"]),
-            disclosures=tuple(
-                _disclosure(FigureKey.parse(key), values)
-                for key, values in f["disclosures"].items()
-            ),
-            bounds=CompositionBounds(
-                windows=int(f["windows"]),
-                epsilon_nats=float(bounds["epsilon_nats"]),
-                delta=delta,
-                basic_bits=float(bounds["basic"]),
-                advanced_bits=float(bounds["advanced"]),
-                optimal_bits=float(bounds["optimal"]),
-            ),
-            ceiling_bits=float(f["ceiling_bits"]),
-            templates=int(f["templates"]),
-            budget_bits=budget_bits,
-            budget_measure=budget_measure,
-            budget_figure_bits=float(f["budget_figure_bits"]),
-            state=state,  # type: ignore[arg-type]
-            information_gain_bits=f.get("information_gain_bits"),
-            top_candidate=f.get("top_candidate"),
-            top_candidate_bits=f.get("top_candidate_bits"),
-            extrapolated=dict(f.get("extrapolated", {})),
-            period_start_unix=record.period_start,
-            window_closed_unix=record.window_end,
-            window_closed_monotonic=math.nan,
-            scored_unix=record.window_end,
-            latency_seconds=math.nan,
-        )
+        replace(figures, state=state, budget_bits=budget_bits, budget_measure=budget_measure)
     )

@@ -47,6 +47,7 @@ from monitor.daemon.events import (
     DaemonStopping,
     Exporter,
     FeatureWindow,
+    Figures,
     PipelineStats,
     StateChanged,
     TrackExpired,
@@ -54,7 +55,7 @@ from monitor.daemon.events import (
 )
 from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
 from monitor.daemon.exporters.mqtt import topics_for
-from monitor.daemon.ledger import LedgerWriter, restored_window
+from monitor.daemon.ledger import LedgerWriter, restored_track
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
 from monitor.errors import VoxmeterError
@@ -82,7 +83,7 @@ class RunSummary:
     frames_speech: int
     frames_dropped: int
     audio_device_errors: int
-    last: dict[str, WindowScored]  # track → its last scored window
+    last: dict[str, Figures]  # track → the figures of its last scored window
     alerts: int  # budget state changes (each one alert)
 
 
@@ -153,7 +154,7 @@ class Pipeline:
         self._windows = 0
         self._busy: dict[str, float] = {"features": 0.0, "scorer": 0.0, "ledger": 0.0}
         self.audio_seconds = 0.0
-        self.last: dict[str, WindowScored] = {}
+        self.last: dict[str, Figures] = {}
         self._alerts = 0
         size = config.daemon.queue_size
         self.queues: dict[str, asyncio.Queue[Any]] = {
@@ -225,7 +226,7 @@ class Pipeline:
             last = self.store.last_window(track, period)
             if last is not None:  # exporters show its figures now, not when it speaks again
                 events.append(
-                    restored_window(
+                    restored_track(
                         last,
                         state=self.budget.state(track),
                         budget_bits=settings.budget.bits,
@@ -348,7 +349,7 @@ class Pipeline:
             for event in events:
                 if isinstance(event, WindowScored):
                     self._windows += 1
-                    self.last[event.track] = event
+                    self.last[event.figures.track] = event.figures
                 elif isinstance(event, StateChanged):
                     self._alerts += 1
                 await out.put(event)

@@ -177,7 +177,7 @@ def test_alerts_states_and_status_reach_a_real_broker(
                 assert alert["bits"] == 4.2 and alert["budget"] == 5.0 and alert["device"] == DEVICE
                 assert {"features", "bounds", "window_end", "sent"} <= alert.keys()
                 state = sub.on(TOPICS.speaker_state("alias-a"))[-1]
-                assert state == speaker_state_payload(window, updated_unix=0) | {
+                assert state == speaker_state_payload(window.figures, updated_unix=0) | {
                     "updated": state["updated"]
                 }
                 assert state["state"] == "warning" and state["features"]["combined"]["lid"] == 4.2

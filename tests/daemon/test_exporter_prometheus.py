@@ -54,7 +54,7 @@ def test_window_sets_every_disclosure_bound_budget_and_state() -> None:
     clock.now = 100.4
     exporter.apply(scored("alias-a", index=2, combined_bits=4.5, state="warning"))
 
-    event = scored("alias-a", index=2, combined_bits=4.5, state="warning")
+    event = scored("alias-a", index=2, combined_bits=4.5, state="warning").figures
     for feature in FEATURES:
         for measure in MEASURES:
             labels = {"speaker": "alias-a", "feature": feature, "measure": measure}

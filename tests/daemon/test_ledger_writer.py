@@ -89,7 +89,7 @@ def test_windows_recorded_and_transitions_alerted_in_order(writer) -> None:
     events = []
     for i, bits in enumerate([1.0, 2.5, 4.2, 3.9]):
         events += ledger.process(scored(i, bits, PERIOD + 60.0 * i))
-    windows = [e for e in events if isinstance(e, WindowScored)]
+    windows = [e.figures for e in events if isinstance(e, WindowScored)]
     changes = [e for e in events if isinstance(e, StateChanged)]
     assert [w.state for w in windows] == ["ok", "warning", "exceeded", "exceeded"]
     assert [(c.from_state, c.to_state, c.reason) for c in changes] == [
@@ -121,7 +121,7 @@ def test_a_new_period_steps_down_with_one_alert(writer) -> None:
     events = ledger.process(scored(1, 1.0, PERIOD + DAY + 10.0))
     changes = [e for e in events if isinstance(e, StateChanged)]
     assert [(c.from_state, c.to_state, c.reason) for c in changes] == [("exceeded", "ok", "period")]
-    window = next(e for e in events if isinstance(e, WindowScored))
+    window = next(e.figures for e in events if isinstance(e, WindowScored))
     assert window.state == "ok" and window.period_start_unix == PERIOD + DAY
     assert store.budget_state("home-1").state == "ok"
     assert [m.payload["reason"] for m in store.pending()] == ["window", "period"]

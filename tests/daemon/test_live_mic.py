@@ -48,7 +48,7 @@ def test_speech_played_into_the_virtual_microphone_is_scored(
     assert summary.stop_reason == "test", "three windows should arrive well within 90 s"
     assert len(scored) >= 3
     assert summary.frames_speech > 0 and summary.audio_device_errors == 0
-    assert [e.track for e in scored[:3]] == ["home-1"] * 3
+    assert [e.figures.track for e in scored[:3]] == ["home-1"] * 3
     # kept up with the live device (no frame dropped for a full queue), and each window's
     # latency clock covers at least the work done on it (not a wall-clock bound)
     assert summary.frames_dropped == 0

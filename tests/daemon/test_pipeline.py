@@ -73,18 +73,18 @@ def test_known_speaker_windows_reach_the_ledger(daemon_corpus, daemon_db) -> Non
     scored = recorder.scored()
     assert len(scored) >= 2
     assert summary.windows == len(scored)
-    local = [e for e in scored if e.kind == "local"]
+    local = [e for e in scored if e.figures.kind == "local"]
     assert local, "the enrolled speaker's voice should match the local profile"
-    for event in local:
+    for event in (e.figures for e in local):
         assert event.track == "home-1"
         assert event.identity == daemon_corpus.profile_identity
         pairs = {(d.feature, d.measure) for d in event.disclosures}
         assert pairs == {(f, m) for f in FEATURES for m in MEASURES}
         assert event.ceiling_bits == pytest.approx(3.0)
         assert all(d.cumulative_bits <= 3.0 + 1e-9 for d in event.disclosures)
-    assert [e.windows for e in local] == list(range(1, len(local) + 1))
+    assert [e.figures.windows for e in local] == list(range(1, len(local) + 1))
     with open_store(daemon_db) as store:
-        period = scored[0].period_start_unix
+        period = scored[0].figures.period_start_unix
         rows = store.windows("home-1", period)
         assert len(rows) == len(local)
         kept = store.track_period("home-1", period)
@@ -92,7 +92,7 @@ def test_known_speaker_windows_reach_the_ledger(daemon_corpus, daemon_db) -> Non
         assert kept.speech_seconds == pytest.approx(sum(e.window_speech_seconds for e in local))
         assert set(kept.pooled) == {"f0", "phone", "embedding"}
         last = rows[-1].figures["disclosures"]["combined.lid"][0]
-        assert last == pytest.approx(local[-1].bits("combined", "lid"))
+        assert last == pytest.approx(local[-1].figures.bits("combined", "lid"))
 
 
 def test_unknown_speaker_gets_an_unknown_track_with_information_gain(
@@ -101,7 +101,7 @@ def test_unknown_speaker_gets_an_unknown_track_with_information_gain(
     recorder, _ = run_file(daemon_db, daemon_corpus.stranger_stream)
     scored = recorder.scored()
     assert len(scored) >= 2
-    unknown = [e for e in scored if e.kind == "unknown"]
+    unknown = [e.figures for e in scored if e.figures.kind == "unknown"]
     assert unknown, "a speaker who is not enrolled must not be taken for the local profile"
     assert unknown[0].track == "unknown-1"
     for event in unknown:
@@ -221,8 +221,8 @@ def test_restart_resumes_this_period_and_closes_an_old_one(daemon_corpus, daemon
     same_day, events = restored(0.0)
     (resumed,) = events  # no alert, the track's last figures for the exporters
     assert isinstance(resumed, TrackRestored)
-    assert (resumed.last.track, resumed.last.state) == ("home-1", "exceeded")
-    assert resumed.last.budget_figure_bits == pytest.approx(last.budget_figure_bits)
+    assert (resumed.figures.track, resumed.figures.state) == ("home-1", "exceeded")
+    assert resumed.figures.budget_figure_bits == pytest.approx(last.budget_figure_bits)
     assert same_day.budget.state("home-1") == "exceeded"
     kept = same_day.track_scorer.tracks["home-1"]
     assert (kept.windows, kept.speech_seconds) == (last.windows, last.pooled_speech_seconds)

@@ -79,7 +79,9 @@ def test_restart_exports_the_last_figures_before_new_speech(daemon_corpus, daemo
         None, [*common, f"daemon.source=file:{daemon_corpus.known_stream}", "audio.pace=fast"]
     )
     before, events = asyncio.run(run_and_scrape(first, daemon_db, None, wait_for=None))
-    last = [e for e in events if isinstance(e, WindowScored) and e.track == "home-1"][-1]
+    last = [
+        e.figures for e in events if isinstance(e, WindowScored) and e.figures.track == "home-1"
+    ][-1]
     expected = speaker_samples(before, "home-1")
     assert ("voxmeter_disclosure_bits", (("feature", "combined"), ("measure", "lid"),
             ("speaker", "home-1"))) in expected  # fmt: skip
@@ -99,6 +101,6 @@ def test_restart_exports_the_last_figures_before_new_speech(daemon_corpus, daemo
     def by_name(items: tuple[Disclosure, ...]) -> list[Disclosure]:
         return sorted(items, key=lambda d: (d.feature, d.measure))
 
-    assert by_name(restored.last.disclosures) == by_name(last.disclosures)
-    assert restored.last.windows == last.windows and restored.last.state == last.state
+    assert by_name(restored.figures.disclosures) == by_name(last.disclosures)
+    assert restored.figures.windows == last.windows and restored.figures.state == last.state
     assert speaker_samples(after, "home-1") == pytest.approx(expected, rel=1e-12)

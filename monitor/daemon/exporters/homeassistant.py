@@ -279,16 +279,16 @@ class HomeAssistantExporter:
                 self._device_dirty = True
                 self._started.set()
             case WindowScored():
-                self._add_speaker(event.track)
+                self._add_speaker(event.figures.track)
                 self._device["speech_seconds"] = round(
                     self._device["speech_seconds"] + event.window_speech_seconds, 3
                 )
-                self._device["templates"] = event.templates
+                self._device["templates"] = event.figures.templates
                 self._device_dirty = True
             case TrackExpired():
                 self._forget(event.track)
             case TrackRestored():  # resumed after a restart: its entities exist again at once
-                self._add_speaker(event.last.track)
+                self._add_speaker(event.figures.track)
             case _:
                 return  # PipelineStats, StateChanged, DaemonStopping: nothing to show
         self._wake.set()

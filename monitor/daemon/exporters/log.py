@@ -10,6 +10,7 @@ from monitor.daemon.events import (
     DaemonEvent,
     DaemonStarted,
     DaemonStopping,
+    Figures,
     PipelineStats,
     StateChanged,
     TrackExpired,
@@ -32,19 +33,8 @@ class LogExporter:
     async def handle(self, event: DaemonEvent) -> None:
         match event:
             case WindowScored():
-                fields: dict[str, Any] = {
-                    "track": event.track,
-                    "kind": event.kind,
-                    "window": event.window_index,
-                    "windows": event.windows,
-                    "speech_s": round(event.pooled_speech_seconds, 2),
-                    "bits": round(event.budget_figure_bits, 3),
-                    "state": event.state,
-                    "latency_s": round(event.latency_seconds, 3),
-                }
-                if event.kind == "unknown":
-                    fields["gain_bits"] = round(event.information_gain_bits or 0.0, 3)
-                    fields["top"] = event.top_candidate
+                fields = {**_figure_fields(event.figures), "window": event.figures.window_index}
+                fields["latency_s"] = round(event.latency_seconds, 3)
                 self.log.info("window", extra={"fields": fields})
             case StateChanged():
                 self.log.warning(
@@ -64,16 +54,7 @@ class LogExporter:
             case TrackExpired():
                 self.log.info("expired", extra={"fields": {"track": event.track}})
             case TrackRestored():
-                last = event.last
-                fields = {
-                    "track": last.track,
-                    "kind": last.kind,
-                    "windows": last.windows,
-                    "speech_s": round(last.pooled_speech_seconds, 2),
-                    "bits": round(last.budget_figure_bits, 3),
-                    "state": last.state,
-                }
-                self.log.info("restored", extra={"fields": fields})
+                self.log.info("restored", extra={"fields": _figure_fields(event.figures)})
             case PipelineStats():
                 self.log.debug(
                     "stats",
@@ -102,3 +83,19 @@ class LogExporter:
                 )
             case DaemonStopping():
                 self.log.info("stopping", extra={"fields": {"reason": event.reason}})
+
+
+def _figure_fields(figures: Figures) -> dict[str, Any]:
+    """The log fields of a track's figures (a window, or a track restored from the ledger)."""
+    fields: dict[str, Any] = {
+        "track": figures.track,
+        "kind": figures.kind,
+        "windows": figures.windows,
+        "speech_s": round(figures.pooled_speech_seconds, 2),
+        "bits": round(figures.budget_figure_bits, 3),
+        "state": figures.state,
+    }
+    if figures.kind == "unknown":
+        fields["gain_bits"] = round(figures.information_gain_bits or 0.0, 3)
+        fields["top"] = figures.top_candidate
+    return fields

@@ -36,9 +36,11 @@ import aiomqtt
 from monitor import __version__
 from monitor.daemon.config import MqttSettings
 from monitor.daemon.events import (
+    BOUNDS,
     DaemonEvent,
     DaemonStarted,
     DaemonStopping,
+    Figures,
     PipelineStats,
     StateChanged,
     TrackExpired,
@@ -105,30 +107,35 @@ def iso_utc(unix: float) -> str:
     return datetime.fromtimestamp(unix, UTC).isoformat(timespec="milliseconds")
 
 
-def speaker_state_payload(event: WindowScored, *, updated_unix: float) -> dict[str, Any]:
-    """The retained state of one speaker after a window (all figures cumulative, bits)."""
+def speaker_state_payload(figures: Figures, *, updated_unix: float) -> dict[str, Any]:
+    """The retained state of one speaker after a window: the record's ``to_json()`` as
+    ``figures``, and the flat keys dashboards and Home Assistant read (renamings of that JSON:
+    cumulative bits; ``features {feature: {measure: bits}}``)."""
+    data = figures.to_json()
     features: dict[str, dict[str, float]] = {}
-    for item in event.disclosures:
-        features.setdefault(item.feature, {})[item.measure] = item.cumulative_bits
+    for key, values in data["disclosures"].items():
+        feature, _, measure = key.partition(".")
+        features.setdefault(feature, {})[measure] = values[0]
     payload: dict[str, Any] = {
-        "alias": event.track,
-        "kind": event.kind,
-        "state": event.state,
-        "bits": event.budget_figure_bits,
-        "budget": event.budget_bits,
-        "measure": event.budget_measure,
+        "alias": data["track"],
+        "kind": data["kind"],
+        "state": data["state"],
+        "bits": data["budget_figure_bits"],
+        "budget": data["budget_bits"],
+        "measure": data["budget_measure"],
         "features": features,
-        "bounds": event.bounds.bits(),
-        "ceiling": event.ceiling_bits,
-        "windows": event.windows,
-        "speech_seconds": event.pooled_speech_seconds,
-        "period_start": iso_utc(event.period_start_unix),
+        "bounds": {bound: data["bounds"][bound] for bound in BOUNDS},
+        "ceiling": data["ceiling_bits"],
+        "windows": data["windows"],
+        "speech_seconds": data["pooled_speech_seconds"],
+        "period_start": iso_utc(data["period_start_unix"]),
         "updated": iso_utc(updated_unix),
     }
-    if event.information_gain_bits is not None:
-        payload["information_gain"] = event.information_gain_bits
-        payload["top_candidate"] = event.top_candidate
-        payload["top_candidate_bits"] = event.top_candidate_bits
+    if data["information_gain_bits"] is not None:
+        payload["information_gain"] = data["information_gain_bits"]
+        payload["top_candidate"] = data["top_candidate"]
+        payload["top_candidate_bits"] = data["top_candidate_bits"]
+    payload["figures"] = data
     return payload
 
 
@@ -182,13 +189,12 @@ class MqttExporter:
                 self._started_unix = event.started_unix
                 self._status_dirty = True
             case WindowScored():
-                payload = speaker_state_payload(event, updated_unix=self._clock())
-                self._states[event.track] = payload
-                self._dirty[event.track] = payload
+                self._set_state(speaker_state_payload(event.figures, updated_unix=self._clock()))
             case TrackRestored():  # a restart: figures of its last window, as they were
-                payload = speaker_state_payload(event.last, updated_unix=event.last.scored_unix)
-                self._states[event.last.track] = payload
-                self._dirty[event.last.track] = payload
+                figures = event.figures
+                self._set_state(
+                    speaker_state_payload(figures, updated_unix=figures.window_end_unix)
+                )
             case StateChanged():
                 pass  # the alert is already in the outbox: just wake the drain
             case TrackExpired():
@@ -197,6 +203,10 @@ class MqttExporter:
             case PipelineStats() | DaemonStopping():
                 return
         self._wake.set()
+
+    def _set_state(self, payload: dict[str, Any]) -> None:
+        self._states[payload["alias"]] = payload
+        self._dirty[payload["alias"]] = payload
 
     # ---- connection ------------------------------------------------------------------------
 

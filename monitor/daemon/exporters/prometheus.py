@@ -28,6 +28,7 @@ from monitor.daemon.events import (
     DaemonEvent,
     DaemonStarted,
     DaemonStopping,
+    Figures,
     PipelineStats,
     StateChanged,
     TrackExpired,
@@ -274,7 +275,7 @@ class PrometheusExporter:
             case WindowScored():
                 self._scored(event)
             case TrackRestored():
-                self._figures(event.last)
+                self._figures(event.figures)
             case StateChanged():
                 self.metrics.alerts.labels(event.to_state).inc()
                 self._set_state(event.track, event.to_state)
@@ -297,37 +298,37 @@ class PrometheusExporter:
 
     def _scored(self, event: WindowScored) -> None:
         """A new window: its figures, plus speech, stage times and latency."""
-        self._figures(event)
+        self._figures(event.figures)
         m = self.metrics
-        m.speech_seconds.labels(event.track).inc(max(0.0, event.window_speech_seconds))
+        m.speech_seconds.labels(event.figures.track).inc(max(0.0, event.window_speech_seconds))
         for stage, seconds in event.stage_seconds.items():
             m.stage_seconds.labels(stage).observe(seconds)
         m.window_latency_seconds.observe(
             max(0.0, self._monotonic() - event.window_closed_monotonic)
         )
 
-    def _figures(self, event: WindowScored) -> None:
+    def _figures(self, figures: Figures) -> None:
         """The gauges of a track's latest window (also for a track restored from the ledger)."""
         m = self.metrics
-        speaker = event.track
-        for item in event.disclosures:
+        speaker = figures.track
+        for item in figures.disclosures:
             m.disclosure_bits.labels(speaker, item.feature, item.measure).set(item.cumulative_bits)
             m.window_disclosure_bits.labels(speaker, item.feature, item.measure).set(
                 item.window_bits
             )
-        for bound, value in event.bounds.bits().items():
+        for bound, value in figures.bounds.bits().items():
             m.composition_bound_bits.labels(speaker, bound).set(value)
-        m.disclosure_ceiling_bits.set(event.ceiling_bits)
-        m.budget_bits.labels(speaker).set(event.budget_bits)
-        self._set_state(speaker, event.state)
-        if event.information_gain_bits is not None:
-            candidate = event.top_candidate or ""
+        m.disclosure_ceiling_bits.set(figures.ceiling_bits)
+        m.budget_bits.labels(speaker).set(figures.budget_bits)
+        self._set_state(speaker, figures.state)
+        if figures.information_gain_bits is not None:
+            candidate = figures.top_candidate or ""
             previous = self._top_candidate.get(speaker)
             if previous is not None and previous != candidate:
                 m.information_gain_bits.remove(speaker, previous)
-            m.information_gain_bits.labels(speaker, candidate).set(event.information_gain_bits)
+            m.information_gain_bits.labels(speaker, candidate).set(figures.information_gain_bits)
             self._top_candidate[speaker] = candidate
-        for feature, extrapolated in event.extrapolated.items():
+        for feature, extrapolated in figures.extrapolated.items():
             m.calibration_extrapolated.labels(feature).set(1.0 if extrapolated else 0.0)
 
     def _set_state(self, speaker: str, current: str) -> None:

@@ -1,0 +1,205 @@
+"""The figure record: everything measured about one track after one window, and its one JSON form.
+
+:class:`Figures` is built once, by the ledger stage, and is the single source of every figure the
+daemon shows: the ledger row (``to_json()``), the alert's ``figures``, the MQTT speaker state's
+``figures``, ``voxmeter status`` (which parses ledger rows back with :meth:`Figures.from_json`)
+and Prometheus (which reads the record). The flat keys the MQTT speaker state and the alert carried
+before the record (``bits``, ``features``, ``bounds``, ...) stay for dashboards and Home
+Assistant templates; they are renamings of ``to_json()``, so every consumer shows the same numbers.
+
+``to_json()`` writes figures through :func:`~monitor.jsonsafe.finite_bits` (±inf → ±1e9 bits, a
+number stays a number); NaN is not a figure the daemon produces. ``from_json`` reads every row the
+ledger ever stored: rows written before the record lack ``track``, ``period_start_unix``,
+``window_end_unix``, ``budget_measure`` and ``bounds.delta``, which the reader passes as
+``fallback`` (from the row's columns and the configuration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal, get_args
+
+from monitor.jsonsafe import finite_bits
+from monitor.vocabulary import BOUNDS, BUDGET_STATES, Bound, BudgetState, FigureKey
+
+TrackKind = Literal["local", "unknown"]
+TRACK_KINDS: Final[tuple[TrackKind, ...]] = get_args(TrackKind)
+
+
+@dataclass(frozen=True)
+class Disclosure:
+    """One (feature, measure) figure for one track: the pooled evidence and the last window alone.
+
+    For a local profile the figures are about its identity; for an ``unknown-N`` track they are
+    about the top candidate (the identity with the largest posterior).
+    """
+
+    feature: str  # one of FEATURES
+    measure: str  # one of MEASURES
+    cumulative_bits: float  # disclosure of all the track's windows in the period, pooled
+    window_bits: float  # disclosure of the last window alone
+
+    @property
+    def key(self) -> str:
+        """``feature.measure``, as the ledger, alerts and the budget setting spell it."""
+        return f"{self.feature}.{self.measure}"
+
+
+@dataclass(frozen=True)
+class CompositionBounds:
+    """What DP composition would allow after ``windows`` windows (DESIGN §5.7, §12 step 5).
+
+    ε = max over the period's windows of (window disclosure · ln 2) nats; bounds converted to bits.
+    """
+
+    windows: int  # T: windows of this track in the period
+    epsilon_nats: float  # largest per-window ε so far
+    delta: float  # target δ of the advanced and optimal bounds
+    basic_bits: float  # T·ε
+    advanced_bits: float  # min(T·ε, Kairouz Thm 3.4)
+    optimal_bits: float  # Kairouz Thm 3.3, exact ε* for δ
+
+    def bits(self) -> dict[Bound, float]:
+        """The bounds in bits keyed by :data:`BOUNDS` (the one place that builds this dict)."""
+        values = (self.basic_bits, self.advanced_bits, self.optimal_bits)
+        return dict(zip(BOUNDS, values, strict=True))
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One track's figures after one window (DESIGN §12 steps 1–5); see the module docstring."""
+
+    track: str  # local profile alias or "unknown-N" (aliases only, never real names)
+    kind: TrackKind
+    identity: str | None  # template alias disclosed about (local profiles); None for unknown-N
+    subject: str  # alias the figures are about: the identity, or the top candidate
+    window_index: int  # 0-based window number since the daemon that scored it started
+    windows: int  # T: the track's windows in the period, this one included
+    pooled_speech_seconds: float  # L: speech of all the track's windows in the period
+    disclosures: tuple[Disclosure, ...]  # every (feature, measure) in FEATURES × MEASURES
+    bounds: CompositionBounds
+    ceiling_bits: float  # log2 N
+    templates: int  # N
+    budget_bits: float
+    budget_measure: str  # "feature.measure" the budget uses, e.g. "combined.lid"
+    state: BudgetState  # budget state after this window
+    information_gain_bits: float | None  # unknown-N: log2 N − H(P) of the combined posterior
+    top_candidate: str | None  # unknown-N: alias of the identity with the largest posterior
+    top_candidate_bits: float | None  # unknown-N: log2(N · max_i P(i|s))
+    extrapolated: Mapping[str, bool]  # feature → calibration bucket extrapolated beyond the last
+    period_start_unix: float  # start of the budget period the window belongs to
+    window_end_unix: float  # when the window closed, wall clock
+
+    def bits(self, feature: str, measure: str, *, cumulative: bool = True) -> float:
+        """The figure for one (feature, measure); KeyError names a pair that is not present."""
+        for item in self.disclosures:
+            if item.feature == feature and item.measure == measure:
+                return item.cumulative_bits if cumulative else item.window_bits
+        raise KeyError(f"{feature}.{measure}")
+
+    @property
+    def budget_figure_bits(self) -> float:
+        """The cumulative figure of ``budget_measure``: what the budget is compared with."""
+        key = FigureKey.parse(self.budget_measure)
+        return self.bits(key.feature, key.measure)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON (the ledger row's ``figures``); :meth:`from_json` inverts it."""
+        b = self.bounds
+        return {
+            "track": self.track,
+            "kind": self.kind,
+            "identity": self.identity,
+            "subject": self.subject,
+            "window_index": self.window_index,
+            "windows": self.windows,
+            "pooled_speech_seconds": self.pooled_speech_seconds,
+            "disclosures": {
+                d.key: [finite_bits(d.cumulative_bits), finite_bits(d.window_bits)]
+                for d in self.disclosures
+            },
+            "bounds": {
+                **{k: finite_bits(v) for k, v in b.bits().items()},
+                "epsilon_nats": finite_bits(b.epsilon_nats),
+                "delta": b.delta,
+            },
+            "ceiling_bits": self.ceiling_bits,
+            "templates": self.templates,
+            "budget_bits": self.budget_bits,
+            "budget_measure": self.budget_measure,
+            "budget_figure_bits": finite_bits(self.budget_figure_bits),
+            "state": self.state,
+            "information_gain_bits": _finite_or_none(self.information_gain_bits),
+            "top_candidate": self.top_candidate,
+            "top_candidate_bits": _finite_or_none(self.top_candidate_bits),
+            "extrapolated": dict(self.extrapolated),
+            "period_start_unix": self.period_start_unix,
+            "window_end_unix": self.window_end_unix,
+        }
+
+    @classmethod
+    def from_json(
+        cls, data: Mapping[str, Any], *, fallback: Mapping[str, Any] | None = None
+    ) -> Figures:
+        """The record of :meth:`to_json`'s output; ``fallback`` fills keys old rows lack (top
+        level, and ``bounds`` inside). ValueError names a key that is missing or malformed."""
+        d = {**(fallback or {}), **data}
+        try:
+            bounds = {**(fallback or {}).get("bounds", {}), **d["bounds"]}
+            windows = int(d["windows"])
+            return cls(
+                track=str(d["track"]),
+                kind=_one_of("kind", d["kind"], TRACK_KINDS),
+                identity=d.get("identity"),
+                subject=str(d["subject"]),
+                window_index=int(d["window_index"]),
+                windows=windows,
+                pooled_speech_seconds=float(d["pooled_speech_seconds"]),
+                disclosures=tuple(
+                    _disclosure(FigureKey.parse(key), values)
+                    for key, values in d["disclosures"].items()
+                ),
+                bounds=CompositionBounds(
+                    windows=windows,
+                    epsilon_nats=float(bounds["epsilon_nats"]),
+                    delta=float(bounds["delta"]),
+                    basic_bits=float(bounds["basic"]),
+                    advanced_bits=float(bounds["advanced"]),
+                    optimal_bits=float(bounds["optimal"]),
+                ),
+                ceiling_bits=float(d["ceiling_bits"]),
+                templates=int(d["templates"]),
+                budget_bits=float(d["budget_bits"]),
+                budget_measure=str(d["budget_measure"]),
+                state=_one_of("state", d["state"], BUDGET_STATES),
+                information_gain_bits=_float_or_none(d.get("information_gain_bits")),
+                top_candidate=d.get("top_candidate"),
+                top_candidate_bits=_float_or_none(d.get("top_candidate_bits")),
+                period_start_unix=float(d["period_start_unix"]),
+                window_end_unix=float(d["window_end_unix"]),
+                extrapolated={str(k): bool(v) for k, v in d.get("extrapolated", {}).items()},
+            )
+        except KeyError as exc:
+            raise ValueError(f"figures: missing key {exc}") from exc
+        except (TypeError, AttributeError, IndexError) as exc:
+            raise ValueError(f"figures: malformed ({exc})") from exc
+
+
+def _disclosure(key: FigureKey, values: Any) -> Disclosure:
+    """A ``disclosures`` entry (``[cumulative, window]`` bits) as a Disclosure."""
+    return Disclosure(key.feature, key.measure, float(values[0]), float(values[1]))
+
+
+def _one_of(key: str, value: Any, allowed: tuple[str, ...]) -> Any:
+    if value not in allowed:
+        raise ValueError(f"figures: {key} {value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def _finite_or_none(bits: float | None) -> float | None:
+    return None if bits is None else finite_bits(bits)
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
