@@ -21,7 +21,7 @@ from monitor.daemon.exporters import build_exporters
 from monitor.daemon.exporters.log import LogExporter
 from monitor.daemon.lock import DaemonLock
 from monitor.daemon.logs import configure_logging
-from monitor.daemon.pipeline import Pipeline, RunSummary
+from monitor.daemon.pipeline import EXIT_DEADLINE_SECONDS, ExitWatchdog, Pipeline, RunSummary
 from monitor.daemon.scorer import Scorer
 from monitor.errors import ConfigError, StoreError
 from monitor.features.base import Feature, get_feature, set_embedding_backend
@@ -136,10 +136,6 @@ def build_pipeline(
     )
 
 
-#: SIGTERM must end ``voxmeter run`` within 2 s (systemd, containers): past this, by force.
-EXIT_DEADLINE_SECONDS = 1.75
-
-
 def run_daemon(config: Config) -> RunSummary:
     """``voxmeter run``: lock the database, open it, build the pipeline, run it to the end.
 
@@ -154,7 +150,7 @@ def run_daemon(config: Config) -> RunSummary:
         store = open_store(config.daemon.db)
         try:
             pipeline = build_pipeline(config, store=store, source=source)
-            pipeline.exit_deadline_seconds = EXIT_DEADLINE_SECONDS
+            pipeline.watchdog = ExitWatchdog(EXIT_DEADLINE_SECONDS)
             summary = asyncio.run(pipeline.run())
         finally:
             store.close()

@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
 from monitor.jsonsafe import finite_bits
-from monitor.vocabulary import BOUNDS, BUDGET_STATES, Bound, BudgetState, FigureKey
+from monitor.vocabulary import (
+    BOUNDS,
+    BUDGET_STATES,
+    FEATURES,
+    MEASURES,
+    Bound,
+    BudgetState,
+    FigureKey,
+)
 
 TrackKind = Literal["local", "unknown"]
 TRACK_KINDS: Final[tuple[TrackKind, ...]] = get_args(TrackKind)
@@ -77,7 +85,7 @@ class Figures:
     window_index: int  # 0-based window number since the daemon that scored it started
     windows: int  # T: the track's windows in the period, this one included
     pooled_speech_seconds: float  # L: speech of all the track's windows in the period
-    disclosures: tuple[Disclosure, ...]  # every (feature, measure) in FEATURES × MEASURES
+    disclosures: tuple[Disclosure, ...]  # every (feature, measure), in FEATURES × MEASURES order
     bounds: CompositionBounds
     ceiling_bits: float  # log2 N
     templates: int  # N
@@ -90,6 +98,12 @@ class Figures:
     extrapolated: Mapping[str, bool]  # feature → calibration bucket extrapolated beyond the last
     period_start_unix: float  # start of the budget period the window belongs to
     window_end_unix: float  # when the window closed, wall clock
+
+    def __post_init__(self) -> None:
+        # One order (FEATURES × MEASURES), whatever order the scorer or a JSON object gave:
+        # records of the same figures are equal, and every consumer lists them alike.
+        ordered = tuple(sorted(self.disclosures, key=_disclosure_order))
+        object.__setattr__(self, "disclosures", ordered)
 
     def bits(self, feature: str, measure: str, *, cumulative: bool = True) -> float:
         """The figure for one (feature, measure); KeyError names a pair that is not present."""
@@ -184,6 +198,13 @@ class Figures:
             raise ValueError(f"figures: missing key {exc}") from exc
         except (TypeError, AttributeError, IndexError) as exc:
             raise ValueError(f"figures: malformed ({exc})") from exc
+
+
+def _disclosure_order(item: Disclosure) -> tuple[int, int, str]:
+    """FEATURES × MEASURES order; a name outside the vocabulary goes last."""
+    feature = FEATURES.index(item.feature) if item.feature in FEATURES else len(FEATURES)
+    measure = MEASURES.index(item.measure) if item.measure in MEASURES else len(MEASURES)
+    return feature, measure, item.key
 
 
 def _disclosure(key: FigureKey, values: Any) -> Disclosure:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from monitor import __version__
 from monitor.audio.sources import AudioSource
@@ -147,10 +147,9 @@ class Pipeline:
         self._stop = asyncio.Event()
         self._stop_reason = ""
         self._tasks: list[asyncio.Task[Any]] = []
-        #: After SIGTERM/SIGINT, leave the process by force if still here after this many
-        #: seconds (``run_daemon`` sets it; None in tests, which run in-process).
-        self.exit_deadline_seconds: float | None = None
-        self._watchdog: threading.Timer | None = None
+        #: After SIGTERM/SIGINT, leave the process by force if still here after its deadline
+        #: (``run_daemon`` sets it; None in tests, which run in-process).
+        self.watchdog: ExitWatchdog | None = None
         self._windows = 0
         self._busy: dict[str, float] = {"features": 0.0, "scorer": 0.0, "ledger": 0.0}
         self.audio_seconds = 0.0
@@ -430,14 +429,10 @@ class Pipeline:
             )
 
     def _on_signal(self, name: str) -> None:
-        """SIGTERM/SIGINT: stop, and with ``exit_deadline_seconds`` make sure we do."""
+        """SIGTERM/SIGINT: stop, and with a :attr:`watchdog` make sure we do."""
         self.stop(name)
-        deadline = self.exit_deadline_seconds
-        if deadline is None or self._watchdog is not None:
-            return
-        self._watchdog = threading.Timer(deadline, _force_exit, args=(name, deadline))
-        self._watchdog.daemon = True
-        self._watchdog.start()
+        if self.watchdog is not None:
+            self.watchdog.arm(name)
 
     # ---- the run -----------------------------------------------------------------------------
 
@@ -554,11 +549,60 @@ def _quiet_cancellation(loop: asyncio.AbstractEventLoop, context: dict[str, Any]
     loop.default_exception_handler(context)
 
 
-def _force_exit(reason: str, deadline: float) -> None:
-    """The watchdog's last resort (a thread): every window is already committed by then."""
-    logger.error("still running %.1f s after %s: exiting now", deadline, reason)
+#: SIGTERM must end ``voxmeter run`` within 2 s (systemd, containers): past this, by force.
+EXIT_DEADLINE_SECONDS = 1.75
+
+
+class Timer(Protocol):
+    """What :class:`ExitWatchdog` needs of :class:`threading.Timer`."""
+
+    def start(self) -> None: ...
+
+
+def _daemon_timer(seconds: float, function: Callable[[], None]) -> Timer:
+    """A daemon thread that calls ``function`` after ``seconds`` (the watchdog's default)."""
+    timer = threading.Timer(seconds, function)
+    timer.daemon = True
+    return timer
+
+
+def _exit_now(status: int) -> None:
+    """Flush the logs and leave the process at once (no cleanup: it is what failed to end)."""
     logging.shutdown()
-    os._exit(1)
+    os._exit(status)
+
+
+class ExitWatchdog:
+    """After a stop signal, leave the process by force if it is still here ``deadline_seconds``
+    later. A thread, so a stuck event loop cannot hold it up; every window is committed by then.
+
+    The exit status is 1: a stop that the daemon's own path finished exits 0. The timer factory
+    and the exit function are arguments so tests arm it without ending the test process.
+    """
+
+    def __init__(
+        self,
+        deadline_seconds: float = EXIT_DEADLINE_SECONDS,
+        *,
+        timer: Callable[[float, Callable[[], None]], Timer] = _daemon_timer,
+        exit: Callable[[int], object] = _exit_now,
+    ) -> None:
+        self.deadline_seconds = deadline_seconds
+        self._timer = timer
+        self._exit = exit
+        self.reason: str | None = None  # the signal that armed it; None until then
+
+    def arm(self, reason: str) -> None:
+        """Start the countdown (once: a second signal does not move the deadline)."""
+        if self.reason is None:
+            self.reason = reason
+            self._timer(self.deadline_seconds, self._fire).start()
+
+    def _fire(self) -> None:
+        logger.error(
+            "still running %.2f s after %s: exiting now", self.deadline_seconds, self.reason
+        )
+        self._exit(1)
 
 
 def _first_user_error(group: BaseExceptionGroup) -> BaseException:

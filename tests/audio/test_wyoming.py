@@ -278,9 +278,10 @@ def test_hostile_clients_are_dropped_and_the_listener_goes_on() -> None:
     speech = (np.sin(np.arange(8000) * 0.05) * 8000).astype(np.int16)
 
     async def send(messages: list[bytes]) -> None:
+        """One client's session, returning once the listener hung up: it is done with it."""
         for _ in range(100):
             try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
                 break
             except OSError:
                 await asyncio.sleep(0.05)
@@ -289,15 +290,20 @@ def test_hostile_clients_are_dropped_and_the_listener_goes_on() -> None:
         writer.writelines(messages)
         with contextlib.suppress(OSError):  # a refused event makes the listener hang up on us
             await writer.drain()
-            writer.close()
+            writer.write_eof()
+            await reader.read()  # until its end: the listener closes after the client left
+        writer.close()
+        with contextlib.suppress(OSError):
             await writer.wait_closed()
 
     async def scenario() -> np.ndarray:
         frames = source.frames()
         first = asyncio.create_task(anext(frames))
         for messages in BROKEN_SESSIONS.values():
-            await send(messages)
-            await asyncio.sleep(0.1)
+            await send(messages)  # one after the other: none of them is a second client
+        while source.stats.dropped < 3:  # the frames side decoded the three bad chunks
+            assert not first.done()
+            await asyncio.sleep(0.01)
         assert not first.done()  # nothing broken became audio
         await send(good_session(speech))
         got = [(await first).samples]
@@ -401,8 +407,11 @@ def test_a_client_silent_mid_session_is_taken_over() -> None:
     ``owner_idle_seconds`` without an event the next client streams (its audio was all
     dropped before); the silent one's later chunks are dropped."""
     port = free_port()
+    now = [0.0]  # the source's clock: the test moves it past the idle time, no sleep
     source = WyomingSource(
-        parse_endpoint(f"wyoming-listen://127.0.0.1:{port}"), owner_idle_seconds=0.3
+        parse_endpoint(f"wyoming-listen://127.0.0.1:{port}"),
+        owner_idle_seconds=0.3,
+        clock=lambda: now[0],
     )
     first = (np.sin(np.arange(3200) * 0.05) * 8000).astype(np.int16)
     second = (np.sin(np.arange(4800) * 0.02) * 5000).astype(np.int16)
@@ -421,16 +430,17 @@ def test_a_client_silent_mid_session_is_taken_over() -> None:
         stalled = await connect()
         stalled.writelines(good_session(first)[:2])  # audio-start, one chunk, then silence
         await stalled.drain()
-        await asyncio.sleep(0.6)
+        got = [(await taking).samples]  # its chunk is in: the owner was last seen now
+        now[0] += 0.6  # silent for longer than owner_idle_seconds
         late = await connect()
         late.writelines(good_session(second))
         await late.drain()
-        got = [(await taking).samples]
         while sum(g.shape[0] for g in got) < first.shape[0] + second.shape[0]:
             got.append((await anext(frames)).samples)
         stalled.write(raw_event("audio-chunk", FMT16, first.astype("<i2").tobytes()))
         await stalled.drain()
-        await asyncio.sleep(0.2)
+        while source.stats.dropped < 1:  # the stalled client's late chunk arrived: counted
+            await asyncio.sleep(0.01)
         source.close()
         got += [frame.samples async for frame in frames]
         for writer in (stalled, late):

@@ -16,9 +16,11 @@ from monitor.store.database import open_store
 
 pytestmark = pytest.mark.corpus
 
-# A daemon that never logs a window hangs its test in readline: pytest-timeout ends it (no
-# wall-clock assert here; the one bound below is a requirement, not a speed test).
-SIGTERM_DEADLINE_SECONDS = 2.0  # issue 11: `voxmeter run` must stop within 2 s of SIGTERM
+# A daemon that never logs a window hangs its test in readline: pytest-timeout ends it. No
+# wall-clock assert: the 2 s requirement after SIGTERM (issue 11) is the daemon's own watchdog,
+# which exits with status 1 after 1.75 s (test_watchdog.py); exit status 0 shows that the
+# daemon's clean path finished first. The waits below are generous hang guards, not speed tests.
+HANG_GUARD_SECONDS = 30
 
 
 def start(db: Path, stream: Path, *args: str) -> subprocess.Popen[str]:
@@ -50,26 +52,24 @@ def field(line: str, name: str) -> str:
 
 
 @pytest.mark.slow
-def test_sigterm_stops_within_two_seconds(daemon_corpus, daemon_db) -> None:
+def test_sigterm_stops_through_the_clean_path(daemon_corpus, daemon_db) -> None:
     process = start(daemon_db, daemon_corpus.known_stream, "--keep-running")
     try:
-        wait_for_windows(process, 1)
-        sent = time.monotonic()
+        logged = wait_for_windows(process, 1)
         process.send_signal(signal.SIGTERM)
-        rc = process.wait(timeout=10)
-        elapsed = time.monotonic() - sent
+        rc = process.wait(timeout=HANG_GUARD_SECONDS)
     finally:
         process.kill()
     rest = process.stderr.read() if process.stderr else ""
-    assert rc == 0, rest
-    # a liveness requirement (systemd and containers kill after their own grace period), with
-    # the daemon's own watchdog at 1.75 s; not a measure of speed
-    assert elapsed <= SIGTERM_DEADLINE_SECONDS
-    assert "reason=SIGTERM" in rest
-    assert "Traceback" not in rest
+    assert rc == 0, rest  # the watchdog's forced exit would be 1
+    assert "exiting now" not in rest and "Traceback" not in rest
+    assert "msg=stopping reason=SIGTERM" in rest  # the goodbye reached the exporters
+    assert "msg=stopped reason=SIGTERM" in rest  # the store is closed, the lock released
+    assert "stopped (SIGTERM):" in rest  # and the CLI printed the run's summary
     with open_store(daemon_db) as store:
-        period = store.budget_states()["home-1"]
-        assert period.state == "ok"
+        assert store.budget_states()["home-1"].state == "ok"
+        kept = store.track_period("home-1", period_start(time.time(), 86400.0))
+    assert kept.windows >= int(field(logged[-1], "windows"))  # every logged window is stored
 
 
 @pytest.mark.slow
@@ -78,7 +78,7 @@ def test_sigkill_then_restart_continues_cumulative_figures(daemon_corpus, daemon
     try:
         before = wait_for_windows(process, 2)
         process.send_signal(signal.SIGKILL)
-        process.wait(timeout=10)
+        process.wait(timeout=HANG_GUARD_SECONDS)
     finally:
         process.kill()
     with open_store(daemon_db) as store:
@@ -96,7 +96,7 @@ def test_sigkill_then_restart_continues_cumulative_figures(daemon_corpus, daemon
     again = start(daemon_db, daemon_corpus.known_stream, "--fast", "--exit-at-end")
     try:
         after = wait_for_windows(again, 1)
-        rc = again.wait(timeout=120)
+        rc = again.wait(timeout=120)  # a hang guard for a whole --fast run
     finally:
         again.kill()
     assert rc == 0
