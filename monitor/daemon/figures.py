@@ -185,7 +185,7 @@ class Figures:
                 ceiling_bits=float(d["ceiling_bits"]),
                 templates=int(d["templates"]),
                 budget_bits=float(d["budget_bits"]),
-                budget_measure=str(d["budget_measure"]),
+                budget_measure=_figure_key(d["budget_measure"]),
                 state=_one_of("state", d["state"], BUDGET_STATES),
                 information_gain_bits=_float_or_none(d.get("information_gain_bits")),
                 top_candidate=d.get("top_candidate"),
@@ -216,6 +216,13 @@ def _one_of(key: str, value: Any, allowed: tuple[str, ...]) -> Any:
     if value not in allowed:
         raise ValueError(f"figures: {key} {value!r} is not one of {', '.join(allowed)}")
     return value
+
+
+def _figure_key(value: Any) -> str:
+    try:
+        return str(FigureKey.parse(str(value)))
+    except ValueError as exc:
+        raise ValueError(f"figures: budget_measure {value!r} {exc}") from exc
 
 
 def _finite_or_none(bits: float | None) -> float | None:
