@@ -18,6 +18,7 @@ import pytest
 import soundfile as sf
 
 from monitor.audio.sources import StdinSource
+from monitor.daemon.budget import period_start
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import PrometheusSettings, load_config
 from monitor.daemon.events import StateChanged, WindowScored
@@ -175,6 +176,8 @@ def test_period_reset_alert_comes_at_the_boundary_without_a_new_window(
     assert first_exceeded.reason == "window" and first_exceeded.changed_unix < boundary
     reset = next(e for e in changes if e.reason == "period")
     assert (reset.track, reset.from_state, reset.to_state) == ("home-1", "exceeded", "ok")
-    assert boundary <= reset.changed_unix < boundary + 5.0
+    # raised in the period that begins at the boundary (not before it, not a period late); how
+    # soon after the boundary is the machine's business, not this test's
+    assert period_start(reset.changed_unix, period_seconds) == boundary
     windows = [e for e in recorder.events if isinstance(e, WindowScored)]
     assert windows and all(w.scored_unix < boundary for w in windows)  # the timer raised it
