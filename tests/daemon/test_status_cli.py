@@ -42,3 +42,11 @@ def test_status_table_and_json(tmp_path: Path) -> None:
     assert rows[0]["figures"]["disclosures"]["combined.lid"][0] == 2.5
     missing = runner.invoke(app, ["status", "--db", str(tmp_path / "none.db")])
     assert missing.exit_code == 2 and "none.db" in missing.output
+
+
+def test_a_composition_bound_above_log2_n_is_shown_at_the_ceiling_and_marked() -> None:
+    from monitor.cli.daemon import _bound_cell
+
+    assert _bound_cell(32.9, 3.0) == "3.0*"  # vacuous: no disclosure exceeds log2 N
+    assert _bound_cell(2.44, 3.0) == "2.4"
+    assert _bound_cell(3.0, 3.0) == "3.0"
