@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.disclosure.blocks import BlockCounter
-from monitor.disclosure.lid import LidCalibration, calibrated_costs, lid_per_trial
+from monitor.disclosure.lid import LidCalibration, lid_and_costs
 from monitor.disclosure.ranks import check_truth, chunk_rows, reject_non_finite
 
 _R = TypeVar("_R")
@@ -131,7 +131,7 @@ def rows_lid_costs(
     S: np.ndarray, m: np.ndarray, row0: int, cal: LidCalibration
 ) -> tuple[np.ndarray, np.ndarray]:
     """Row function: LID per trial (n,) bits and the calibrated-Cllr costs (n, 2) of a block."""
-    return lid_per_trial(S, m, cal.weight), calibrated_costs(S, m, cal)
+    return lid_and_costs(S, m, cal)
 
 
 def merge_scans(scans: list[MatrixScan]) -> MatrixScan:
