@@ -8,10 +8,13 @@ Rows are processed in blocks so a 10⁴ × 10⁴ matrix never needs a second ful
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import os
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import cast
 
@@ -65,9 +68,9 @@ class _RowScaling:
     sigma: npt.NDArray[np.float64]
     constant: npt.NDArray[np.bool_]
 
-    def apply(self, block: np.ndarray) -> npt.NDArray[np.float64]:
-        """z-scores (n, N) of the rows these constants were computed from."""
-        z = np.divide(block, self.scale, dtype=np.float64)
+    def apply(self, block: np.ndarray, out: np.ndarray) -> npt.NDArray[np.float64]:
+        """z-scores (n, N) of the rows these constants were computed from, into ``out``."""
+        z = np.divide(block, self.scale, out=out)
         z -= self.mean
         z /= self.sigma
         z[self.constant[:, 0]] = 0.0
@@ -155,11 +158,15 @@ def calibrated_llr(S: np.ndarray, cal: LidCalibration) -> np.ndarray:
     return out
 
 
-def _row_blocks(S: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    """(row0, S[row0 : row0 + step]) over cache-sized blocks of rows."""
+def _row_blocks(
+    S: np.ndarray, start: int = 0, stop: int | None = None
+) -> Iterator[tuple[int, np.ndarray]]:
+    """(row0, S[row0 : row0 + step]) over cache-sized blocks of rows [start, stop); ``start``
+    is a multiple of the step, so the blocks are those of the whole matrix."""
     step = _block_rows(S.shape[1])
-    for r0 in range(0, S.shape[0], step):
-        yield r0, S[r0 : r0 + step]
+    stop = S.shape[0] if stop is None else stop
+    for r0 in range(start, stop, step):
+        yield r0, S[r0 : min(r0 + step, stop)]
 
 
 def _truth_log_posterior(z: np.ndarray, truth: np.ndarray, w: float) -> np.ndarray:
@@ -239,6 +246,11 @@ def lid_and_costs(
 
 # ---- the logistic fit ------------------------------------------------------------------------
 
+#: Threads for the fit's passes over the rows: numpy releases the GIL inside its loops.
+FIT_THREADS = min(4, os.cpu_count() or 1)
+#: Row blocks per task of those passes. The groups, and so the order in which their sums are
+#: added, do not depend on the number of threads: neither does the fit, to the last bit.
+_GROUP_BLOCKS = 32
 #: Non-mated entries sampled for the warm start beside the tail (all mated entries join them).
 _WARM_SAMPLE = 1 << 19
 #: z above which every non-mated entry joins the warm start's sample: at most 10 % of them
@@ -255,31 +267,47 @@ SumsAt = Callable[[float, float, bool], npt.NDArray[np.float64]]
 """(w, b, with_loss) -> :func:`_logistic_sums` of the data at (w, b)."""
 
 
-def _logistic_sums(z: np.ndarray, w: float, b: float, *, loss: bool) -> npt.NDArray[np.float64]:
+class _Work:
+    """Buffers reused by the fit's inner loop. Fresh half-megabyte temporaries per chunk may each
+    cost an mmap and its page faults (glibc's threshold moves with the allocation history),
+    which made a pass over 10⁸ entries take twice as long."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.buffers = np.empty((5, size))
+        self.positive = np.empty(size, dtype=bool)
+
+
+def _logistic_sums(
+    z: np.ndarray, w: float, b: float, *, loss: bool, work: _Work | None = None
+) -> npt.NDArray[np.float64]:
     """Σ softplus(t) (0 unless ``loss``), Σ q·z, Σ q, Σ s·z², Σ s·z, Σ s over the flat z, with
     t = w·z + b, q = σ(t), s = q(1 − q), all from one e = exp(−|t|) per entry:
     σ(|t|) = 1/(1 + e), σ(−|t|) = e/(1 + e), s = e/(1 + e)², softplus = max(t, 0) + ln(1 + e).
     Computed in cache-sized chunks."""
-    if z.size <= CACHE_ELEMENTS:
-        return _chunk_sums(z, w, b, loss=loss)
-    chunks = range(0, z.size, CACHE_ELEMENTS)
-    return sum(
-        (_chunk_sums(z[i : i + CACHE_ELEMENTS], w, b, loss=loss) for i in chunks), np.zeros(6)
-    )
+    work = work or _Work(max(1, min(z.size, CACHE_ELEMENTS)))
+    total = np.zeros(6)
+    for i in range(0, z.size, work.size):
+        total += _chunk_sums(z[i : i + work.size], w, b, loss=loss, work=work)
+    return total
 
 
-def _chunk_sums(z: np.ndarray, w: float, b: float, *, loss: bool) -> npt.NDArray[np.float64]:
-    """:func:`_logistic_sums` of one cache-sized chunk."""
-    t = z * w
+def _chunk_sums(
+    z: np.ndarray, w: float, b: float, *, loss: bool, work: _Work
+) -> npt.NDArray[np.float64]:
+    """:func:`_logistic_sums` of one chunk of at most ``work.size`` entries."""
+    t, e, r, q, s = work.buffers[:, : z.size]
+    positive = work.positive[: z.size]
+    np.multiply(z, w, out=t)
     t += b
-    e = np.abs(t)
+    np.abs(t, out=e)
     np.negative(e, out=e)
     np.exp(e, out=e)
-    r = e + 1.0
+    np.add(e, 1.0, out=r)
     np.reciprocal(r, out=r)  # σ(|t|)
-    q = e * r  # σ(−|t|)
-    s = q * r
-    positive = t >= 0
+    np.multiply(e, r, out=q)  # σ(−|t|)
+    np.multiply(q, r, out=s)
+    np.greater_equal(t, 0.0, out=positive)
     softplus = float(t.sum(where=positive)) + float(np.log1p(e, out=e).sum()) if loss else 0.0
     np.copyto(q, r, where=positive)  # σ(t)
     sz = np.multiply(s, z, out=r)
@@ -344,28 +372,35 @@ def _penalised_nll(
 
 @dataclass
 class _FitScan:
-    """What one pass over the dev matrix gives the fit: the z-norm constants of every row, the
-    mated z-scores, the non-mated extremes (separability) and a sample of the non-mated entries
-    for the warm start: every one above _TAIL_Z (where the gradient's weight lies) and every
-    stride-th one of the rest."""
+    """What one pass over rows of the dev matrix gives the fit: the z-norm constants of every
+    block, the mated z-scores, the non-mated extremes (separability) and a sample of the
+    non-mated entries for the warm start: every one above _TAIL_Z (where the gradient's weight
+    lies) and every stride-th one of the rest."""
 
-    scalings: list[_RowScaling]
-    z_mated: npt.NDArray[np.float64]  # (T,)
+    scalings: list[list[_RowScaling]]  # per group of rows, per block
+    z_mated: npt.NDArray[np.float64]  # (rows,)
     z_non_max: float
     z_non_min: float
     tail: npt.NDArray[np.float64]  # every non-mated z > _TAIL_Z
     sample: npt.NDArray[np.float64]  # every stride-th non-mated z <= _TAIL_Z of the flat matrix
 
 
-def _scan_for_fit(S: np.ndarray, truth: np.ndarray, stride: int) -> _FitScan:
-    T, N = S.shape
-    scalings, mated, tail, sample = [], np.empty(T), [], []
+def _row_groups(S: np.ndarray) -> list[tuple[int, int]]:
+    """Row ranges [g0, g1) of _GROUP_BLOCKS blocks each: the tasks of the fit's passes."""
+    rows = _block_rows(S.shape[1]) * _GROUP_BLOCKS
+    return [(g0, min(g0 + rows, S.shape[0])) for g0 in range(0, S.shape[0], rows)]
+
+
+def _scan_group(S: np.ndarray, truth: np.ndarray, stride: int, group: tuple[int, int]) -> _FitScan:
+    g0, g1 = group
+    N = S.shape[1]
+    scalings, mated, tail, sample = [], np.empty(g1 - g0), [], []
     z_non_max, z_non_min = -math.inf, math.inf
-    for r0, block in _row_blocks(S):
+    for r0, block in _row_blocks(S, g0, g1):
         z, scaling = _znorm_scaling(block, r0)
         scalings.append(scaling)
         rows, cols = np.arange(z.shape[0]), truth[r0 : r0 + z.shape[0]]
-        mated[r0 : r0 + z.shape[0]] = z_mated = z[rows, cols]
+        mated[r0 - g0 : r0 - g0 + z.shape[0]] = z_mated = z[rows, cols]
         z[rows, cols] = -np.inf  # out of the maximum, the tail and the sample
         z_non_max = max(z_non_max, float(z.max()))
         tail.append(z[z > _TAIL_Z])
@@ -375,18 +410,45 @@ def _scan_for_fit(S: np.ndarray, truth: np.ndarray, stride: int) -> _FitScan:
         z_non_min = min(z_non_min, float(z.min()))
         z[rows, cols] = z_mated
     return _FitScan(
-        scalings, mated, z_non_max, z_non_min, np.concatenate(tail), np.concatenate(sample)
+        [scalings], mated, z_non_max, z_non_min, np.concatenate(tail), np.concatenate(sample)
     )
 
 
-def _matrix_sums(S: np.ndarray, scan: _FitScan) -> SumsAt:
-    """:data:`SumsAt` over every entry of S, block by block from the kept z-norm constants."""
+def _scan_for_fit(
+    S: np.ndarray, truth: np.ndarray, stride: int, pool: ThreadPoolExecutor
+) -> _FitScan:
+    parts = list(pool.map(functools.partial(_scan_group, S, truth, stride), _row_groups(S)))
+    return _FitScan(
+        [p.scalings[0] for p in parts],
+        np.concatenate([p.z_mated for p in parts]),
+        max(p.z_non_max for p in parts),
+        min(p.z_non_min for p in parts),
+        np.concatenate([p.tail for p in parts]),
+        np.concatenate([p.sample for p in parts]),
+    )
+
+
+def _matrix_sums(S: np.ndarray, scan: _FitScan, pool: ThreadPoolExecutor) -> SumsAt:
+    """:data:`SumsAt` over every entry of S, block by block from the kept z-norm constants, the
+    groups of rows on the pool's threads and their sums added in row order."""
+
+    def group_sums(
+        w: float, b: float, loss: bool, task: tuple[tuple[int, int], list[_RowScaling]]
+    ) -> npt.NDArray[np.float64]:
+        (g0, g1), scalings = task
+        total = np.zeros(6)
+        size = _block_rows(S.shape[1]) * S.shape[1]
+        z_buffer, work = np.empty(size), _Work(min(size, CACHE_ELEMENTS))
+        for (_, block), scaling in zip(_row_blocks(S, g0, g1), scalings, strict=True):
+            z = scaling.apply(block, out=z_buffer[: block.size].reshape(block.shape))
+            total += _logistic_sums(z.ravel(), w, b, loss=loss, work=work)
+        return total
+
+    tasks = list(zip(_row_groups(S), scan.scalings, strict=True))
 
     def sums_at(w: float, b: float, loss: bool) -> npt.NDArray[np.float64]:
-        total = np.zeros(6)
-        for (_, block), scaling in zip(_row_blocks(S), scan.scalings, strict=True):
-            total += _logistic_sums(scaling.apply(block).ravel(), w, b, loss=loss)
-        return total
+        parts = pool.map(functools.partial(group_sums, w, b, loss), tasks)
+        return sum(parts, np.zeros(6))
 
     return sums_at
 
@@ -412,23 +474,23 @@ def fit_lid_calibration(
     if not (c > 0 and math.isfinite(c)):
         raise ValueError(f"c = {c}: the inverse regularisation strength must be finite and > 0")
     n_mated, n_non = T, T * (N - 1)
-    stride = max(1, n_non // _WARM_SAMPLE)
-    scan = _scan_for_fit(S, truth, stride)
     log_prior_odds = math.log(n_mated / n_non)
-    z_mated = scan.z_mated
-    if z_mated.min() > scan.z_non_max or z_mated.max() < scan.z_non_min:
-        message = (
-            f"LID calibration: the dev scores are perfectly separable ({T} trials, N' = {N}); "
-            f"the maximum-likelihood weight is infinite, so the L2 penalty (c = {c:g}) sets it"
-        )
-        warnings.warn(message, SeparableWarning, stacklevel=2)
-    z_abs_max = max(abs(scan.z_non_max), abs(scan.z_non_min), float(np.abs(z_mated).max()))
-    z_mated_sum = float(z_mated.sum())
-    start = (0.0, log_prior_odds)
-    with single_threaded_blas():
+    stride = max(1, n_non // _WARM_SAMPLE)
+    with single_threaded_blas(), ThreadPoolExecutor(FIT_THREADS) as pool:
+        scan = _scan_for_fit(S, truth, stride, pool)
+        z_mated = scan.z_mated
+        if z_mated.min() > scan.z_non_max or z_mated.max() < scan.z_non_min:
+            message = (
+                f"LID calibration: the dev scores are perfectly separable ({T} trials, N' = {N}); "
+                f"the maximum-likelihood weight is infinite, so the L2 penalty (c = {c:g}) sets it"
+            )
+            warnings.warn(message, SeparableWarning, stacklevel=2)
+        z_abs_max = max(abs(scan.z_non_max), abs(scan.z_non_min), float(np.abs(z_mated).max()))
+        z_mated_sum = float(z_mated.sum())
+        start = (0.0, log_prior_odds)
         if stride >= 4:
             start = _warm_start(scan, n_non, z_mated_sum, c, z_abs_max, start)
-        sums_at = _matrix_sums(S, scan)
+        sums_at = _matrix_sums(S, scan, pool)
         w, b = _newton_logistic(sums_at, n_mated, z_mated_sum, c, z_abs_max, start)
     return LidCalibration(weight=float(w), bias=float(b), log_prior_odds=log_prior_odds)
 
