@@ -314,60 +314,117 @@ def _chunk_sums(
     return np.array([softplus, q @ z, q.sum(), sz @ z, sz.sum(), s.sum()])
 
 
+@dataclass(frozen=True)
+class _Penalised:
+    """The terms of the penalised NLL Σ softplus(w·z + b) − (w·Σz_mated + b·n_mated) + w²/(2c)
+    that are not sums over every entry."""
+
+    n_mated: float
+    z_mated_sum: float
+    c: float
+
+    def gradient_hessian(
+        self, sums: np.ndarray, x: np.ndarray
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Gradient (2,) and Hessian (2, 2) in (w, b) from :func:`_logistic_sums` at x = (w, b)."""
+        _, qz, q_sum, szz, sz_sum, s_sum = (float(v) for v in sums)
+        gradient = np.array([qz - self.z_mated_sum + x[0] / self.c, q_sum - self.n_mated])
+        return gradient, np.array([[szz + 1.0 / self.c, sz_sum], [sz_sum, s_sum]])
+
+    def value(self, sums: np.ndarray, x: np.ndarray) -> float:
+        w, b = float(x[0]), float(x[1])
+        return float(sums[0]) - (w * self.z_mated_sum + b * self.n_mated) + w * w / (2 * self.c)
+
+
+def _newton_step(gradient: np.ndarray, hessian: np.ndarray) -> npt.NDArray[np.float64]:
+    """H⁻¹g; a scaled gradient step where the Hessian is saturated."""
+    (h_ww, h_wb), (_, h_bb) = hessian
+    g_w, g_b = gradient
+    det = h_ww * h_bb - h_wb * h_wb
+    if det > 1e-300 and h_bb > 0:
+        return np.array([(h_bb * g_w - h_wb * g_b) / det, (h_ww * g_b - h_wb * g_w) / det])
+    return np.array([g_w / h_ww, g_b / max(h_bb, 1.0)])
+
+
+def _t_change(step: np.ndarray, z_abs_max: float) -> float:
+    """Largest change of any t = w·z + b when (w, b) moves by ``step``."""
+    return float(abs(step[0]) * z_abs_max + abs(step[1]))
+
+
 def _newton_logistic(
     sums_at: SumsAt,
-    n_mated: float,
-    z_mated_sum: float,
-    c: float,
+    objective: _Penalised,
     z_abs_max: float,
     start: tuple[float, float],
+    *,
+    model: SumsAt | None = None,
 ) -> tuple[float, float]:
-    """Damped Newton on the penalised logistic NLL Σ softplus(w·z + b) − (w·Σz_mated + b·n_mated)
-    + w²/(2c) in (w, b); strictly convex, so it converges. A step that changes no t = w·z + b by
-    more than _SAFE_STEP is taken without a loss evaluation (one pass over the data per step);
-    larger ones backtrack on the loss (Armijo)."""
-    w, b = start
-    sums = sums_at(w, b, False)
+    """Damped Newton on the penalised logistic NLL in (w, b); strictly convex, so it converges.
+    A step that changes no t = w·z + b by more than _SAFE_STEP is taken without a loss
+    evaluation (one pass over the data per step), refined on ``model`` (:func:`_refined`) if
+    given; larger steps backtrack on the loss (Armijo)."""
+    x = np.array(start, dtype=np.float64)
+    sums = sums_at(x[0], x[1], False)
     value: float | None = None
     for _ in range(100):
-        qz, q_sum, szz, sz_sum, s_sum = (float(x) for x in sums[1:])
-        g_w, g_b = qz - z_mated_sum + w / c, q_sum - n_mated
-        h_ww, h_wb, h_bb = szz + 1.0 / c, sz_sum, s_sum
-        det = h_ww * h_bb - h_wb * h_wb
-        if det > 1e-300 and h_bb > 0:
-            step_w, step_b = (h_bb * g_w - h_wb * g_b) / det, (h_ww * g_b - h_wb * g_w) / det
-        else:  # saturated: fall back to a scaled gradient step
-            step_w, step_b = g_w / h_ww, g_b / max(h_bb, 1.0)
-        decrement = g_w * step_w + g_b * step_b
-        change = abs(step_w) * z_abs_max + abs(step_b)  # largest change of any t
+        gradient, hessian = objective.gradient_hessian(sums, x)
+        step = _newton_step(gradient, hessian)
+        decrement = float(gradient @ step)
+        change = _t_change(step, z_abs_max)
         if not decrement > 0 or change == 0:
             break
         if change <= _SAFE_STEP:
-            w, b, value = w - step_w, b - step_b, None
+            x_new = x - step
+            if model is not None:
+                x_new = _refined(model, objective, sums, x, x_new, z_abs_max)
+            x, value = x_new, None
             if change <= _LAST_STEP:
                 break
-            sums = sums_at(w, b, False)
+            sums = sums_at(x[0], x[1], False)
             continue
         if value is None:
-            value = _penalised_nll(sums_at(w, b, True), n_mated, z_mated_sum, w, b, c)
+            value = objective.value(sums_at(x[0], x[1], True), x)
         scale = 1.0
         while scale > 1e-10:
-            w_new, b_new = w - scale * step_w, b - scale * step_b
-            new_sums = sums_at(w_new, b_new, True)
-            new_value = _penalised_nll(new_sums, n_mated, z_mated_sum, w_new, b_new, c)
+            x_new = x - scale * step
+            new_sums = sums_at(x_new[0], x_new[1], True)
+            new_value = objective.value(new_sums, x_new)
             if new_value <= value - 1e-4 * scale * decrement:
                 break
             scale *= 0.5
         else:
             break
-        w, b, value, sums = w_new, b_new, new_value, new_sums
-    return w, b
+        x, value, sums = x_new, new_value, new_sums
+    return float(x[0]), float(x[1])
 
 
-def _penalised_nll(
-    sums: np.ndarray, n_mated: float, z_mated_sum: float, w: float, b: float, c: float
-) -> float:
-    return float(sums[0]) - (w * z_mated_sum + b * n_mated) + w * w / (2 * c)
+def _refined(
+    model: SumsAt,
+    objective: _Penalised,
+    sums: np.ndarray,
+    x: np.ndarray,
+    x_newton: np.ndarray,
+    z_abs_max: float,
+) -> npt.NDArray[np.float64]:
+    """A Newton step from x refined on the warm start's sample: the minimum of the sample's NLL
+    plus the linear and quadratic terms that give it the full data's gradient and Hessian at x
+    (from ``sums``). Newton's error is the third-order terms of the full data; this leaves only
+    the sample's error in them, so one pass over all entries gains more than a squaring. The
+    refinement is kept only if it moves the Newton point by less than half the step."""
+    gradient, hessian = objective.gradient_hessian(sums, x)
+    model_gradient, model_hessian = objective.gradient_hessian(model(x[0], x[1], False), x)
+    shift, curvature = gradient - model_gradient, hessian - model_hessian
+    y = x_newton
+    for _ in range(10):
+        g, h = objective.gradient_hessian(model(y[0], y[1], False), y)
+        step = _newton_step(g + shift + curvature @ (y - x), h + curvature)
+        y = y - step
+        if _t_change(step, z_abs_max) <= 1e-13:
+            break
+    moved = _t_change(y - x_newton, z_abs_max)
+    if not moved <= 0.5 * _t_change(x_newton - x, z_abs_max):
+        return x_newton
+    return y
 
 
 @dataclass
@@ -486,28 +543,22 @@ def fit_lid_calibration(
             )
             warnings.warn(message, SeparableWarning, stacklevel=2)
         z_abs_max = max(abs(scan.z_non_max), abs(scan.z_non_min), float(np.abs(z_mated).max()))
-        z_mated_sum = float(z_mated.sum())
-        start = (0.0, log_prior_odds)
+        objective = _Penalised(n_mated, float(z_mated.sum()), c)
+        start, model = (0.0, log_prior_odds), None
         if stride >= 4:
-            start = _warm_start(scan, n_non, z_mated_sum, c, z_abs_max, start)
+            model = _sample_sums(scan, n_non)
+            start = _newton_logistic(model, objective, z_abs_max, start)
         sums_at = _matrix_sums(S, scan, pool)
-        w, b = _newton_logistic(sums_at, n_mated, z_mated_sum, c, z_abs_max, start)
+        w, b = _newton_logistic(sums_at, objective, z_abs_max, start, model=model)
     return LidCalibration(weight=float(w), bias=float(b), log_prior_odds=log_prior_odds)
 
 
-def _warm_start(
-    scan: _FitScan,
-    n_non: int,
-    z_mated_sum: float,
-    c: float,
-    z_abs_max: float,
-    start: tuple[float, float],
-) -> tuple[float, float]:
-    """Starting (w, b) for the full fit: the fit on every mated entry, the non-mated tail and the
-    strided sample of the other non-mated entries weighted up to their number. Sampling the
-    few informative entries in full puts the start within ~10⁻³ of the optimum, so Newton then
-    needs two or three passes over all entries; the optimum, and so the result, is the full
-    data's."""
+def _sample_sums(scan: _FitScan, n_non: int) -> SumsAt:
+    """:data:`SumsAt` of the warm start: every mated entry, the non-mated tail and the strided
+    sample of the other non-mated entries weighted up to their number. Sampling the few
+    informative entries in full puts its optimum within ~10⁻³ of the full data's, so Newton
+    then needs two or three passes over all entries; the optimum, and so the result, is the
+    full data's."""
     weight = (n_non - scan.tail.size) / max(1, scan.sample.size)
     mated, tail, sample = scan.z_mated, scan.tail, scan.sample
 
@@ -515,7 +566,7 @@ def _warm_start(
         exact = _logistic_sums(mated, w, b, loss=loss) + _logistic_sums(tail, w, b, loss=loss)
         return exact + weight * _logistic_sums(sample, w, b, loss=loss)
 
-    return _newton_logistic(sums_at, mated.size, z_mated_sum, c, z_abs_max, start)
+    return sums_at
 
 
 def cllr_of_costs(costs: np.ndarray, N: int) -> float:
