@@ -84,13 +84,14 @@ def _znorm_scaling(block: np.ndarray, row0: int) -> tuple[npt.NDArray[np.float64
     z is invariant to scaling a row, so each row is first divided by its largest magnitude:
     scores near 1e308 would overflow the mean and scores near 1e-200 underflow the variance.
     """
-    reject_non_finite(block, row0)
-    values = np.asarray(block, dtype=np.float64)  # a view when already float64
-    high, low = values.max(axis=1), values.min(axis=1)
+    high = np.asarray(block.max(axis=1), dtype=np.float64)  # exact: float32 → float64
+    low = np.asarray(block.min(axis=1), dtype=np.float64)
+    if not (np.isfinite(high).all() and np.isfinite(low).all()):  # NaN propagates to both
+        reject_non_finite(block, row0)
     constant = (high == low)[:, None]
     scale = np.maximum(np.abs(high), np.abs(low))[:, None]
     scale[scale == 0] = 1.0
-    z = values / scale
+    z = np.divide(block, scale, dtype=np.float64)
     mean = z.mean(axis=1, keepdims=True)
     z -= mean
     sigma = np.sqrt(np.einsum("ij,ij->i", z, z) / z.shape[1])[:, None]
