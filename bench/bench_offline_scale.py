@@ -82,7 +82,7 @@ def bench_score_files(folder: Path, sizes: list[int]) -> dict[str, Any]:
     return results
 
 
-def bench_matrix(folder: Path, n: int) -> dict[str, Any]:
+def bench_matrix(folder: Path, n: int, *, repeats: int = 3) -> dict[str, Any]:
     from monitor.cluster import SyntheticMatrix
 
     S, m = SyntheticMatrix(T=n, N=n, seed=1)(0, n)
@@ -91,13 +91,25 @@ def bench_matrix(folder: Path, n: int) -> dict[str, Any]:
     np.save(truth, m)
     del S
     base = ("score", "--matrix", str(matrix), "--truth", str(truth), "--json")
-    results = {
-        "fit_on_eval": run_cli(*base),
-        "given_weight": run_cli(*base, "--lid-weight", "3", "--lid-bias", "-12"),
-    }
+    modes = {"fit_on_eval": base, "given_weight": (*base, "--lid-weight", "3", "--lid-bias", "-12")}
+    results = {name: median_of_runs(args, repeats) for name, args in modes.items()}
     print(f"matrix {n} x {n}: {results}", flush=True)
     matrix.unlink()
     return results
+
+
+def median_of_runs(args: tuple[str, ...], repeats: int) -> dict[str, Any]:
+    """Median wall and CPU seconds and the largest peak RSS of ``repeats`` runs (the machine is
+    shared: CPU time is the steadier figure), with each run and the load it met."""
+    runs = []
+    for _ in range(repeats):
+        runs.append({**run_cli(*args), "load_average": round(os.getloadavg()[0], 1)})
+    return {
+        "wall_seconds": float(np.median([r["wall_seconds"] for r in runs])),
+        "cpu_seconds": float(np.median([r["cpu_seconds"] for r in runs])),
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+        "runs": runs,
+    }
 
 
 _SAMPLED = {"peak": 0}
