@@ -221,7 +221,15 @@ def calibrated_costs(S: np.ndarray, m: np.ndarray, cal: LidCalibration) -> np.nd
     """Per trial (T, 2): ln(1 + e^−llr) of the mated and Σ ln(1 + e^llr) over the non-mated
     calibrated LLRs (:func:`calibrated_llr`) of S (T, N) with truth m (T,), in nats, computed
     row block by row block. Per-row values do not depend on how the rows are split."""
-    return lid_and_costs(S, m, cal)[1]
+    S = check_scores(S)
+    T, N = S.shape
+    truth = check_truth(m, T, N)
+    w = _check_weight(cal.weight)
+    costs = np.empty((T, 2))
+    for r0, block in _row_blocks(S):
+        rows = slice(r0, r0 + block.shape[0])
+        costs[rows] = _costs_block(_znorm_block(block, r0), truth[rows], cal, w)
+    return costs
 
 
 def lid_and_costs(
