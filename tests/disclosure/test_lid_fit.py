@@ -144,6 +144,15 @@ def test_fit_of_protocol_score_matrices_is_the_reference_optimum(overlap, fit_pa
         assert_close_to_reference(cal, reference_fit(S, trials.truth))
 
 
+def test_fit_of_integer_scores_and_rejection_of_nan(rng):
+    S, m = gaussian(rng, 60, 30, 1.5)
+    counts = np.round(10 * S).astype(np.int64)  # integer scores: z-scored as float64
+    assert_close_to_reference(fit_lid_calibration(counts, m), reference_fit(counts, m))
+    S[41, 7] = np.nan
+    with pytest.raises(ValueError, match=r"scores\[41, 7\] = nan"):
+        fit_lid_calibration(S, m)
+
+
 def test_reference_agrees_with_scikit_learn(rng):
     linear_model = pytest.importorskip("sklearn.linear_model")
     S, m = gaussian(rng, 150, 80, 1.5)
