@@ -458,6 +458,7 @@ def _row_groups(S: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _scan_group(S: np.ndarray, truth: np.ndarray, stride: int, group: tuple[int, int]) -> _FitScan:
+    """:class:`_FitScan` of the rows [g0, g1); no tail or sample if ``stride`` is 0."""
     g0, g1 = group
     N = S.shape[1]
     scalings, mated, tail, sample = [], np.empty(g1 - g0), [], []
@@ -469,15 +470,15 @@ def _scan_group(S: np.ndarray, truth: np.ndarray, stride: int, group: tuple[int,
         mated[r0 - g0 : r0 - g0 + z.shape[0]] = z_mated = z[rows, cols]
         z[rows, cols] = -np.inf  # out of the maximum, the tail and the sample
         z_non_max = max(z_non_max, float(z.max()))
-        tail.append(z[z > _TAIL_Z])
-        strided = z.ravel()[-(r0 * N) % stride :: stride]
-        sample.append(strided[(strided <= _TAIL_Z) & (strided > -np.inf)])
+        if stride:
+            tail.append(z[z > _TAIL_Z])
+            strided = z.ravel()[-(r0 * N) % stride :: stride]
+            sample.append(strided[(strided <= _TAIL_Z) & (strided > -np.inf)])
         z[rows, cols] = np.inf
         z_non_min = min(z_non_min, float(z.min()))
         z[rows, cols] = z_mated
-    return _FitScan(
-        [scalings], mated, z_non_max, z_non_min, np.concatenate(tail), np.concatenate(sample)
-    )
+    tail_z, sample_z = (np.concatenate(x) if x else np.empty(0) for x in (tail, sample))
+    return _FitScan([scalings], mated, z_non_max, z_non_min, tail_z, sample_z)
 
 
 def _scan_for_fit(
@@ -541,7 +542,8 @@ def fit_lid_calibration(
         raise ValueError(f"c = {c}: the inverse regularisation strength must be finite and > 0")
     n_mated, n_non = T, T * (N - 1)
     log_prior_odds = math.log(n_mated / n_non)
-    stride = max(1, n_non // _WARM_SAMPLE)
+    stride = n_non // _WARM_SAMPLE
+    stride = stride if stride >= 4 else 0  # small: no warm start, Newton on all entries
     with single_threaded_blas(), ThreadPoolExecutor(FIT_THREADS) as pool:
         scan = _scan_for_fit(S, truth, stride, pool)
         z_mated = scan.z_mated
@@ -554,7 +556,7 @@ def fit_lid_calibration(
         z_abs_max = max(abs(scan.z_non_max), abs(scan.z_non_min), float(np.abs(z_mated).max()))
         objective = _Penalised(n_mated, float(z_mated.sum()), c)
         start, model = (0.0, log_prior_odds), None
-        if stride >= 4:
+        if stride:
             model = _sample_sums(scan, n_non)
             start = _newton_logistic(model, objective, z_abs_max, start)
         sums_at = _matrix_sums(S, scan, pool)
