@@ -77,9 +77,11 @@ class _RowScaling:
         return cast(npt.NDArray[np.float64], z)
 
 
-def _znorm_scaling(block: np.ndarray, row0: int) -> tuple[npt.NDArray[np.float64], _RowScaling]:
-    """z-scores of each row (ddof 0) and the row constants that reproduce them; rows whose
-    scores are all equal become 0.
+def _znorm_scaling(
+    block: np.ndarray, row0: int, out: np.ndarray | None = None
+) -> tuple[npt.NDArray[np.float64], _RowScaling]:
+    """z-scores of each row (ddof 0), into ``out`` if given, and the row constants that
+    reproduce them; rows whose scores are all equal become 0.
 
     z is invariant to scaling a row, so each row is first divided by its largest magnitude:
     scores near 1e308 would overflow the mean and scores near 1e-200 underflow the variance.
@@ -91,7 +93,7 @@ def _znorm_scaling(block: np.ndarray, row0: int) -> tuple[npt.NDArray[np.float64
     constant = (high == low)[:, None]
     scale = np.maximum(np.abs(high), np.abs(low))[:, None]
     scale[scale == 0] = 1.0
-    z = np.divide(block, scale, dtype=np.float64)
+    z = np.divide(block, scale, out=out, dtype=np.float64)
     mean = z.mean(axis=1, keepdims=True)
     z -= mean
     sigma = np.sqrt(np.einsum("ij,ij->i", z, z) / z.shape[1])[:, None]
@@ -101,9 +103,11 @@ def _znorm_scaling(block: np.ndarray, row0: int) -> tuple[npt.NDArray[np.float64
     return z, _RowScaling(scale, mean, sigma, constant)
 
 
-def _znorm_block(block: np.ndarray, row0: int) -> npt.NDArray[np.float64]:
+def _znorm_block(
+    block: np.ndarray, row0: int, out: np.ndarray | None = None
+) -> npt.NDArray[np.float64]:
     """z-scores (n, N) of each row of a block whose first row is ``row0`` of the matrix."""
-    return _znorm_scaling(block, row0)[0]
+    return _znorm_scaling(block, row0, out)[0]
 
 
 #: Entries per row block in this module's passes: a block and its few temporaries stay in the
@@ -170,18 +174,33 @@ def _row_blocks(
         yield r0, S[r0 : min(r0 + step, stop)]
 
 
-def _truth_log_posterior(z: np.ndarray, truth: np.ndarray, w: float) -> np.ndarray:
-    """ln P(m_i | row i) (n,) nats from a block's z-scores (n, N) and truth (n,)."""
-    a = z * w
+class _BlockBuffers:
+    """Three (n, N) float64 buffers reused for every row block of a pass. Fresh half-megabyte
+    temporaries per block may each cost an mmap and its page faults (glibc's threshold moves
+    with the allocation history): a third of the time of a pass over 10⁸ scores."""
+
+    def __init__(self, S: np.ndarray) -> None:
+        self.data = np.empty((3, _block_rows(S.shape[1]) * S.shape[1]))
+
+    def views(self, shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+        size = math.prod(shape)
+        return tuple(buffer[:size].reshape(shape) for buffer in self.data)
+
+
+def _truth_log_posterior(z: np.ndarray, truth: np.ndarray, w: float, a: np.ndarray) -> np.ndarray:
+    """ln P(m_i | row i) (n,) nats from a block's z-scores (n, N) and truth (n,); ``a`` is
+    scratch space of z's shape."""
+    np.multiply(z, w, out=a)
     a -= a.max(axis=1, keepdims=True)
     mated = a[np.arange(a.shape[0]), truth]
     np.exp(a, out=a)
     return cast(np.ndarray, mated - np.log(a.sum(axis=1)))
 
 
-def _softplus(t: np.ndarray) -> np.ndarray:
-    """ln(1 + e^t) = max(t, 0) + ln(1 + e^−|t|), stable, in place of ``t`` (−inf gives 0)."""
-    e = np.abs(t)
+def _softplus(t: np.ndarray, e: np.ndarray | None = None) -> np.ndarray:
+    """ln(1 + e^t) = max(t, 0) + ln(1 + e^−|t|), stable, in place of ``t`` (−inf gives 0);
+    ``e`` is scratch space of t's shape."""
+    e = np.abs(t, out=e)
     np.negative(e, out=e)
     np.exp(e, out=e)
     np.log1p(e, out=e)
@@ -190,15 +209,18 @@ def _softplus(t: np.ndarray) -> np.ndarray:
     return t
 
 
-def _costs_block(z: np.ndarray, truth: np.ndarray, cal: LidCalibration, w: float) -> np.ndarray:
-    """(n, 2) mated ln(1 + e^−llr) and Σ non-mated ln(1 + e^llr) of a block's z-scores (n, N)."""
-    llr = z * w
+def _costs_block(
+    z: np.ndarray, truth: np.ndarray, cal: LidCalibration, w: float, llr: np.ndarray, e: np.ndarray
+) -> np.ndarray:
+    """(n, 2) mated ln(1 + e^−llr) and Σ non-mated ln(1 + e^llr) of a block's z-scores (n, N);
+    ``llr`` and ``e`` are scratch space of z's shape."""
+    np.multiply(z, w, out=llr)
     llr += cal.bias - cal.log_prior_odds
     rows = np.arange(llr.shape[0])
     costs = np.empty((llr.shape[0], 2))
     costs[:, 0] = _softplus(-llr[rows, truth])
     llr[rows, truth] = -np.inf  # ln(1 + e^-inf) = 0: the mated entries drop out
-    costs[:, 1] = _softplus(llr).sum(axis=1)
+    costs[:, 1] = _softplus(llr, e).sum(axis=1)
     return costs
 
 
@@ -209,9 +231,11 @@ def lid_per_trial(S: np.ndarray, m: np.ndarray, weight: float) -> np.ndarray:
     truth = check_truth(m, T, N)
     w = _check_weight(weight)
     lid = np.empty(T, dtype=np.float64)
+    buffers = _BlockBuffers(S)
     for r0, block in _row_blocks(S):
         rows = slice(r0, r0 + block.shape[0])
-        lid[rows] = _truth_log_posterior(_znorm_block(block, r0), truth[rows], w)
+        z, a, _ = buffers.views(block.shape)
+        lid[rows] = _truth_log_posterior(_znorm_block(block, r0, z), truth[rows], w, a)
     lid += math.log(N)
     lid /= _LN2
     return lid
@@ -226,9 +250,11 @@ def calibrated_costs(S: np.ndarray, m: np.ndarray, cal: LidCalibration) -> np.nd
     truth = check_truth(m, T, N)
     w = _check_weight(cal.weight)
     costs = np.empty((T, 2))
+    buffers = _BlockBuffers(S)
     for r0, block in _row_blocks(S):
         rows = slice(r0, r0 + block.shape[0])
-        costs[rows] = _costs_block(_znorm_block(block, r0), truth[rows], cal, w)
+        z, llr, e = buffers.views(block.shape)
+        costs[rows] = _costs_block(_znorm_block(block, r0, z), truth[rows], cal, w, llr, e)
     return costs
 
 
@@ -243,11 +269,13 @@ def lid_and_costs(
     w = _check_weight(cal.weight)
     lid = np.empty(T, dtype=np.float64)
     costs = np.empty((T, 2))
+    buffers = _BlockBuffers(S)
     for r0, block in _row_blocks(S):
         rows = slice(r0, r0 + block.shape[0])
-        z = _znorm_block(block, r0)
-        lid[rows] = _truth_log_posterior(z, truth[rows], w)
-        costs[rows] = _costs_block(z, truth[rows], cal, w)
+        z, a, e = buffers.views(block.shape)
+        _znorm_block(block, r0, z)
+        lid[rows] = _truth_log_posterior(z, truth[rows], w, a)
+        costs[rows] = _costs_block(z, truth[rows], cal, w, a, e)
     lid += math.log(N)
     lid /= _LN2
     return lid, costs
@@ -463,8 +491,9 @@ def _scan_group(S: np.ndarray, truth: np.ndarray, stride: int, group: tuple[int,
     N = S.shape[1]
     scalings, mated, tail, sample = [], np.empty(g1 - g0), [], []
     z_non_max, z_non_min = -math.inf, math.inf
+    buffers = _BlockBuffers(S)
     for r0, block in _row_blocks(S, g0, g1):
-        z, scaling = _znorm_scaling(block, r0)
+        z, scaling = _znorm_scaling(block, r0, buffers.views(block.shape)[0])
         scalings.append(scaling)
         rows, cols = np.arange(z.shape[0]), truth[r0 : r0 + z.shape[0]]
         mated[r0 - g0 : r0 - g0 + z.shape[0]] = z_mated = z[rows, cols]
