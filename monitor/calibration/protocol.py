@@ -157,19 +157,63 @@ def plan_splits(
     return usable, splits, dropped
 
 
-def score_trials(
+@dataclass(frozen=True)
+class PooledTrials:
+    """The observations behind the trials of one setting, before any score is computed.
+
+    ``tests[f]`` (T, D_f) pooled test observations, row ``s·N + i`` being speaker i's test at
+    start s; ``templates[f]`` (K·N, D_f) the templates, rows ``s·N .. (s+1)·N`` being those the
+    tests of start s are scored against. The other fields are those of :class:`Trials`.
+    """
+
+    tests: Mapping[str, np.ndarray]
+    templates: Mapping[str, np.ndarray]
+    truth: np.ndarray
+    aliases: tuple[str, ...]
+    start: np.ndarray
+    test_seconds: np.ndarray
+    template_seconds: np.ndarray
+    dropped: tuple[str, ...] = ()
+
+    @property
+    def N(self) -> int:
+        return len(self.aliases)
+
+    @property
+    def T(self) -> int:
+        return int(self.truth.size)
+
+    def blocks(self) -> list[tuple[int, int]]:
+        """Row blocks [r0, r1) of the score matrices: each within one start, of at most
+        :func:`~monitor.disclosure.ranks.chunk_rows` rows. Scores are always computed in these
+        blocks, in this process or on Dask workers, so both give the same bits."""
+        from monitor.disclosure.ranks import chunk_rows
+
+        N = self.N
+        step = min(N, chunk_rows(N))
+        return [
+            (r0, min(r0 + step, s + N)) for s in range(0, self.T, N) for r0 in range(s, s + N, step)
+        ]
+
+
+def similarity_rows(
+    name: str, tests: np.ndarray, templates: np.ndarray, N: int, r0: int, r1: int
+) -> np.ndarray:
+    """Scores (r1 − r0, N) of feature ``name``: pooled test rows [r0, r1) (all of one start)
+    against that start's N templates (``tests``, ``templates`` as in :class:`PooledTrials`)."""
+    s = r0 // N
+    batch = TemplateBatch(name, templates[s * N : (s + 1) * N])
+    return get_feature(name).similarities(tests[r0:r1], batch)
+
+
+def pool_trials(
     speakers: Sequence[SpeakerUtterances],
     *,
     test_seconds: float,
     template_seconds: float | None,
     features: Sequence[str],
-) -> Trials:
-    """Trials of eq. 6 for every start S, pooled (K-fold), as (T, N) scores per feature.
-
-    Speakers who cannot give a test of ``test_seconds`` and a disjoint template of
-    ``template_seconds`` at every start are dropped (listed in ``Trials.dropped``). Starts run
-    over 0..max K − 1, a speaker with fewer utterances using S mod K.
-    """
+) -> PooledTrials:
+    """The pooled tests and templates of eq. 6 for every start S (see :func:`score_trials`)."""
     usable, splits, dropped = plan_splits(speakers, test_seconds, template_seconds)
     if len(usable) < 2:
         raise NotEnoughSpeakersError(
@@ -194,26 +238,61 @@ def score_trials(
             template_groups[s, i, offsets[i] + template_idx] = 1.0
     seconds = np.concatenate([s.speech_seconds for s in usable])
 
-    scores: dict[str, np.ndarray] = {}
+    tests: dict[str, np.ndarray] = {}
+    templates: dict[str, np.ndarray] = {}
     for name in features:
         values = np.concatenate([np.asarray(s.values[name], dtype=np.float64) for s in usable])
         weights = np.concatenate([np.asarray(s.weights[name], dtype=np.float64) for s in usable])
-        tests = pool_groups(name, values, weights, test_groups.reshape(K_max * N, U))
-        templates = pool_groups(name, values, weights, template_groups.reshape(K_max * N, U))
-        feature = get_feature(name)
-        blocks = [
-            feature.similarities(
-                tests[s * N : (s + 1) * N], TemplateBatch(name, templates[s * N : (s + 1) * N])
-            )
-            for s in range(K_max)
-        ]
-        scores[name] = np.concatenate(blocks)
-    return Trials(
-        scores=scores,
+        tests[name] = pool_groups(name, values, weights, test_groups.reshape(K_max * N, U))
+        templates[name] = pool_groups(name, values, weights, template_groups.reshape(K_max * N, U))
+    return PooledTrials(
+        tests=tests,
+        templates=templates,
         truth=np.tile(np.arange(N), K_max),
         aliases=tuple(s.alias for s in usable),
         start=np.repeat(np.arange(K_max), N),
         test_seconds=test_groups.reshape(K_max * N, U) @ seconds,
         template_seconds=template_groups.reshape(K_max * N, U) @ seconds,
         dropped=tuple(dropped),
+    )
+
+
+def score_trials(
+    speakers: Sequence[SpeakerUtterances],
+    *,
+    test_seconds: float,
+    template_seconds: float | None,
+    features: Sequence[str],
+) -> Trials:
+    """Trials of eq. 6 for every start S, pooled (K-fold), as (T, N) scores per feature.
+
+    Speakers who cannot give a test of ``test_seconds`` and a disjoint template of
+    ``template_seconds`` at every start are dropped (listed in ``Trials.dropped``). Starts run
+    over 0..max K − 1, a speaker with fewer utterances using S mod K.
+    """
+    pooled = pool_trials(
+        speakers, test_seconds=test_seconds, template_seconds=template_seconds, features=features
+    )
+    return scored_trials(pooled)
+
+
+def scored_trials(pooled: PooledTrials) -> Trials:
+    """The trials of ``pooled`` with their (T, N) scores, computed here block by block."""
+    scores = {
+        name: np.concatenate(
+            [
+                similarity_rows(name, tests, pooled.templates[name], pooled.N, *rows)
+                for rows in pooled.blocks()
+            ]
+        )
+        for name, tests in pooled.tests.items()
+    }
+    return Trials(
+        scores=scores,
+        truth=pooled.truth,
+        aliases=pooled.aliases,
+        start=pooled.start,
+        test_seconds=pooled.test_seconds,
+        template_seconds=pooled.template_seconds,
+        dropped=pooled.dropped,
     )

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from monitor.calibration.fit import CalibrationSet
 from monitor.calibration.protocol import NotEnoughSpeakersError
+from monitor.cluster import dask_client, shared_scheduler
 from monitor.corpus.speakers import MIN_SPEECH_SECONDS, load_speakers
 from monitor.errors import InputError
 from monitor.evaluate.audit import Audit, protected_audit, run_audit
+from monitor.evaluate.cluster import BlockProgress
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = ["Audit", "evaluate_corpus"]
 
@@ -36,13 +42,65 @@ def evaluate_corpus(
     extraction_progress: Callable[[int, int, str], None] | None = None,
     progress: Callable[[str], None] | None = None,
     min_speech_seconds: float = MIN_SPEECH_SECONDS,
+    block_progress: BlockProgress | None = None,
 ) -> tuple[Audit, dict[str, Any]]:
     """Extract (through the cache), audit every length setting, write report and plots.
 
     Returns the audit and the report.json document. ``calibration`` supplies the LID and fusion
     weights (speaker-disjoint); without it (or with ``lid_source="crossfit"``) they are
-    cross-fitted on halves of the evaluation speakers.
+    cross-fitted on halves of the evaluation speakers. With ``jobs`` > 1 or a ``scheduler``,
+    extraction and the score matrices run on Dask workers (one cluster for both);
+    ``block_progress(done, total, feature)`` follows the matrices' row blocks there.
     """
+    with contextlib.ExitStack() as stack:
+        address = stack.enter_context(shared_scheduler(jobs, scheduler))
+        client = None if address is None else stack.enter_context(dask_client(jobs, address))
+        return _audit_corpus(
+            root,
+            out,
+            split=split,
+            test_seconds=test_seconds,
+            template_seconds=template_seconds,
+            features=features,
+            loss=loss,
+            calibration=calibration,
+            calibration_source=calibration_source,
+            lid_source=lid_source,
+            protected=protected,
+            cache_dir=cache_dir,
+            jobs=jobs,
+            scheduler=address,
+            client=client,
+            extraction_progress=extraction_progress,
+            progress=progress,
+            block_progress=block_progress,
+            min_speech_seconds=min_speech_seconds,
+        )
+
+
+def _audit_corpus(
+    root: str | Path,
+    out: str | Path,
+    *,
+    split: str | None,
+    test_seconds: Sequence[float],
+    template_seconds: Sequence[float | None],
+    features: Sequence[str],
+    loss: str,
+    calibration: CalibrationSet | None,
+    calibration_source: str | None,
+    lid_source: str | None,
+    protected: str | Path | None,
+    cache_dir: str | Path | None,
+    jobs: int,
+    scheduler: str | None,
+    client: Client | None,
+    extraction_progress: Callable[[int, int, str], None] | None,
+    progress: Callable[[str], None] | None,
+    block_progress: BlockProgress | None,
+    min_speech_seconds: float,
+) -> tuple[Audit, dict[str, Any]]:
+    """:func:`evaluate_corpus` once its cluster, if any, is up."""
     from monitor.evaluate.plots import write_plots
     from monitor.evaluate.report import write_report
 
@@ -77,6 +135,8 @@ def evaluate_corpus(
             metadata=metadata,
             skipped=loaded.skipped,
             progress=progress,
+            client=client,
+            block_progress=block_progress,
         )
     except NotEnoughSpeakersError as error:
         raise InputError(loaded.root, str(error)) from error

@@ -14,7 +14,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,20 +32,34 @@ from monitor.calibration.protocol import (
     NotEnoughSpeakersError,
     SpeakerUtterances,
     Trials,
-    score_trials,
+    pool_trials,
+    scored_trials,
     speech_listing,
 )
-from monitor.disclosure.baselines import eer_rocch, eer_sweep, split_mated
+from monitor.disclosure.baselines import baselines_of_blocks, split_mated
+from monitor.disclosure.blocks import ScoreBlocks, gap_values, matrix_blocks, pooled_blocks
 from monitor.disclosure.lid import (
     LidCalibration,
     LidSummary,
     lid_per_trial,
     lid_summary,
 )
-from monitor.disclosure.ranks import rank_histogram
+from monitor.disclosure.matrix_scan import (
+    MatrixScan,
+    RowSource,
+    merge_scans,
+    rows_between,
+    rows_mated,
+    scan_rows,
+)
+from monitor.disclosure.ranks import histogram_of_rank_counts, true_rank_counts
 from monitor.disclosure.srd import RankFit, SrdStats, fit_rank_model, srd_stats
-from monitor.disclosure.zebra import ZebraResult, zebra
+from monitor.disclosure.zebra import ZebraResult, zebra_of_blocks
 from monitor.errors import InputError
+from monitor.evaluate.cluster import BlockProgress, gathered_trials, trial_rows
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +184,37 @@ def dev_overlap(
     )
 
 
+def calibration_weights(
+    calibration: CalibrationSet,
+    features: Sequence[str],
+    seconds: float,
+    aliases: Sequence[str],
+    evaluated: Mapping[str, Any] | None,
+) -> tuple[dict[str, LidCalibration], dict[str, float], str]:
+    """The LID calibration of every feature (and ``combined``), the fusion weights and how
+    they were obtained, from ``calibration``'s bucket for ``seconds`` (ValueError if it lacks
+    some feature)."""
+    problem = calibration_gap(calibration, features, seconds)
+    if problem:
+        raise ValueError(problem)
+    combine = len(features) > 1
+    wanted = [*features, COMBINED] if combine else list(features)
+    cals = {}
+    extrapolated = False
+    for name in wanted:
+        bucket, flag = calibration.lookup(name, seconds)
+        extrapolated |= flag
+        cals[name] = LidCalibration(bucket.lid_weight, bucket.lid_bias, bucket.log_prior_odds)
+    fusion = calibration.fusion_weights(seconds, features) if combine else {}
+    bucket_seconds = calibration.lookup(features[0], seconds)[0].seconds
+    description = (
+        f"calibration weights of the {bucket_seconds:g} s bucket, fitted on "
+        f"{dev_overlap(calibration, aliases, evaluated)}"
+        + (", extrapolated beyond the calibrated lengths" if extrapolated else "")
+    )
+    return cals, dict(fusion), description
+
+
 def lid_weights(
     trials: Trials,
     features: Sequence[str],
@@ -194,26 +239,12 @@ def lid_weights(
     if source == "calibration":
         if calibration is None:
             raise ValueError("LID source 'calibration' needs a calibration")
-        problem = calibration_gap(calibration, features, seconds)
-        if problem:
-            raise ValueError(problem)
-        wanted = [*features, COMBINED] if combine else list(features)
-        cals = {}
-        extrapolated = False
-        for name in wanted:
-            bucket, flag = calibration.lookup(name, seconds)
-            extrapolated |= flag
-            cals[name] = LidCalibration(bucket.lid_weight, bucket.lid_bias, bucket.log_prior_odds)
-        fusion = calibration.fusion_weights(seconds, features) if combine else {}
+        cals, fusion, description = calibration_weights(
+            calibration, features, seconds, trials.aliases, evaluated
+        )
         if combine:
             scores[COMBINED] = fuse_scores(scores, fusion)
         lid = {name: lid_per_trial(scores[name], trials.truth, cals[name].weight) for name in cals}
-        bucket_seconds = calibration.lookup(features[0], seconds)[0].seconds
-        description = (
-            f"calibration weights of the {bucket_seconds:g} s bucket, fitted on "
-            f"{dev_overlap(calibration, trials.aliases, evaluated)}"
-            + (", extrapolated beyond the calibrated lengths" if extrapolated else "")
-        )
         return LidSetup(scores, lid, cals, fusion, description)
 
     half = np.arange(trials.N) % 2  # speakers alternate between halves
@@ -261,16 +292,62 @@ def lid_weights(
     return LidSetup(scores, lid, cals, fusion_mean, description)
 
 
-def per_speaker_meand(S: np.ndarray, truth: np.ndarray, aliases: Sequence[str]) -> dict[str, float]:
-    """MeanD of each speaker's LL-fitted rank model (paper 000 Fig. 6; LL suits sparse data)."""
+def per_speaker_meand(
+    above: np.ndarray, ties: np.ndarray, truth: np.ndarray, aliases: Sequence[str]
+) -> dict[str, float]:
+    """MeanD of each speaker's LL-fitted rank model (paper 000 Fig. 6; LL suits sparse data),
+    from the rank counts (T,) of :func:`~monitor.disclosure.ranks.true_rank_counts`."""
     out: dict[str, float] = {}
     for index, alias in enumerate(aliases):
         rows = truth == index
         if not rows.any():
             continue
-        hist = rank_histogram(S[rows], truth[rows])
+        hist = histogram_of_rank_counts(above[rows], ties[rows], len(aliases))
         out[alias] = fit_rank_model(hist, loss="ll").stats.MeanD
     return out
+
+
+@dataclass(frozen=True)
+class MatrixCounts:
+    """What a feature's audit needs of its (T, N) score matrix, merged from row blocks alike."""
+
+    above: np.ndarray  # (T,) int64: non-mated scores above the mated one
+    ties: np.ndarray  # (T,) int64: non-mated scores equal to it
+    blocks: ScoreBlocks  # the sorted core's class counts of the mated / non-mated split
+    gap_scores: Callable[[float, float], np.ndarray]  # non-mated scores inside (low, high)
+
+
+def audit_counts(
+    name: str,
+    counts: MatrixCounts,
+    truth: np.ndarray,
+    lid: np.ndarray,
+    cal: LidCalibration,
+    aliases: Sequence[str],
+    *,
+    loss: str,
+    per_speaker: bool = True,
+) -> FeatureAudit:
+    """Table II/III statistics, EERs, LID summary, ZEBRA and per-speaker MeanD for one feature
+    from its matrix's counts: exact whether they come from one matrix or from row blocks."""
+    hist = histogram_of_rank_counts(counts.above, counts.ties, len(aliases))
+    fits = {name_: fit_rank_model(hist, loss=name_) for name_ in LOSSES}  # type: ignore[arg-type]
+    eer, eer_hull, _ = baselines_of_blocks(counts.blocks, counts.gap_scores)
+    return FeatureAudit(
+        feature=name,
+        histogram=hist,
+        histogram_stats=srd_stats(hist),
+        fits=fits,
+        loss=loss,
+        EER=eer,
+        EER_rocch=eer_hull,
+        lid=lid,
+        lid_summary=lid_summary(lid, cal),
+        zebra=zebra_of_blocks(counts.blocks),
+        per_speaker=per_speaker_meand(counts.above, counts.ties, truth, aliases)
+        if per_speaker
+        else {},
+    )
 
 
 def audit_feature(
@@ -284,23 +361,43 @@ def audit_feature(
     loss: str,
     per_speaker: bool = True,
 ) -> FeatureAudit:
-    """Table II/III statistics, EERs, LID summary, ZEBRA and per-speaker MeanD for one feature."""
-    hist = rank_histogram(S, truth)
-    fits = {name_: fit_rank_model(hist, loss=name_) for name_ in LOSSES}  # type: ignore[arg-type]
+    """:func:`audit_counts` of a score matrix S (T, N) in memory."""
+    above, ties = true_rank_counts(S, truth)
     tar, non = split_mated(S, truth)
-    return FeatureAudit(
-        feature=name,
-        histogram=hist,
-        histogram_stats=srd_stats(hist),
-        fits=fits,
-        loss=loss,
-        EER=eer_sweep(tar, non),
-        EER_rocch=eer_rocch(tar, non),
-        lid=lid,
-        lid_summary=lid_summary(lid, cal),
-        zebra=zebra(tar, non),
-        per_speaker=per_speaker_meand(S, truth, aliases) if per_speaker else {},
-    )
+    counts = MatrixCounts(above, ties, pooled_blocks(tar, non), gap_values(non))
+    return audit_counts(name, counts, truth, lid, cal, aliases, loss=loss, per_speaker=per_speaker)
+
+
+def _rows_scan_lid(
+    S: np.ndarray, m: np.ndarray, row0: int, mated_all: np.ndarray, weight: float
+) -> tuple[MatrixScan, np.ndarray]:
+    """Row function: the first-pass scan of a block and its LID per trial (n,) bits."""
+    return scan_rows(S, m, mated_all, row0=row0), lid_per_trial(S, m, weight)
+
+
+def audit_rows(
+    name: str,
+    rows: RowSource,
+    truth: np.ndarray,
+    cal: LidCalibration,
+    aliases: Sequence[str],
+    *,
+    loss: str,
+    per_speaker: bool = True,
+) -> FeatureAudit:
+    """:func:`audit_feature` of a matrix visited in row blocks (on Dask workers: only mated
+    scores, rank counts, block counts and LID per trial come back). Every merge is exact
+    (concatenation, integer sums), so the figures are those of the matrix in memory."""
+    mated = np.concatenate(rows.map(rows_mated))
+    parts = rows.map(_rows_scan_lid, mated, cal.weight)
+    scan = merge_scans([scan for scan, _ in parts])
+
+    def between(low: float, high: float) -> np.ndarray:
+        return np.concatenate(rows.map(rows_between, low, high))
+
+    counts = MatrixCounts(scan.above, scan.ties, matrix_blocks(mated, scan.counts), between)
+    lid = np.concatenate([lid for _, lid in parts])
+    return audit_counts(name, counts, truth, lid, cal, aliases, loss=loss, per_speaker=per_speaker)
 
 
 def audit_setting(
@@ -315,12 +412,20 @@ def audit_setting(
     per_speaker: bool = True,
     separable: SeparableNotes | None = None,
     evaluated: Mapping[str, Any] | None = None,
+    client: Client | None = None,
+    block_progress: BlockProgress | None = None,
 ) -> SettingAudit:
     """Audit one length setting. ``lid_source`` None: the calibration when it covers every
-    feature, else cross-fitting."""
+    feature, else cross-fitting.
+
+    With a Dask ``client`` the score matrices are computed by its workers in row blocks and
+    only their mergeable summaries come back (:mod:`monitor.evaluate.cluster`); cross-fitting
+    still brings the matrices here, as its fits need every dev score at once. The figures are
+    those of the single-process run, bit for bit.
+    """
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}; known: {', '.join(LOSSES)}")
-    trials = score_trials(
+    pooled = pool_trials(
         speakers, test_seconds=test_seconds, template_seconds=template_seconds, features=features
     )
     if lid_source is None:
@@ -328,39 +433,61 @@ def audit_setting(
             calibration, features, test_seconds
         )
         lid_source = "calibration" if covered else "crossfit"
-    setup = lid_weights(
-        trials,
-        features,
-        calibration=calibration,
-        seconds=test_seconds,
-        source=lid_source,
-        separable=separable,
-        evaluated=evaluated,
-    )
-    audits = {
-        name: audit_feature(
-            name,
-            setup.scores[name],
-            trials.truth,
-            setup.lid[name],
-            setup.calibrations[name],
-            trials.aliases,
-            loss=loss,
-            per_speaker=per_speaker,
+    if lid_source == "calibration" and calibration is None:
+        raise ValueError("LID source 'calibration' needs a calibration")
+    if client is not None and lid_source == "calibration" and calibration is not None:
+        cals, fusion, description = calibration_weights(
+            calibration, features, test_seconds, pooled.aliases, evaluated
         )
-        for name in setup.scores
-    }
+        rows = trial_rows(client, pooled, list(cals), fusion=fusion, progress=block_progress)
+        audits = {
+            name: audit_rows(
+                name,
+                source,
+                pooled.truth,
+                cals[name],
+                pooled.aliases,
+                loss=loss,
+                per_speaker=per_speaker,
+            )
+            for name, source in rows.items()
+        }
+    else:
+        trials = gathered_trials(client, pooled) if client is not None else scored_trials(pooled)
+        setup = lid_weights(
+            trials,
+            features,
+            calibration=calibration,
+            seconds=test_seconds,
+            source=lid_source,
+            separable=separable,
+            evaluated=evaluated,
+        )
+        audits = {
+            name: audit_feature(
+                name,
+                setup.scores[name],
+                trials.truth,
+                setup.lid[name],
+                setup.calibrations[name],
+                trials.aliases,
+                loss=loss,
+                per_speaker=per_speaker,
+            )
+            for name in setup.scores
+        }
+        fusion, description = dict(setup.fusion), setup.description
     return SettingAudit(
         test_seconds=float(test_seconds),
         template_seconds=None if template_seconds is None else float(template_seconds),
-        mean_test_seconds=float(np.mean(trials.test_seconds)),
-        mean_template_seconds=float(np.mean(trials.template_seconds)),
-        N=trials.N,
-        T=trials.T,
-        aliases=trials.aliases,
-        dropped=trials.dropped,
-        lid_source=setup.description,
-        fusion=dict(setup.fusion),
+        mean_test_seconds=float(np.mean(pooled.test_seconds)),
+        mean_template_seconds=float(np.mean(pooled.template_seconds)),
+        N=pooled.N,
+        T=pooled.T,
+        aliases=pooled.aliases,
+        dropped=pooled.dropped,
+        lid_source=description,
+        fusion=fusion,
         features=audits,
     )
 
@@ -377,6 +504,8 @@ def run_audit(
     metadata: Mapping[str, Any] | None = None,
     skipped: Sequence[tuple[str, str]] = (),
     progress: Callable[[str], None] | None = None,
+    client: Client | None = None,
+    block_progress: BlockProgress | None = None,
 ) -> Audit:
     """Every (test, template) setting of the grids; the first pair is the main setting.
 
@@ -407,6 +536,8 @@ def run_audit(
                     per_speaker=index == 0,
                     separable=separable,
                     evaluated=metadata,
+                    client=client,
+                    block_progress=block_progress,
                 )
             )
         except NotEnoughSpeakersError as error:
