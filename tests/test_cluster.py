@@ -4,10 +4,11 @@ figures exactly — the score-matrix report in row blocks, feature extraction, a
 from __future__ import annotations
 
 import csv
-import logging
+import json
+import os
 import shutil
-import warnings
-from collections.abc import Iterator
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,28 +30,6 @@ runner = CliRunner(env={"COLUMNS": "1000"})
 GIVEN = {"lid_weight": 2.5, "lid_bias": -3.0}
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[distributed.LocalCluster]:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Port .* is already in use", UserWarning)
-        local = distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address=None,
-            silence_logs=logging.ERROR,
-        )
-    with local:
-        yield local
-
-
-@pytest.fixture
-def client(cluster: distributed.LocalCluster) -> Iterator[distributed.Client]:
-    with distributed.Client(cluster) as connected:
-        yield connected
-
-
 def test_synthetic_rows_do_not_depend_on_the_blocking():
     make = SyntheticMatrix(T=9, N=5, seed=3)
     whole, truth = make(0, 9)
@@ -60,12 +39,12 @@ def test_synthetic_rows_do_not_depend_on_the_blocking():
     assert whole.dtype == np.float32 and np.all(whole[np.arange(9), truth] > whole.min())
 
 
-def test_matrix_report_on_two_workers_equals_the_single_process_report(client):
+def test_matrix_report_on_two_workers_equals_the_single_process_report(cluster_client):
     # Rounded scores make ties across classes; blocks of 37 rows split the 211 trials unevenly.
     make = _Rounded(SyntheticMatrix(T=211, N=150, seed=1, separation=1.5))
     S, m = make(0, 211)
     local = report_json(matrix_report(S, m, **GIVEN))
-    spread = DaskRows(client, make, (211, 150), rows_per_task=37)
+    spread = DaskRows(cluster_client, make, (211, 150), rows_per_task=37)
     assert report_json(rows_report(spread, **GIVEN)) == local
     in_memory = InMemoryRows(S, m, rows_per_block=50)
     assert report_json(rows_report(in_memory, **GIVEN)) == local
@@ -82,8 +61,8 @@ class _Rounded:
         return np.round(S * 4) / 4, m
 
 
-def test_a_distributed_matrix_needs_a_given_calibration(client):
-    spread = DaskRows(client, SyntheticMatrix(T=20, N=10), (20, 10), rows_per_task=8)
+def test_a_distributed_matrix_needs_a_given_calibration(cluster_client):
+    spread = DaskRows(cluster_client, SyntheticMatrix(T=20, N=10), (20, 10), rows_per_task=8)
     with pytest.raises(ValueError, match="dev matrix or a weight and bias"):
         rows_report(spread)
 
@@ -96,7 +75,7 @@ def test_an_unreachable_scheduler_is_one_line():
 
 @pytest.mark.corpus
 def test_extraction_on_a_given_scheduler_equals_the_single_process_run(
-    corpus_root: Path, cluster, tmp_path: Path
+    corpus_root: Path, local_cluster, tmp_path: Path
 ):
     paths = sorted((corpus_root / "0024").glob("*.flac"))[:4]
     (tmp_path / "bad.wav").write_text("not audio\n")
@@ -106,7 +85,7 @@ def test_extraction_on_a_given_scheduler_equals_the_single_process_run(
     remote = extract_many(
         paths,
         features=("f0", "phone"),
-        scheduler=cluster.scheduler_address,
+        scheduler=local_cluster.scheduler_address,
         progress=lambda done, total, path: seen.append(done),
     )
     assert seen == [1, 2, 3, 4, 5]  # the bar moves file by file
@@ -159,7 +138,80 @@ def _backend_after_a_batch(backend: str) -> str:
     return embedding_backend()
 
 
-def test_workers_extract_with_the_callers_embedding_backend(client):
+def test_workers_extract_with_the_callers_embedding_backend(cluster_client):
     # Workers of a running cluster do not share the caller's environment: the task carries it.
-    assert client.submit(_backend_after_a_batch, "campplus", pure=False).result() == "campplus"
-    assert client.submit(_backend_after_a_batch, "ge2e", pure=False).result() == "ge2e"
+    for backend in ("campplus", "ge2e"):
+        task = cluster_client.submit(_backend_after_a_batch, backend, pure=False)
+        assert task.result() == backend
+
+
+@pytest.fixture(scope="module")
+def matrix_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A float32 .npy matrix with many exact ties (scores rounded to quarters) and its truth."""
+    folder = tmp_path_factory.mktemp("matrix")
+    S, m = _Rounded(SyntheticMatrix(T=420, N=90, seed=4, separation=1.0))(0, 420)
+    np.save(folder / "S.npy", S.astype(np.float32))
+    np.save(folder / "m.npy", m)
+    return folder / "S.npy", folder / "m.npy"
+
+
+def _score_json(*args: str) -> dict:
+    result = runner.invoke(app, ["score", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_score_matrix_with_two_jobs_prints_the_single_process_report(matrix_files):
+    # The LID calibration is fitted on the matrix itself (here), the rest read by 2 workers.
+    S, m = (str(p) for p in matrix_files)
+    local = _score_json("--matrix", S, "--truth", m)
+    assert _score_json("--matrix", S, "--truth", m, "--jobs", "2") == local
+    assert local["srd"]["N"] == 90 and local["lid"]["calibrated_on"] == "eval"
+
+
+def test_score_matrix_on_workers_refuses_a_csv_or_a_nan_in_one_line(tmp_path, matrix_files):
+    _, m = matrix_files
+    csv_matrix = tmp_path / "S.csv"
+    csv_matrix.write_text("1,2\n3,4\n")
+    result = runner.invoke(
+        app, ["score", "--matrix", str(csv_matrix), "--truth", str(m), "--jobs", "2"]
+    )
+    assert result.exit_code == 2
+    assert result.output.strip().count("\n") == 0 and ".npy" in result.output
+    S = np.zeros((6, 3), dtype=np.float32)
+    S[4, 1] = np.nan
+    np.save(tmp_path / "nan.npy", S)
+    np.save(tmp_path / "t.npy", np.arange(6) % 3)
+    args = ["--matrix", str(tmp_path / "nan.npy"), "--truth", str(tmp_path / "t.npy")]
+    result = runner.invoke(
+        app, ["score", *args, "--lid-weight", "1", "--lid-bias", "0", "--jobs", "2"]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().count("\n") == 0
+    assert "nan.npy" in result.output and "scores[4, 1] = nan" in result.output
+
+
+def test_score_without_jobs_does_not_import_dask(matrix_files):
+    S, m = (str(p) for p in matrix_files)
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from monitor.cli import app\n"
+        f"result = CliRunner().invoke(app, ['score', '--matrix', {S!r}, '--truth', {m!r}])\n"
+        "assert result.exit_code == 0, result.output\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_score_matrix_on_dask_scheduler_and_worker_processes(matrix_files, dask_processes):
+    S, m = (str(p) for p in matrix_files)
+    given = ["--lid-weight", "2", "--lid-bias", "-4"]
+    local = _score_json("--matrix", S, "--truth", m, *given)
+    remote = _score_json("--matrix", S, "--truth", m, *given, "--scheduler", dask_processes)
+    assert remote == local

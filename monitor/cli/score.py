@@ -11,6 +11,8 @@ import typer
 
 from monitor.cli.common import (
     EmbeddingOption,
+    JobsOption,
+    SchedulerOption,
     console,
     err_console,
     select_embedding,
@@ -103,6 +105,38 @@ def features_command(
 # ---- voxmeter score / compose (owner: zebra-baselines-composition) ----------------------------
 
 
+class _PassBar:
+    """A rich bar on stderr over the row blocks of each pass the Dask workers make over a
+    matrix; it appears with the first finished block, so an input error stays one line."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.bar = Progress(
+            TextColumn("[bold]scoring[/] {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            console=err_console,
+            transient=True,
+        )
+        self.task = self.bar.add_task("", total=None)
+        self.passes = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.passes == 0:
+            self.bar.start()
+        if done == 1:
+            self.passes += 1
+        self.bar.update(self.task, completed=done, total=total, description=f"pass {self.passes}")
+
+    def __enter__(self) -> _PassBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.passes:
+            self.bar.stop()
+
+
 @user_errors
 def score_command(
     scores: Annotated[
@@ -134,8 +168,14 @@ def score_command(
         str, typer.Option("--fit-loss", help="Beta-binomial fit loss: ll, ms, wms, rwms or cll.")
     ] = "cll",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    jobs: JobsOption = 1,
+    scheduler: SchedulerOption = None,
 ) -> None:
-    """Disclosure and baseline metrics of a score file (ZEBRA format) or a 1-to-N score matrix."""
+    """Disclosure and baseline metrics of a score file (ZEBRA format) or a 1-to-N score matrix.
+
+    With --jobs N or --scheduler, Dask workers read row blocks of a .npy matrix from the file
+    (it must be at the same path on every worker) and the figures are those of one process.
+    """
     from monitor.score.report import (
         render_report,
         report_json,
@@ -143,17 +183,21 @@ def score_command(
         to_json_text,
     )
 
-    report = score_report_from_files(
-        scores=scores,
-        key=key,
-        matrix=matrix,
-        truth=truth,
-        dev_matrix=dev_matrix,
-        dev_truth=dev_truth,
-        lid_weight=lid_weight,
-        lid_bias=lid_bias,
-        fit_loss=fit_loss,
-    )
+    with _PassBar() as progress:
+        report = score_report_from_files(
+            scores=scores,
+            key=key,
+            matrix=matrix,
+            truth=truth,
+            dev_matrix=dev_matrix,
+            dev_truth=dev_truth,
+            lid_weight=lid_weight,
+            lid_bias=lid_bias,
+            fit_loss=fit_loss,
+            jobs=jobs,
+            scheduler=scheduler,
+            progress=progress,
+        )
     if as_json:
         typer.echo(to_json_text(report_json(report)))
     else:

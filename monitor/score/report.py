@@ -242,8 +242,17 @@ def score_report_from_files(
     lid_weight: float | None = None,
     lid_bias: float | None = None,
     fit_loss: str = "cll",
+    jobs: int = 1,
+    scheduler: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ScoreReport:
-    """Check which inputs were given, read them, and build the report (InputError on misuse)."""
+    """Check which inputs were given, read them, and build the report (InputError on misuse).
+
+    With ``jobs`` > 1 or a ``scheduler`` a .npy matrix is scored in row blocks by Dask workers
+    (:mod:`monitor.score.cluster`; ``progress(done, total)`` per pass); same figures."""
+    from monitor.cluster import uses_cluster
+
+    on_workers = uses_cluster(jobs, scheduler)
     pair_mode = scores is not None or key is not None
     matrix_mode = matrix is not None or truth is not None
     if pair_mode and matrix_mode:
@@ -258,6 +267,8 @@ def score_report_from_files(
         extras = [dev_matrix, dev_truth, lid_weight, lid_bias]
         if any(x is not None for x in extras):
             raise InputError("--scores/--key", "dev data and LID options need --matrix/--truth")
+        if on_workers:
+            raise InputError("--jobs/--scheduler", "only a --matrix is scored on Dask workers")
         pairs = read_scores_key(scores, key)
         try:
             return pairs_report(pairs)
@@ -274,6 +285,23 @@ def score_report_from_files(
     for name, value in (("--lid-weight", lid_weight), ("--lid-bias", lid_bias)):
         if value is not None and not math.isfinite(value):
             raise InputError(name, f"must be a finite number, got {value}")
+    if on_workers:
+        from monitor.score.cluster import matrix_report_on_workers
+
+        try:
+            return matrix_report_on_workers(
+                matrix,
+                truth,
+                jobs=jobs,
+                scheduler=scheduler,
+                dev_paths=(dev_matrix, dev_truth) if dev_matrix and dev_truth else None,
+                lid_weight=lid_weight,
+                lid_bias=lid_bias,
+                fit_loss=fit_loss,
+                progress=progress,
+            )
+        except ValueError as error:  # the metrics refuse what the workers read
+            raise InputError(str(matrix), f"cannot be scored: {error}") from error
     S, m = read_matrix_trials(matrix, truth)
     dev = read_matrix_trials(dev_matrix, dev_truth) if dev_matrix and dev_truth else None
     try:

@@ -81,7 +81,7 @@ def _audit(speakers: list[Any], calibration: CalibrationSet | None, **options: A
 
 
 def test_an_audit_on_two_workers_equals_the_single_process_audit(
-    speakers_and_calibration, dask_client
+    speakers_and_calibration, cluster_client
 ):
     speakers, calibration = speakers_and_calibration
     ticks: list[tuple[int, int, str]] = []
@@ -89,7 +89,7 @@ def test_an_audit_on_two_workers_equals_the_single_process_audit(
     spread = _audit(
         speakers,
         calibration,
-        client=dask_client,
+        client=cluster_client,
         block_progress=lambda done, total, name: ticks.append((done, total, name)),
     )
     assert "bucket" in spread.main.lid_source and set(spread.main.features) == {
@@ -106,11 +106,11 @@ def test_an_audit_on_two_workers_equals_the_single_process_audit(
 
 
 def test_a_cross_fitted_audit_on_two_workers_equals_the_single_process_audit(
-    speakers_and_calibration, dask_client
+    speakers_and_calibration, cluster_client
 ):
     speakers, _ = speakers_and_calibration
     local = _audit(speakers, None)
-    spread = _audit(speakers, None, client=dask_client)
+    spread = _audit(speakers, None, client=cluster_client)
     assert "cross-fitted" in spread.main.lid_source
     assert_identical(spread, local)
 
@@ -133,13 +133,13 @@ def test_row_blocks_in_memory_give_the_dense_figures(speakers_and_calibration):
     assert_identical(blocked, dense)
 
 
-def test_workers_score_the_blocks_this_process_scores(speakers_and_calibration, dask_client):
+def test_workers_score_the_blocks_this_process_scores(speakers_and_calibration, cluster_client):
     speakers, _ = speakers_and_calibration
     pooled = pool_trials(speakers, test_seconds=3.0, template_seconds=None, features=FEATURES)
     from monitor.calibration.protocol import scored_trials
 
     local = scored_trials(pooled).scores
-    rows = trial_rows(dask_client, pooled, FEATURES)
+    rows = trial_rows(cluster_client, pooled, FEATURES)
     for name in FEATURES:
         spread = np.concatenate(rows[name].map(lambda S, m, row0: S))
         assert np.array_equal(spread, local[name]), name

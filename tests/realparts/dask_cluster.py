@@ -40,7 +40,7 @@ def local_cluster() -> Iterator[Any]:
 
 
 @pytest.fixture
-def dask_client(local_cluster: Any) -> Iterator[Any]:
+def cluster_client(local_cluster: Any) -> Iterator[Any]:
     """A client of :func:`local_cluster`."""
     import distributed
 
