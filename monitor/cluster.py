@@ -175,8 +175,12 @@ class DaskRows:
 
 
 def _scattered(client: Client, value: Any) -> Any:
-    """An array sent once to every worker (its future stands in for it in tasks); else as is."""
-    return client.scatter(value, broadcast=True) if isinstance(value, np.ndarray) else value
+    """An array sent once to every worker (its future stands in for it in tasks); else as is.
+    Each scatter gets its own key (``hash=False``): equal arrays scattered by two passes would
+    share a content key, and releasing the first pass's future loses the second one's data."""
+    if isinstance(value, np.ndarray):
+        return client.scatter(value, broadcast=True, hash=False)
+    return value
 
 
 @dataclass(frozen=True)

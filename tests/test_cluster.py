@@ -209,6 +209,7 @@ def test_score_without_jobs_does_not_import_dask(matrix_files):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(180)  # a lost worker must fail the test, not hang it
 def test_score_matrix_on_dask_scheduler_and_worker_processes(matrix_files, dask_processes):
     S, m = (str(p) for p in matrix_files)
     given = ["--lid-weight", "2", "--lid-bias", "-4"]

@@ -67,7 +67,7 @@ def trial_rows(
     blocks; the pooled observations go to every worker once, shared by all of them."""
     features = tuple(pooled.tests)
     arrays = [pooled.truth, *(a for f in features for a in (pooled.tests[f], pooled.templates[f]))]
-    shared = list(client.scatter(arrays, broadcast=True))
+    shared = list(client.scatter(arrays, broadcast=True, hash=False))  # see cluster._scattered
     backend = embedding_backend()
 
     def ticks(name: str) -> Callable[[int, int], None] | None:

@@ -146,6 +146,7 @@ def test_workers_score_the_blocks_this_process_scores(speakers_and_calibration, 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(180)  # a lost worker must fail the test, not hang it
 def test_an_audit_on_dask_scheduler_and_worker_processes(speakers_and_calibration, dask_processes):
     # A cluster started as on real machines: `dask scheduler` + `dask worker tcp://...`.
     from monitor.cluster import dask_client
