@@ -218,7 +218,8 @@ def _check_loss(loss: str) -> str:
 
 class _LazyBar:
     """A rich progress bar on stderr that appears with the first file (so an error that comes
-    before any extraction prints as one line), driven by the extract_many callback."""
+    before any extraction prints as one line), driven by the extract_many callback; with Dask
+    workers the same bar then follows the audit's row blocks (:meth:`blocks`)."""
 
     def __init__(self, label: str) -> None:
         from rich.progress import (
@@ -230,22 +231,29 @@ class _LazyBar:
         )
 
         self.bar = Progress(
-            TextColumn(f"[bold]{label}[/]"),
+            TextColumn("[bold]{task.fields[label]}[/]"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             TextColumn("{task.description}"),
             console=err_console,
         )
-        self.task = self.bar.add_task("", total=None)
+        self.task = self.bar.add_task("", total=None, label=label)
         self.started = False
 
     def __call__(self, done: int, total: int, file: str) -> None:
+        where = "/".join(Path(file).parts[-2:])
+        self._show(done, total, where)
+
+    def blocks(self, done: int, total: int, feature: str) -> None:
+        """Row blocks of a score matrix finished by the workers (one pass of one feature)."""
+        self._show(done, total, f"{feature} score rows", label="auditing")
+
+    def _show(self, done: int, total: int, description: str, **fields: str) -> None:
         if not self.started:
             self.bar.start()
             self.started = True
-        where = "/".join(Path(file).parts[-2:])
-        self.bar.update(self.task, completed=done, total=total, description=where)
+        self.bar.update(self.task, completed=done, total=total, description=description, **fields)
 
     def __enter__(self) -> _LazyBar:
         return self
@@ -436,6 +444,7 @@ def evaluate_command(
             scheduler=address,
             extraction_progress=extraction_progress,
             progress=lambda text: err_console.print(f"auditing {text}", markup=False),
+            block_progress=extraction_progress.blocks,
             min_speech_seconds=min_speech,
         )
     _print_skipped([(s["item"], s["reason"]) for s in document["skipped"]])

@@ -17,8 +17,10 @@ import pytest
 from typer.testing import CliRunner
 
 from monitor.calibration.fit import COMBINED, CalibrationSet, calibrate_speakers
-from monitor.calibration.protocol import pool_trials
+from monitor.calibration.protocol import pool_trials, scored_trials
 from monitor.cli import app
+from monitor.cluster import dask_client
+from monitor.disclosure.lid import LidCalibration, lid_per_trial
 from monitor.disclosure.matrix_scan import InMemoryRows
 from monitor.evaluate.audit import Audit, audit_feature, audit_rows, run_audit
 from monitor.evaluate.cluster import trial_rows
@@ -119,12 +121,8 @@ def test_row_blocks_in_memory_give_the_dense_figures(speakers_and_calibration):
     # audit_rows on any row source = audit_feature on the whole matrix (blocks of 4 rows).
     speakers, calibration = speakers_and_calibration
     pooled = pool_trials(speakers, test_seconds=3.0, template_seconds=6.0, features=("f0",))
-    from monitor.calibration.protocol import scored_trials
-
     S = scored_trials(pooled).scores["f0"]
     cal = calibration.lookup("f0", 3.0)[0]
-    from monitor.disclosure.lid import LidCalibration, lid_per_trial
-
     lid_cal = LidCalibration(cal.lid_weight, cal.lid_bias, cal.log_prior_odds)
     lid = lid_per_trial(S, pooled.truth, cal.lid_weight)
     dense = audit_feature("f0", S, pooled.truth, lid, lid_cal, pooled.aliases, loss="ll")
@@ -136,8 +134,6 @@ def test_row_blocks_in_memory_give_the_dense_figures(speakers_and_calibration):
 def test_workers_score_the_blocks_this_process_scores(speakers_and_calibration, cluster_client):
     speakers, _ = speakers_and_calibration
     pooled = pool_trials(speakers, test_seconds=3.0, template_seconds=None, features=FEATURES)
-    from monitor.calibration.protocol import scored_trials
-
     local = scored_trials(pooled).scores
     rows = trial_rows(cluster_client, pooled, FEATURES)
     for name in FEATURES:
@@ -149,8 +145,6 @@ def test_workers_score_the_blocks_this_process_scores(speakers_and_calibration, 
 @pytest.mark.timeout(180)  # a lost worker must fail the test, not hang it
 def test_an_audit_on_dask_scheduler_and_worker_processes(speakers_and_calibration, dask_processes):
     # A cluster started as on real machines: `dask scheduler` + `dask worker tcp://...`.
-    from monitor.cluster import dask_client
-
     speakers, calibration = speakers_and_calibration
     local = _audit(speakers[:5], calibration)
     with dask_client(1, dask_processes) as client:
