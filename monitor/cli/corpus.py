@@ -245,9 +245,9 @@ class _LazyBar:
         where = "/".join(Path(file).parts[-2:])
         self._show(done, total, where)
 
-    def blocks(self, done: int, total: int, feature: str) -> None:
-        """Row blocks of a score matrix finished by the workers (one pass of one feature)."""
-        self._show(done, total, f"{feature} score rows", label="auditing")
+    def blocks(self, done: int, total: int, what: str) -> None:
+        """Row blocks of the score matrices finished by the workers (``what``: which pass)."""
+        self._show(done, total, f"score rows, {what}", label="auditing")
 
     def _show(self, done: int, total: int, description: str, **fields: str) -> None:
         if not self.started:

@@ -37,26 +37,31 @@ from monitor.calibration.protocol import (
     speech_listing,
 )
 from monitor.disclosure.baselines import baselines_of_blocks, split_mated
-from monitor.disclosure.blocks import ScoreBlocks, gap_values, matrix_blocks, pooled_blocks
+from monitor.disclosure.blocks import (
+    BlockCounter,
+    ScoreBlocks,
+    gap_values,
+    matrix_blocks,
+    pooled_blocks,
+    sweep_eer,
+)
 from monitor.disclosure.lid import (
     LidCalibration,
     LidSummary,
     lid_per_trial,
     lid_summary,
 )
-from monitor.disclosure.matrix_scan import (
-    MatrixScan,
-    RowSource,
-    merge_scans,
-    rows_between,
-    rows_mated,
-    scan_rows,
-)
+from monitor.disclosure.matrix_scan import RowSource, mated_scores
 from monitor.disclosure.ranks import histogram_of_rank_counts, true_rank_counts
 from monitor.disclosure.srd import RankFit, SrdStats, fit_rank_model, srd_stats
 from monitor.disclosure.zebra import ZebraResult, zebra_of_blocks
 from monitor.errors import InputError
-from monitor.evaluate.cluster import BlockProgress, gathered_trials, trial_rows
+from monitor.evaluate.cluster import (
+    BlockProgress,
+    gathered_trials,
+    speaker_fits_on_workers,
+    trial_rows,
+)
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -292,19 +297,38 @@ def lid_weights(
     return LidSetup(scores, lid, cals, fusion_mean, description)
 
 
+SpeakerCounts = tuple[np.ndarray, np.ndarray]
+"""One speaker's rank counts (above (t,), tied (t,)) over its own trials, in row order."""
+FitSpeakers = Callable[[Sequence[SpeakerCounts], int], list[float]]
+"""Fits each speaker's LL rank model and returns its MeanD (here, or on Dask workers)."""
+
+
+def speaker_meands(speakers: Sequence[SpeakerCounts], N: int) -> list[float]:
+    """MeanD (bits) of the LL-fitted rank model of each speaker's own histogram (N bins)."""
+    return [
+        fit_rank_model(histogram_of_rank_counts(above, ties, N), loss="ll").stats.MeanD
+        for above, ties in speakers
+    ]
+
+
 def per_speaker_meand(
-    above: np.ndarray, ties: np.ndarray, truth: np.ndarray, aliases: Sequence[str]
+    above: np.ndarray,
+    ties: np.ndarray,
+    truth: np.ndarray,
+    aliases: Sequence[str],
+    *,
+    fit: FitSpeakers = speaker_meands,
 ) -> dict[str, float]:
     """MeanD of each speaker's LL-fitted rank model (paper 000 Fig. 6; LL suits sparse data),
-    from the rank counts (T,) of :func:`~monitor.disclosure.ranks.true_rank_counts`."""
-    out: dict[str, float] = {}
-    for index, alias in enumerate(aliases):
-        rows = truth == index
-        if not rows.any():
-            continue
-        hist = histogram_of_rank_counts(above[rows], ties[rows], len(aliases))
-        out[alias] = fit_rank_model(hist, loss="ll").stats.MeanD
-    return out
+    from the rank counts (T,) of :func:`~monitor.disclosure.ranks.true_rank_counts`. Rows are
+    grouped by one stable sort (each speaker's rows stay in row order, so its histogram is the
+    same bits as from a mask), and ``fit`` fits them all."""
+    N = len(aliases)
+    order = np.argsort(truth, kind="stable")
+    rows = np.split(order, np.cumsum(np.bincount(truth, minlength=N))[:-1])
+    present = [i for i in range(N) if rows[i].size]
+    meands = fit([(above[rows[i]], ties[rows[i]]) for i in present], N)
+    return {aliases[i]: value for i, value in zip(present, meands, strict=True)}
 
 
 @dataclass(frozen=True)
@@ -327,9 +351,11 @@ def audit_counts(
     *,
     loss: str,
     per_speaker: bool = True,
+    fit: FitSpeakers = speaker_meands,
 ) -> FeatureAudit:
     """Table II/III statistics, EERs, LID summary, ZEBRA and per-speaker MeanD for one feature
-    from its matrix's counts: exact whether they come from one matrix or from row blocks."""
+    from its matrix's counts: exact whether they come from one matrix or from row blocks.
+    ``fit`` fits the per-speaker models (here by default; Dask workers in a cluster run)."""
     hist = histogram_of_rank_counts(counts.above, counts.ties, len(aliases))
     fits = {name_: fit_rank_model(hist, loss=name_) for name_ in LOSSES}  # type: ignore[arg-type]
     eer, eer_hull, _ = baselines_of_blocks(counts.blocks, counts.gap_scores)
@@ -344,7 +370,7 @@ def audit_counts(
         lid=lid,
         lid_summary=lid_summary(lid, cal),
         zebra=zebra_of_blocks(counts.blocks),
-        per_speaker=per_speaker_meand(counts.above, counts.ties, truth, aliases)
+        per_speaker=per_speaker_meand(counts.above, counts.ties, truth, aliases, fit=fit)
         if per_speaker
         else {},
     )
@@ -368,36 +394,116 @@ def audit_feature(
     return audit_counts(name, counts, truth, lid, cal, aliases, loss=loss, per_speaker=per_speaker)
 
 
-def _rows_scan_lid(
-    S: np.ndarray, m: np.ndarray, row0: int, mated_all: np.ndarray, weight: float
-) -> tuple[MatrixScan, np.ndarray]:
-    """Row function: the first-pass scan of a block and its LID per trial (n,) bits."""
-    return scan_rows(S, m, mated_all, row0=row0), lid_per_trial(S, m, weight)
+# ---- row blocks of several score matrices at once (Dask workers) ---------------------------
+# Each block is {name: S rows (n, N)} with truth rows (n,): one task scores every feature of a
+# block once per pass, so a pass costs what scoring the matrices once costs.
+
+Blocks = dict[str, np.ndarray]
 
 
-def audit_rows(
-    name: str,
+def _first_pass(
+    scores: Blocks, m: np.ndarray, row0: int, names: tuple[str, ...], *weights: float
+) -> dict[str, tuple[np.ndarray, ...]]:
+    """Row function: per name, the mated scores, rank counts (above, tied) and LID per trial."""
+    out = {}
+    for name, weight in zip(names, weights, strict=True):
+        S = scores[name]
+        above, ties = true_rank_counts(S, m)
+        out[name] = (mated_scores(S, m), above, ties, lid_per_trial(S, m, weight))
+    return out
+
+
+def _block_counts(
+    scores: Blocks, m: np.ndarray, row0: int, names: tuple[str, ...], *mated: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Row function: per name, every score of the block counted into the blocks of the sorted
+    core cut by that matrix's mated scores (``mated``, all rows)."""
+    out = {}
+    for name, mated_all in zip(names, mated, strict=True):
+        counter = BlockCounter(mated_all)
+        counter.add(scores[name])
+        out[name] = counter.n_all
+    return out
+
+
+def _gap_scores(
+    scores: Blocks, m: np.ndarray, row0: int, gaps: Mapping[str, tuple[float, float]]
+) -> dict[str, np.ndarray]:
+    """Row function: per name, the block's scores strictly inside that name's gap (float64;
+    mated scores are block boundaries, so never inside)."""
+    out = {}
+    for name, (low, high) in gaps.items():
+        S = scores[name]
+        out[name] = S[(low < S) & (high > S)].astype(np.float64)
+    return out
+
+
+class _GapNeededError(Exception):
+    """Raised by :func:`_wanted_gap`'s probe to learn which gap the EER sweep would read."""
+
+
+def _wanted_gap(blocks: ScoreBlocks) -> tuple[float, float] | None:
+    """The gap (low, high) whose scores the threshold-sweep EER needs, or None: learnt by
+    running the sweep with a reader that stops it, so one pass can fetch every matrix's gap."""
+
+    def probe(low: float, high: float) -> np.ndarray:
+        raise _GapNeededError(low, high)
+
+    try:
+        sweep_eer(blocks, probe)
+    except _GapNeededError as wanted:
+        return wanted.args[0], wanted.args[1]
+    return None
+
+
+def audit_blocks(
     rows: RowSource,
+    cals: Mapping[str, LidCalibration],
     truth: np.ndarray,
-    cal: LidCalibration,
     aliases: Sequence[str],
     *,
     loss: str,
     per_speaker: bool = True,
-) -> FeatureAudit:
-    """:func:`audit_feature` of a matrix visited in row blocks (on Dask workers: only mated
-    scores, rank counts, block counts and LID per trial come back). Every merge is exact
-    (concatenation, integer sums), so the figures are those of the matrix in memory."""
-    mated = np.concatenate(rows.map(rows_mated))
-    parts = rows.map(_rows_scan_lid, mated, cal.weight)
-    scan = merge_scans([scan for scan, _ in parts])
+    fit: FitSpeakers = speaker_meands,
+) -> dict[str, FeatureAudit]:
+    """:func:`audit_feature` of every matrix named in ``cals``, visited together in row blocks
+    of ``{name: S rows}`` (on Dask workers only summaries come back): a pass for mated scores,
+    rank counts and LID, a pass for the sorted core's block counts, and one for the EER gaps
+    if any. Every merge is a concatenation or an integer sum, so the figures are those of the
+    matrices in memory, bit for bit."""
+    names = tuple(cals)
+    first = rows.map(_first_pass, names, *(cals[n].weight for n in names))
+    mated, above, ties, lid = (
+        {n: np.concatenate([part[n][k] for part in first]) for n in names} for k in range(4)
+    )
+    counted = rows.map(_block_counts, names, *(mated[n] for n in names))
+    blocks = {n: matrix_blocks(mated[n], np.sum([c[n] for c in counted], axis=0)) for n in names}
+    gaps = {n: gap for n in names if (gap := _wanted_gap(blocks[n])) is not None}
+    found = rows.map(_gap_scores, gaps) if gaps else []
+    inside = {n: np.concatenate([f[n] for f in found]) for n in gaps}
 
-    def between(low: float, high: float) -> np.ndarray:
-        return np.concatenate(rows.map(rows_between, low, high))
+    def reader(name: str) -> Callable[[float, float], np.ndarray]:
+        def read(low: float, high: float) -> np.ndarray:
+            if gaps.get(name) != (low, high):  # the sweep reads the gap it asked for
+                raise AssertionError(f"{name}: gap ({low}, {high}) was not fetched")
+            return inside[name]
 
-    counts = MatrixCounts(scan.above, scan.ties, matrix_blocks(mated, scan.counts), between)
-    lid = np.concatenate([lid for _, lid in parts])
-    return audit_counts(name, counts, truth, lid, cal, aliases, loss=loss, per_speaker=per_speaker)
+        return read
+
+    return {
+        n: audit_counts(
+            n,
+            MatrixCounts(above[n], ties[n], blocks[n], reader(n)),
+            truth,
+            lid[n],
+            cals[n],
+            aliases,
+            loss=loss,
+            per_speaker=per_speaker,
+            fit=fit,
+        )
+        for n in names
+    }
 
 
 def audit_setting(
@@ -439,19 +545,16 @@ def audit_setting(
         cals, fusion, description = calibration_weights(
             calibration, features, test_seconds, pooled.aliases, evaluated
         )
-        rows = trial_rows(client, pooled, list(cals), fusion=fusion, progress=block_progress)
-        audits = {
-            name: audit_rows(
-                name,
-                source,
-                pooled.truth,
-                cals[name],
-                pooled.aliases,
-                loss=loss,
-                per_speaker=per_speaker,
-            )
-            for name, source in rows.items()
-        }
+        rows = trial_rows(client, pooled, tuple(cals), fusion=fusion, progress=block_progress)
+        audits = audit_blocks(
+            rows,
+            cals,
+            pooled.truth,
+            pooled.aliases,
+            loss=loss,
+            per_speaker=per_speaker,
+            fit=speaker_fits_on_workers(client, block_progress),
+        )
     else:
         trials = gathered_trials(client, pooled) if client is not None else scored_trials(pooled)
         setup = lid_weights(

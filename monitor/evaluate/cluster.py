@@ -10,34 +10,36 @@ merges exactly: mated scores, rank counts, counts per block of the sorted core, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from monitor.calibration.fit import COMBINED, fuse_scores
 from monitor.calibration.protocol import PooledTrials, Trials, similarity_rows
-from monitor.cluster import DaskRows
+from monitor.cluster import DaskRows, map_batches
 from monitor.features.base import embedding_backend, set_embedding_backend
 
 if TYPE_CHECKING:
     from distributed import Client
 
-#: progress(done, total, what) of the row blocks of one pass.
+#: progress(done, total, "pass k") as the row blocks of each pass over the matrices finish.
 BlockProgress = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)
 class TrialLoader:
-    """Picklable loader of one feature's score rows on a worker (a :class:`DaskRows` load).
+    """Picklable loader of a block's score rows on a worker (a :class:`DaskRows` load).
 
     Called as ``loader(r0, r1, truth, tests_f, templates_f, ...)`` with the pooled observations
-    of ``features`` in order (scattered once); ``name`` is one of them or ``combined``, the
-    fused score of all of them with ``fusion`` weights.
+    of ``features`` in order (scattered once); returns ({name: S rows (r1 − r0, N)} for each of
+    ``names``, truth rows). Every feature is scored once; ``combined`` is their fused score
+    with the ``fusion`` weights.
     """
 
-    name: str
+    names: tuple[str, ...]
     features: tuple[str, ...]
     N: int
     backend: str
@@ -45,14 +47,15 @@ class TrialLoader:
 
     def __call__(
         self, r0: int, r1: int, truth: np.ndarray, *pooled: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
         if "embedding" in self.features:
             set_embedding_backend(self.backend)  # a worker does not share the caller's env
         arrays = dict(zip(self.features, zip(pooled[::2], pooled[1::2], strict=True), strict=True))
-        wanted = self.features if self.name == COMBINED else (self.name,)
+        wanted = self.features if COMBINED in self.names else self.names
         scores = {f: similarity_rows(f, *arrays[f], self.N, r0, r1) for f in wanted}
-        S = fuse_scores(scores, self.fusion) if self.name == COMBINED else scores[self.name]
-        return S, truth[r0:r1]
+        if COMBINED in self.names:
+            scores[COMBINED] = fuse_scores({f: scores[f] for f in self.features}, self.fusion)
+        return {name: scores[name] for name in self.names}, truth[r0:r1]
 
 
 def trial_rows(
@@ -62,43 +65,48 @@ def trial_rows(
     *,
     fusion: Mapping[str, float] | None = None,
     progress: BlockProgress | None = None,
-) -> dict[str, DaskRows]:
-    """One row source per name (features, and ``combined`` with ``fusion``) over the setting's
-    blocks; the pooled observations go to every worker once, shared by all of them."""
+) -> DaskRows:
+    """The setting's score matrices of ``names`` (features, and ``combined`` with ``fusion``)
+    in row blocks of ``{name: S rows}``, made on the workers from the pooled observations,
+    which go to every worker once."""
     features = tuple(pooled.tests)
     arrays = [pooled.truth, *(a for f in features for a in (pooled.tests[f], pooled.templates[f]))]
     shared = list(client.scatter(arrays, broadcast=True, hash=False))  # see cluster._scattered
-    backend = embedding_backend()
-
-    def ticks(name: str) -> Callable[[int, int], None] | None:
-        if progress is None:
-            return None
-        return lambda done, total: progress(done, total, name)
-
-    return {
-        name: DaskRows(
-            client,
-            TrialLoader(name, features, pooled.N, backend, dict(fusion or {})),
-            (pooled.T, pooled.N),
-            blocks=pooled.blocks(),
-            shared=shared,
-            progress=ticks(name),
-        )
-        for name in names
-    }
+    loader = TrialLoader(tuple(names), features, pooled.N, embedding_backend(), dict(fusion or {}))
+    return DaskRows(
+        client,
+        loader,
+        (pooled.T, pooled.N),
+        blocks=pooled.blocks(),
+        shared=shared,
+        progress=_PassTicks(progress) if progress is not None else None,
+    )
 
 
-def _rows_scores(S: np.ndarray, m: np.ndarray, row0: int) -> np.ndarray:
+class _PassTicks:
+    """DaskRows progress → ``progress(done, total, "pass k")``, counting the passes."""
+
+    def __init__(self, progress: BlockProgress) -> None:
+        self.progress = progress
+        self.passes = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        self.passes += done == 1
+        self.progress(done, total, f"pass {self.passes}")
+
+
+def _rows_scores(scores: dict[str, np.ndarray], m: np.ndarray, row0: int) -> dict[str, np.ndarray]:
     """Row function: the block's scores themselves."""
-    return S
+    return scores
 
 
 def gathered_trials(client: Client, pooled: PooledTrials) -> Trials:
     """:class:`Trials` whose matrices are scored on the workers and brought here whole: what
     cross-fitting the LID weights needs (the fit sees every dev score at once)."""
-    rows = trial_rows(client, pooled, tuple(pooled.tests))
+    names = tuple(pooled.tests)
+    blocks = trial_rows(client, pooled, names).map(_rows_scores)
     return Trials(
-        scores={name: np.concatenate(source.map(_rows_scores)) for name, source in rows.items()},
+        scores={name: np.concatenate([block[name] for block in blocks]) for name in names},
         truth=pooled.truth,
         aliases=pooled.aliases,
         start=pooled.start,
@@ -106,3 +114,39 @@ def gathered_trials(client: Client, pooled: PooledTrials) -> Trials:
         template_seconds=pooled.template_seconds,
         dropped=pooled.dropped,
     )
+
+
+def _meand_batch(
+    batch: list[tuple[int, np.ndarray, np.ndarray]], N: int
+) -> list[tuple[int, float]]:
+    """A Dask task: the per-speaker MeanDs of a batch of (index, above, tied) speakers."""
+    from monitor.evaluate.audit import speaker_meands
+
+    values = speaker_meands([(above, ties) for _, above, ties in batch], N)
+    return [(index, value) for (index, _, _), value in zip(batch, values, strict=True)]
+
+
+def speaker_fits_on_workers(
+    client: Client, progress: BlockProgress | None = None
+) -> Callable[[Sequence[tuple[np.ndarray, np.ndarray]], int], list[float]]:
+    """A per-speaker fitter (:data:`monitor.evaluate.audit.FitSpeakers`) whose fits run on the
+    workers in batches of speakers (each fit is independent, so the values are the same);
+    ``progress(done, total, "per-speaker fits")`` as batches finish."""
+
+    def fit(speakers: Sequence[tuple[np.ndarray, np.ndarray]], N: int) -> list[float]:
+        values: list[float] = [math.nan] * len(speakers)
+        items = [(i, above, ties) for i, (above, ties) in enumerate(speakers)]
+        fitted = 0
+
+        def done(batch: list[Any], results: list[tuple[int, float]]) -> None:
+            nonlocal fitted
+            for index, value in results:
+                values[index] = value
+            fitted += len(results)
+            if progress is not None:
+                progress(fitted, len(values), "per-speaker fits")
+
+        map_batches(client, _meand_batch, items, N, done=done)
+        return values
+
+    return fit

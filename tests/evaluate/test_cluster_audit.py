@@ -21,8 +21,7 @@ from monitor.calibration.protocol import pool_trials, scored_trials
 from monitor.cli import app
 from monitor.cluster import dask_client
 from monitor.disclosure.lid import LidCalibration, lid_per_trial
-from monitor.disclosure.matrix_scan import InMemoryRows
-from monitor.evaluate.audit import Audit, audit_feature, audit_rows, run_audit
+from monitor.evaluate.audit import Audit, audit_blocks, audit_feature, run_audit
 from monitor.evaluate.cluster import trial_rows
 from tests.calibration.synthetic import synthetic_speakers
 from tests.evaluate.test_cli_end_to_end import link_subset
@@ -99,12 +98,15 @@ def test_an_audit_on_two_workers_equals_the_single_process_audit(
         COMBINED,
     }
     assert_identical(spread, local)
-    # One block per eq. 6 start (7 utterances): the bar moves block by block, every pass.
-    assert {total for _, total, _ in ticks} == {7}
-    assert {name for *_, name in ticks} == {*FEATURES, COMBINED}
-    passes = len(ticks) // 7
-    assert [done for done, _, _ in ticks] == [*range(1, 8)] * passes
-    assert passes >= 3 * 4 * 2  # 3 settings, 4 features, mated scores then scan and LID
+    # One block per eq. 6 start (7 utterances): the bar moves block by block, every pass
+    # (3 settings, each 2 passes plus one for the EER gaps when a crossing falls in one).
+    blocks = [(done, total) for done, total, what in ticks if what.startswith("pass ")]
+    passes = len(blocks) // 7
+    assert {total for _, total in blocks} == {7} and 6 <= passes <= 9
+    assert [done for done, _ in blocks] == [*range(1, 8)] * passes
+    # The main setting's per-speaker fits run on the workers too, batch by batch.
+    fits = [(done, total) for done, total, what in ticks if what == "per-speaker fits"]
+    assert fits[-1] == (9, 9) and len(fits) >= 2 * 4  # 4 matrices, at least 2 batches each
 
 
 def test_a_cross_fitted_audit_on_two_workers_equals_the_single_process_audit(
@@ -117,17 +119,49 @@ def test_a_cross_fitted_audit_on_two_workers_equals_the_single_process_audit(
     assert_identical(spread, local)
 
 
+class MatricesInBlocks:
+    """A row source over several in-memory matrices: blocks of ``{name: S rows}``."""
+
+    def __init__(self, scores: dict[str, np.ndarray], m: np.ndarray, rows_per_block: int):
+        self.scores, self.m, self.step = scores, m, rows_per_block
+        self.shape = next(iter(scores.values())).shape
+
+    def map(self, function, *args):
+        return [
+            function(
+                {n: S[r0 : r0 + self.step] for n, S in self.scores.items()},
+                self.m[r0 : r0 + self.step],
+                r0,
+                *args,
+            )
+            for r0 in range(0, self.shape[0], self.step)
+        ]
+
+
 def test_row_blocks_in_memory_give_the_dense_figures(speakers_and_calibration):
-    # audit_rows on any row source = audit_feature on the whole matrix (blocks of 4 rows).
+    # audit_blocks on blocks of 4 rows = audit_feature on each whole matrix, bit for bit.
     speakers, calibration = speakers_and_calibration
-    pooled = pool_trials(speakers, test_seconds=3.0, template_seconds=6.0, features=("f0",))
-    S = scored_trials(pooled).scores["f0"]
-    cal = calibration.lookup("f0", 3.0)[0]
-    lid_cal = LidCalibration(cal.lid_weight, cal.lid_bias, cal.log_prior_odds)
-    lid = lid_per_trial(S, pooled.truth, cal.lid_weight)
-    dense = audit_feature("f0", S, pooled.truth, lid, lid_cal, pooled.aliases, loss="ll")
-    rows = InMemoryRows(S, pooled.truth, rows_per_block=4)
-    blocked = audit_rows("f0", rows, pooled.truth, lid_cal, pooled.aliases, loss="ll")
+    pooled = pool_trials(speakers, test_seconds=3.0, template_seconds=6.0, features=FEATURES)
+    scores = scored_trials(pooled).scores
+    cals = {
+        name: LidCalibration(b.lid_weight, b.lid_bias, b.log_prior_odds)
+        for name in FEATURES
+        for b in [calibration.lookup(name, 3.0)[0]]
+    }
+    dense = {
+        name: audit_feature(
+            name,
+            S,
+            pooled.truth,
+            lid_per_trial(S, pooled.truth, cals[name].weight),
+            cals[name],
+            pooled.aliases,
+            loss="ll",
+        )
+        for name, S in scores.items()
+    }
+    rows = MatricesInBlocks(dict(scores), pooled.truth, rows_per_block=4)
+    blocked = audit_blocks(rows, cals, pooled.truth, pooled.aliases, loss="ll")
     assert_identical(blocked, dense)
 
 
@@ -135,9 +169,9 @@ def test_workers_score_the_blocks_this_process_scores(speakers_and_calibration, 
     speakers, _ = speakers_and_calibration
     pooled = pool_trials(speakers, test_seconds=3.0, template_seconds=None, features=FEATURES)
     local = scored_trials(pooled).scores
-    rows = trial_rows(cluster_client, pooled, FEATURES)
+    blocks = trial_rows(cluster_client, pooled, FEATURES).map(lambda scores, m, row0: scores)
     for name in FEATURES:
-        spread = np.concatenate(rows[name].map(lambda S, m, row0: S))
+        spread = np.concatenate([block[name] for block in blocks])
         assert np.array_equal(spread, local[name]), name
 
 
