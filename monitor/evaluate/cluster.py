@@ -3,10 +3,11 @@
 This process pools the tests and templates of a setting (:func:`pool_trials`: T·D values, not
 T·N scores) and scatters them to every worker once. Each task then scores one block of test rows
 against its start's templates (:func:`similarity_rows`, the very blocks the single-process run
-uses, so the scores are the same bits), fuses ``combined`` when asked, and returns only what
-merges exactly: mated scores, rank counts, counts per block of the sorted core, LID per trial
-(:mod:`monitor.disclosure.matrix_scan`). No (T, N) matrix is ever whole in one place.
-"""
+uses, so the scores are the same bits), every feature once and ``combined`` fused from them;
+the passes of :func:`monitor.evaluate.audit.audit_blocks` bring back only what merges exactly
+(mated scores, rank counts, LID per trial, block counts of the sorted core, the EER gaps). No
+(T, N) matrix is ever whole in one place. The per-speaker rank-model fits run here too, in
+batches of speakers."""
 
 from __future__ import annotations
 
