@@ -123,7 +123,7 @@ def matrix_report_on_workers(
                 fit_loss=fit_loss,
                 fit_on_eval=fit_on_eval,
             )
-        except OSError as error:
+        except (FileNotFoundError, PermissionError) as error:  # raised on a worker
             raise InputError(
                 str(matrix),
                 f"a Dask worker cannot read it ({error}); every worker must see the file "
