@@ -178,6 +178,8 @@ def test_score_matrix_on_workers_refuses_a_csv_or_a_nan_in_one_line(tmp_path, ma
     )
     assert result.exit_code == 2
     assert result.output.strip().count("\n") == 0 and ".npy" in result.output
+    result = runner.invoke(app, ["score", "--scores", str(m), "--key", str(m), "--jobs", "2"])
+    assert result.exit_code == 2 and "only a --matrix is scored on Dask workers" in result.output
     S = np.zeros((6, 3), dtype=np.float32)
     S[4, 1] = np.nan
     np.save(tmp_path / "nan.npy", S)
