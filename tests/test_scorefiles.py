@@ -236,9 +236,11 @@ def test_pairs_that_share_a_hash_are_told_apart(tmp_path, monkeypatch):
     # thousands of unkeyed score pairs share a key pair's hash (the strings tell them apart).
     import monitor.score.files as scorefiles
 
-    strong = scorefiles._hash_strings
+    strong = scorefiles._pair_hashes
     monkeypatch.setattr(
-        scorefiles, "_hash_strings", lambda strings, seed: strong(strings, seed) % np.uint64(997)
+        scorefiles,
+        "_pair_hashes",
+        lambda enroll, trial, seed: strong(enroll, trial, seed) % np.uint64(997),
     )
     key_lines = [f"e{i} t{i} {'target' if i % 2 else 'nontarget'}" for i in range(30)]
     score_lines = [f"e{i} t{i} {i}.5" for i in range(30)]

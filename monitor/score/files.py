@@ -63,14 +63,16 @@ def _finite_float(token: str, source: str, line: int, what: str) -> float:
     return value
 
 
-# 2 MB of text (~7·10^4 trial lines) per streamed chunk: arrow's reader holds ~40 blocks ahead.
-_BLOCK_BYTES = 1 << 21
+# 4 MB of text (~1.3·10^5 trial lines) per streamed chunk: the per-chunk arrays stay small enough
+# to be reused by the allocator (fresh pages are what a pass over big arrays mostly pays for).
+_BLOCK_BYTES = 1 << 22
 _FIELDS = ("enroll", "trial", "value")
 
 
 class _IrregularError(Exception):
-    """A file the fast reader cannot take as it is (mixed whitespace, a bad line, bad UTF-8):
-    it is read again line by line, which finds and names the exact problem."""
+    """A file the fast reader cannot take as it is (mixed whitespace, a bad line, bad UTF-8, an
+    empty name, a score arrow does not read): it is read again line by line, which finds and
+    names the exact problem."""
 
 
 def _open_failure(path: Path) -> InputError | None:
@@ -94,10 +96,15 @@ def _delimiter(path: Path) -> str:
     return "\t" if b"\t" in first else " "
 
 
-def _fast_chunks(path: Path) -> Iterator[tuple[pa.Array, pa.Array, pa.Array]]:
-    """(enroll, trial, value) string columns in chunks, by pyarrow's streaming CSV reader.
+_Chunk = tuple[pa.Array, pa.Array, pa.Array]
 
-    Raises _IrregularError at the first line that is not exactly three single-delimited fields.
+
+def _fast_chunks(path: Path, third: pa.DataType) -> Iterator[_Chunk]:
+    """(enroll, trial, third) columns in chunks, by pyarrow's streaming CSV reader (parsing on
+    its threads); the third column is typed ``third`` (float64 scores, string labels).
+
+    Raises _IrregularError at the first line that is not exactly three single-delimited fields
+    or whose third field does not convert (no null values: an empty field is an error).
     """
 
     def on_invalid(row: pacsv.InvalidRow) -> str:
@@ -112,7 +119,9 @@ def _fast_chunks(path: Path) -> Iterator[tuple[pa.Array, pa.Array, pa.Array]]:
                 delimiter=_delimiter(path), quote_char=False, invalid_row_handler=on_invalid
             ),
             convert_options=pacsv.ConvertOptions(
-                column_types=dict.fromkeys(_FIELDS, string), strings_can_be_null=False
+                column_types={"enroll": string, "trial": string, "value": third},
+                strings_can_be_null=False,
+                null_values=[],
             ),
         )
         for batch in reader:
@@ -121,9 +130,26 @@ def _fast_chunks(path: Path) -> Iterator[tuple[pa.Array, pa.Array, pa.Array]]:
         raise _IrregularError(str(error)) from None
 
 
-def _slow_chunks(path: Path, rows: int = 1 << 17) -> Iterator[tuple[pa.Array, pa.Array, pa.Array]]:
-    """The same chunks read line by line; names the first line that is not 3 fields."""
+def _python_float(token: str) -> float:
+    """Python's reading of a score (NaN where it is not a number: the join names it later)."""
+    try:
+        return float(token)
+    except ValueError:
+        return math.nan
+
+
+def _slow_chunks(path: Path, third: pa.DataType, rows: int = 1 << 17) -> Iterator[_Chunk]:
+    """The same chunks read line by line; names the first line that is not 3 fields. Scores are
+    read by Python's float (NaN where they are not numbers)."""
     columns: tuple[list[str], list[str], list[str]] = ([], [], [])
+
+    def chunk() -> _Chunk:
+        enroll, trial, tokens = columns
+        if third == pa.string():
+            return pa.array(enroll, pa.string()), pa.array(trial, pa.string()), pa.array(tokens)
+        values = pa.array([_python_float(t) for t in tokens], pa.float64())
+        return pa.array(enroll, pa.string()), pa.array(trial, pa.string()), values
+
     try:
         with open(path, encoding="utf-8-sig") as handle:  # a BOM is not part of a name
             for number, text in enumerate(handle, start=1):
@@ -139,26 +165,26 @@ def _slow_chunks(path: Path, rows: int = 1 << 17) -> Iterator[tuple[pa.Array, pa
                 for column, field in zip(columns, fields, strict=True):
                     column.append(field)
                 if len(columns[0]) == rows:
-                    yield tuple(pa.array(c, pa.string()) for c in columns)  # type: ignore[misc]
+                    yield chunk()
                     columns = ([], [], [])
     except UnicodeDecodeError:
         raise InputError(str(path), "not a UTF-8 text file") from None
     if columns[0]:
-        yield tuple(pa.array(c, pa.string()) for c in columns)  # type: ignore[misc]
+        yield chunk()
 
 
-def _chunks(path: Path) -> Iterator[Iterator[tuple[pa.Array, pa.Array, pa.Array]]]:
+def _chunks(path: Path, third: pa.DataType) -> Iterator[Iterator[_Chunk]]:
     """Offer the fast chunk stream; the consumer asks again (slow stream) on _IrregularError."""
     failure = _open_failure(path)
     if failure is not None:
         raise failure
-    yield _fast_chunks(path)
-    yield _slow_chunks(path)
+    yield _fast_chunks(path, third)
+    yield _slow_chunks(path, third)
 
 
-def _consume(path: Path, consumer: Callable[[Iterator[tuple[pa.Array, ...]]], _T]) -> _T:
+def _consume(path: Path, third: pa.DataType, consumer: Callable[[Iterator[_Chunk]], _T]) -> _T:
     """Run ``consumer`` over the fast chunks, or over the slow ones if the fast reader balks."""
-    streams = _chunks(path)
+    streams = _chunks(path, third)
     try:
         return consumer(next(streams))
     except _IrregularError:
@@ -188,133 +214,199 @@ def _to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False)
 
 
-def _pairs(enroll: pa.Array, trial: pa.Array) -> pa.Array:
-    """'enroll trial' strings: names never hold whitespace, so the space keeps pairs distinct."""
-    return pc.binary_join_element_wise(enroll, trial, " ")
+_ONE, _ALL = np.uint64(1), np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-_HASH_ROWS = 1 << 16  # strings hashed per step: bounded temporaries
+@dataclass
+class _Names:
+    """Names as numbers, for an exact join without Python strings: the UTF-8 bytes of each name
+    as little-endian 64-bit words, zero-padded, beside its length in bytes (which tells apart
+    names that differ only by trailing NUL bytes)."""
+
+    words: np.ndarray  # (W, n) uint64: word j of every name in row j
+    lengths: np.ndarray  # (n,) int32, bytes
+
+    def take(self, rows: np.ndarray) -> _Names:
+        return _Names(self.words[:, rows], self.lengths[rows])
+
+    def equal(self, other: _Names) -> np.ndarray:
+        """(n,) bool: the same name (equal lengths put both names within the shorter width)."""
+        width = min(self.words.shape[0], other.words.shape[0])
+        same = self.lengths == other.lengths
+        for j in range(width):
+            same &= self.words[j] == other.words[j]
+        return same
 
 
-def _hash_strings(strings: pa.Array, seed: int) -> np.ndarray:
-    """A 64-bit polynomial hash per string (n,) uint64, vectorised over the bytes. Equal
-    strings hash equal; the join checks every hit against the strings themselves."""
+def _names(strings: pa.Array, width: int | None = None) -> _Names:
+    """The names of an arrow string array as words; ``width`` words each (default: enough for
+    the longest). A longer name is cut: its length still tells it apart.
+
+    Raises _IrregularError for an empty name (a line the line-by-line reader must judge).
+    """
     n = len(strings)
-    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32)[strings.offset :][: n + 1]
-    data = np.frombuffer(strings.buffers()[2], dtype=np.uint8)
-    multiplier = np.uint64(0x100000001B3 + 2 * seed)  # odd: a bijection on each position
+    if n == 0:
+        return _Names(np.zeros((width or 1, 0), dtype=np.uint64), np.zeros(0, dtype=np.int32))
+    offsets = np.frombuffer(
+        strings.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * strings.offset
+    )
     lengths = np.diff(offsets)
-    powers = np.cumprod(np.full(int(lengths.max(initial=1)), multiplier, dtype=np.uint64))
+    if not lengths.all():
+        raise _IrregularError("an empty name")
+    if width is None:
+        width = (int(lengths.max()) + 7) // 8
+    first, last = int(offsets[0]), int(offsets[-1])
+    data = np.frombuffer(strings.buffers()[2], dtype=np.uint8)[first:last]
+    # The bytes again, 8-aligned, with room to read a word past the last name's start.
+    aligned = np.zeros(data.size // 8 + width + 1, dtype=np.uint64)
+    aligned.view(np.uint8)[: data.size] = data
+    starts = offsets[:-1] - first
+    word = starts >> 3
+    low = ((starts & 7) << 3).astype(np.uint64)  # bit offset of each name in its first word
+    high = np.uint64(63) - low  # (x << 1) << high is x << (64 - low), and 0 when low is 0
+    words = np.empty((width, n), dtype=np.uint64)
+    for j in range(width):
+        value = aligned[word + j] >> low
+        value |= (aligned[word + j + 1] << _ONE) << high
+        left = lengths - 8 * j  # bytes of the name from word j on
+        tail = (_ONE << (np.clip(left, 0, 7) << 3).astype(np.uint64)) - _ONE
+        keep = np.where(left >= 8, _ALL, tail)
+        np.bitwise_and(value, keep, out=words[j])
+    return _Names(words, lengths)
+
+
+_MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, in place: a bijection of the uint64s that keeps 0 at 0."""
+    x ^= x >> np.uint64(30)
+    x *= _MIX[0]
+    x ^= x >> np.uint64(27)
+    x *= _MIX[1]
+    x ^= x >> np.uint64(31)
+    return x
+
+
+def _multipliers(seed: int, count: int) -> np.ndarray:
+    """``count`` odd 64-bit multipliers of hash seed ``seed`` (one per word position)."""
+    state = np.arange(1, count + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    state += np.uint64(seed) * np.uint64(0xD1B54A32D192ED03)
+    return _mix(state) | _ONE
+
+
+_HASH_ROWS = 1 << 16  # pairs hashed per step: temporaries stay in cache
+
+
+def _pair_hashes(enroll: _Names, trial: _Names, seed: int) -> np.ndarray:
+    """A 64-bit hash per (enroll, trial) pair (n,) uint64: a sum of mixed words, so the zero
+    words of padding add nothing and chunks of any width hash alike. Equal pairs hash equal;
+    the join checks every hit against the names themselves."""
+    n = enroll.lengths.size
+    k_enroll = _multipliers(2 * seed, enroll.words.shape[0] + 1)
+    k_trial = _multipliers(2 * seed + 1, trial.words.shape[0])
     hashes = np.empty(n, dtype=np.uint64)
     for r0 in range(0, n, _HASH_ROWS):
         r1 = min(r0 + _HASH_ROWS, n)
-        first, last = int(offsets[r0]), int(offsets[r1])
-        starts = offsets[r0:r1] - first
-        size = lengths[r0:r1]
-        position = np.arange(last - first) - np.repeat(starts, size)
-        terms = (data[first:last].astype(np.uint64) + np.uint64(1)) * powers[position]
-        h = np.add.reduceat(terms, starts) if terms.size else np.zeros(len(starts), np.uint64)
-        h[size == 0] = 0
-        h ^= h >> np.uint64(31)
-        h *= np.uint64(0x9E3779B97F4A7C15)
-        hashes[r0:r1] = h ^ (h >> np.uint64(29))
+        size = enroll.lengths[r0:r1].astype(np.uint64) << np.uint64(32)
+        size |= trial.lengths[r0:r1].astype(np.uint64)
+        total = _mix(size * k_enroll[-1])
+        for names, multipliers in ((enroll, k_enroll), (trial, k_trial)):
+            for j in range(names.words.shape[0]):
+                total += _mix(names.words[j, r0:r1] * multipliers[j])
+        hashes[r0:r1] = _mix(total)
     return hashes
 
 
 @dataclass
 class _Key:
-    """The key, encoded for a join in bounded memory: a 64-bit hash per 'enroll trial' pair,
-    sorted, beside the pair strings themselves (every hash hit is checked against them)."""
+    """The key, encoded for a join in bounded memory: a 64-bit hash per (enroll, trial) pair,
+    sorted, beside the names themselves as words in the same order (every hash hit is checked
+    against them; needles sorted by hash then read the key front to back)."""
 
-    pairs: pa.ChunkedArray  # (K,) 'enroll trial' strings
-    order: np.ndarray  # (K,) int64: rows sorted by hash (stable: first occurrence first)
-    sorted_hashes: np.ndarray  # (K,) uint64
+    sorted_hashes: np.ndarray  # (K,) uint64, ascending
+    enroll: _Names  # (K,) names in hash order
+    trial: _Names  # (K,) names in hash order
+    order: np.ndarray  # (K,) int: key row (line order) at each hash position; ties in line order
     seed: int  # hash seed under which no two different key pairs collide
-    is_target: np.ndarray  # (K,) bool
-    is_nontarget: np.ndarray  # (K,) bool
+    is_target: np.ndarray  # (K,) bool, in line order
+    is_nontarget: np.ndarray  # (K,) bool, in line order
     first_problem: int | None  # first row with a bad label or a repeated pair
 
-    def rows(self, enroll: pa.Array, trial: pa.Array) -> np.ndarray:
-        """Key row of each pair (its first occurrence); -1 where the pair is not in the key."""
-        pairs = _pairs(enroll, trial)
-        hashes = _hash_strings(pairs, self.seed)
-        by_hash = np.argsort(hashes)  # sorted needles: the binary searches walk forwards
-        pos = np.empty(hashes.size, dtype=np.intp)
-        pos[by_hash] = np.searchsorted(self.sorted_hashes, hashes[by_hash])
-        np.minimum(pos, self.order.size - 1, out=pos)
-        rows = np.where(self.sorted_hashes[pos] == hashes, self.order[pos], -1)
-        hit = np.flatnonzero(rows >= 0)
-        same = _same_strings(self.pairs, rows[hit], pairs, hit)
-        rows[hit[~same]] = -1  # same hash, other pair: not in the key
-        return rows
-
-
-def _same_strings(
-    chunked: pa.ChunkedArray, rows: np.ndarray, other: pa.Array, other_rows: np.ndarray
-) -> np.ndarray:
-    """chunked[rows] == other[other_rows] (bool), taking from one chunk at a time (a take on the
-    chunked array itself would first join every chunk into one copy)."""
-    bounds = np.cumsum([0] + [len(c) for c in chunked.chunks])
-    chunk_of = np.searchsorted(bounds, rows, side="right") - 1
-    by_chunk = np.argsort(chunk_of, kind="stable")
-    cuts = np.searchsorted(chunk_of[by_chunk], np.arange(len(bounds)))
-    same = np.zeros(rows.size, dtype=bool)
-    for c in np.unique(chunk_of).tolist():
-        inside = by_chunk[cuts[c] : cuts[c + 1]]
-        mine = pc.take(chunked.chunks[c], pa.array(rows[inside] - bounds[c]))
-        theirs = pc.take(other, pa.array(other_rows[inside]))
-        same[inside] = _to_numpy(pc.equal(mine, theirs)).astype(bool)
-    return same
-
-
-def _take(chunked: pa.ChunkedArray, rows: np.ndarray) -> list[str]:
-    """chunked[rows] as Python strings (few rows: the tied hashes of the key)."""
-    bounds = np.cumsum([0] + [len(c) for c in chunked.chunks])
-    found = []
-    for row in rows.tolist():
-        c = int(np.searchsorted(bounds, row, side="right")) - 1
-        found.append(chunked.chunks[c][row - int(bounds[c])].as_py())
-    return found
-
-
-def _sorted_hashes(pairs: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """(order, sorted hashes, repeated-row mask) under the first seed where only equal pairs
-    share a hash."""
-    for seed in range(64):
-        hashes = np.concatenate([_hash_strings(c, seed) for c in pairs.chunks])
-        order = np.argsort(hashes, kind="stable").astype(
-            np.int32 if hashes.size < 2**31 else np.int64
+    def rows(self, enroll: pa.Array, trial: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """Key row of each pair (its first occurrence; -1 where the pair is not in the key), and
+        an order of the pairs by hash (equal pairs side by side)."""
+        names = (
+            _names(enroll, self.enroll.words.shape[0]),
+            _names(trial, self.trial.words.shape[0]),
         )
+        hashes = _pair_hashes(*names, self.seed)
+        by_hash = np.argsort(hashes)
+        needles = hashes[by_hash]
+        pos = np.searchsorted(self.sorted_hashes, needles)  # ascending: a forward walk
+        np.minimum(pos, self.order.size - 1, out=pos)
+        hit = np.flatnonzero(self.sorted_hashes[pos] == needles)
+        at, mine = pos[hit], by_hash[hit]
+        same = self.enroll.take(at).equal(names[0].take(mine))
+        same &= self.trial.take(at).equal(names[1].take(mine))  # else another pair's hash
+        rows = np.full(hashes.size, -1, dtype=np.int64)
+        rows[mine[same]] = self.order[at[same]]
+        return rows, by_hash
+
+
+def _joined_names(parts: list[_Names]) -> _Names:
+    """Chunks' names as one (W, K) block, W the widest chunk's (narrower ones zero-padded)."""
+    width = max(p.words.shape[0] for p in parts)
+    words = np.zeros((width, sum(p.lengths.size for p in parts)), dtype=np.uint64)
+    start = 0
+    for part in parts:
+        words[: part.words.shape[0], start : start + part.lengths.size] = part.words
+        start += part.lengths.size
+    return _Names(words, np.concatenate([p.lengths for p in parts]))
+
+
+def _hash_order(enroll: _Names, trial: _Names) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(order, sorted hashes, repeated-row mask, seed) under the first seed where only equal
+    pairs share a hash; within a tie the rows keep line order (the first is the one kept)."""
+    for seed in range(64):
+        hashes = _pair_hashes(enroll, trial, seed)
+        order = np.argsort(hashes).astype(np.int32 if hashes.size < 2**31 else np.int64)
         sorted_hashes = hashes[order]
         del hashes
         tied = np.flatnonzero(sorted_hashes[1:] == sorted_hashes[:-1])
+        if tied.size:  # rare: put each run of tied rows in line order
+            run = np.unique(np.concatenate([tied, tied + 1]))
+            order[run] = order[run][np.lexsort((order[run], sorted_hashes[run]))]
         first, later = order[tied], order[tied + 1]
-        equal = _same_strings(pairs, first, pa.array(_take(pairs, later)), np.arange(later.size))
+        equal = enroll.take(first).equal(enroll.take(later))
+        equal &= trial.take(first).equal(trial.take(later))
         if equal.all():
             repeated = np.zeros(order.size, dtype=bool)
-            repeated[order[tied + 1]] = True
+            repeated[later] = True
             return order, sorted_hashes, repeated, seed
     raise AssertionError("unreachable: 64 independent 64-bit hashes all collided")
 
 
 def _read_key(path: Path) -> _Key:
-    def consume(stream: Iterator[tuple[pa.Array, ...]]) -> _Key:
-        pairs, is_target, is_non = [], [], []
-        for enroll, trial, label in stream:
-            pairs.append(_pairs(enroll, trial))
+    def consume(stream: Iterator[_Chunk]) -> _Key:
+        enroll, trial, is_target, is_non = [], [], [], []
+        for e, t, label in stream:
+            enroll.append(_names(e))
+            trial.append(_names(t))
             is_target.append(_to_numpy(pc.equal(label, "target")))
             is_non.append(_to_numpy(pc.equal(label, "nontarget")))
-        if sum(len(p) for p in pairs) == 0:
+        if sum(p.lengths.size for p in enroll) == 0:
             raise InputError(str(path), "empty: no trial lines")
-        chunked = pa.chunked_array(pairs, type=pa.string())
-        del pairs
-        order, sorted_hashes, repeated, seed = _sorted_hashes(chunked)
-        is_target, is_non = np.concatenate(is_target), np.concatenate(is_non)
-        problem = repeated | ~(is_target | is_non)
+        names = _joined_names(enroll), _joined_names(trial)
+        del enroll, trial
+        order, sorted_hashes, repeated, seed = _hash_order(*names)
+        names = names[0].take(order), names[1].take(order)
+        targets, nontargets = np.concatenate(is_target), np.concatenate(is_non)
+        problem = repeated | ~(targets | nontargets)
         first_problem = int(np.argmax(problem)) if problem.any() else None
-        return _Key(chunked, order, sorted_hashes, seed, is_target, is_non, first_problem)
+        return _Key(sorted_hashes, *names, order, seed, targets, nontargets, first_problem)
 
-    return _consume(path, consume)
+    return _consume(path, pa.string(), consume)
 
 
 @dataclass
@@ -323,61 +415,44 @@ class _Joined:
 
     values: np.ndarray  # (K,) float64, NaN where no score was given
     filled: np.ndarray  # (K,) bool
-    first_problem: int | None  # a keyed row that repeats a pair or whose score is bad
-    problem_token: str | None  # the bad score text (None: a repeated pair)
-
-
-def _parse_scores(tokens: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """float64 values and a mask of tokens that are not numbers (as Python's float reads them)."""
-    try:
-        return _to_numpy(pc.cast(tokens, pa.float64())), np.zeros(len(tokens), dtype=bool)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        values = np.empty(len(tokens))
-        bad = np.zeros(len(tokens), dtype=bool)
-        for i, token in enumerate(tokens.to_pylist()):  # only a chunk with a bad token
-            try:
-                values[i] = float(token)
-            except ValueError:
-                values[i], bad[i] = math.nan, True
-        return values, bad
+    first_problem: int | None = None  # a keyed row that repeats a pair or whose score is bad
+    repeats: bool = False  # the problem is a repeated pair (else a bad score)
 
 
 def _join_scores(path: Path, key: _Key) -> _Joined:
-    def consume(stream: Iterator[tuple[pa.Array, ...]]) -> _Joined:
+    def consume(stream: Iterator[_Chunk]) -> _Joined:
         size = key.is_target.size
-        joined = _Joined(np.full(size, np.nan), np.zeros(size, dtype=bool), None, None)
+        joined = _Joined(np.full(size, np.nan), np.zeros(size, dtype=bool))
         start = 0
-        for enroll, trial, tokens in stream:
-            rows = key.rows(enroll, trial)
-            keyed = np.flatnonzero(rows >= 0)
-            _join_chunk(joined, rows[keyed], keyed, tokens, start)
+        for enroll, trial, values in stream:
+            rows, by_hash = key.rows(enroll, trial)
+            _join_chunk(joined, rows, by_hash, _to_numpy(values), start)
             start += len(enroll)
-            del enroll, trial, tokens
-            pa.default_memory_pool().release_unused()  # keep RSS near what is live
         if start == 0:
             raise InputError(str(path), "empty: no trial lines")
         return joined
 
-    return _consume(path, consume)
+    return _consume(path, pa.float64(), consume)
 
 
 def _join_chunk(
-    joined: _Joined, key_rows: np.ndarray, keyed: np.ndarray, tokens: pa.Array, start: int
+    joined: _Joined, rows: np.ndarray, by_hash: np.ndarray, values: np.ndarray, start: int
 ) -> None:
     """Store one chunk's keyed scores; remember its first repeated pair or bad score."""
-    values, not_number = _parse_scores(pc.take(tokens, pa.array(keyed)))
+    keyed = np.flatnonzero(rows >= 0)
+    key_rows, values = rows[keyed], values[keyed]
     repeated = joined.filled[key_rows]
-    in_order = np.sort(key_rows)
-    if np.any(in_order[1:] == in_order[:-1]):  # a pair twice within the chunk
+    grouped = rows[by_hash]  # equal pairs hash equal: a pair twice in the chunk sits side by side
+    if np.any((grouped[1:] == grouped[:-1]) & (grouped[1:] >= 0)):
         _, first = np.unique(key_rows, return_index=True)
         again = np.ones(key_rows.size, dtype=bool)
         again[first] = False
         repeated |= again
-    bad = repeated | not_number | ~np.isfinite(values)
+    bad = repeated | ~np.isfinite(values)
     if bad.any() and joined.first_problem is None:
         i = int(np.argmax(bad))
         joined.first_problem = start + int(keyed[i])
-        joined.problem_token = None if repeated[i] else tokens[int(keyed[i])].as_py()
+        joined.repeats = bool(repeated[i])
     joined.values[key_rows[~repeated]] = values[~repeated]
     joined.filled[key_rows] = True
 
@@ -409,9 +484,9 @@ def _key_problem(path: Path, row: int) -> InputError:
     return InputError(str(path), f"pair {enroll} {trial} repeats line {first}", line=line)
 
 
-def _score_problem(path: Path, row: int, token: str | None) -> InputError:
-    line, (enroll, trial, _) = _pair_at(path, row)
-    if token is None:
+def _score_problem(path: Path, row: int, repeats: bool) -> InputError:
+    line, (enroll, trial, token) = _pair_at(path, row)
+    if repeats:
         first = _first_row_of_pair(path, [enroll, trial])
         return InputError(str(path), f"pair {enroll} {trial} repeats line {first}", line=line)
     _finite_float(token, str(path), line, "score")
@@ -423,9 +498,10 @@ def read_scores_key(scores_path: str | Path, key_path: str | Path) -> PairScores
 
     Score lines whose pair is not in the key are ignored; a key line without a score, a
     duplicated pair, a bad label or a non-finite score raises InputError. Both files are
-    streamed in chunks by pyarrow's CSV reader and joined on int64 pair codes, so memory grows
-    with the key only (about 50 bytes a key line); line numbers are looked up again only
-    to name a problem.
+    streamed in chunks by pyarrow's CSV reader; names become 64-bit words and pairs 64-bit
+    hashes, joined with numpy and checked word by word, so memory grows with the key only
+    (about 35 bytes a key line plus 8 per started 8 bytes of the longest names); line numbers
+    are looked up again only to name a problem.
     """
     scores_path, key_path = Path(scores_path), Path(key_path)
     key = _read_key(key_path)
@@ -433,7 +509,7 @@ def read_scores_key(scores_path: str | Path, key_path: str | Path) -> PairScores
     if key.first_problem is not None:
         raise _key_problem(key_path, key.first_problem)
     if joined.first_problem is not None:
-        raise _score_problem(scores_path, joined.first_problem, joined.problem_token)
+        raise _score_problem(scores_path, joined.first_problem, joined.repeats)
     if not joined.filled.all():
         row = int(np.argmin(joined.filled))
         line, (enroll, trial, _) = _pair_at(key_path, row)
