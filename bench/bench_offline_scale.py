@@ -141,7 +141,8 @@ def bench_scaling(T: int, N: int, *, workers: int = 2, rows_per_task: int = 500)
     from distributed import Client, LocalCluster
 
     from monitor.cluster import DaskRows, SyntheticMatrix
-    from monitor.score.report import report_json, rows_report
+    from monitor.score.matrix import rows_report
+    from monitor.score.report import report_json
 
     with (
         LocalCluster(

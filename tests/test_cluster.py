@@ -21,7 +21,8 @@ from monitor.disclosure.matrix_scan import InMemoryRows
 from monitor.errors import InputError
 from monitor.features.base import embedding_backend
 from monitor.features.extract import _extract_batch, extract_many
-from monitor.score.report import matrix_report, report_json, rows_report
+from monitor.score.matrix import matrix_report, rows_report
+from monitor.score.report import report_json
 from monitor.store import open_store
 
 distributed = pytest.importorskip("distributed")

@@ -217,13 +217,8 @@ def compose_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
     """Composed ε after k releases: basic, advanced (Kairouz Thm 3.4) and optimal (Thm 3.3)."""
-    from monitor.score.report import (
-        compose_json,
-        compose_rows,
-        parse_steps,
-        render_composition,
-        to_json_text,
-    )
+    from monitor.score.compose import compose_json, compose_rows, parse_steps, render_composition
+    from monitor.score.report import to_json_text
 
     # click options take one value each; the further step counts arrive as extra arguments.
     rows = compose_rows(epsilon, delta, parse_steps([steps, *ctx.args]))

@@ -13,9 +13,9 @@ from typing import cast
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import isotonic_regression
 
 from monitor.disclosure.blocks import ClassCounts, ScoreBlocks, pooled_blocks
+from monitor.disclosure.pav import pav_of_counts
 
 LN2 = math.log(2.0)
 LN10 = math.log(10.0)
@@ -51,7 +51,8 @@ class PavBlocks:
     posterior: np.ndarray  # (B,) float in [0, 1]
 
 
-def _as_scores(values: np.ndarray | list[float], name: str) -> np.ndarray:
+def finite_scores(values: np.ndarray | list[float], name: str) -> np.ndarray:
+    """Scores as a flat float64 array; ValueError naming ``name`` if empty or not finite."""
     array = np.asarray(values, dtype=np.float64).ravel()
     if array.size == 0:
         raise ValueError(f"{name}: no scores")
@@ -74,8 +75,8 @@ def tie_blocks(tar: np.ndarray, non: np.ndarray) -> TieBlocks:
     """Sort the pooled scores once and count each class per tie block (the shared core of
     PAV, ROCCH, D_ECE and min Cllr). Order inside a tie block does not matter, so the sort
     need not be stable."""
-    tar = _as_scores(tar, "targets")
-    non = _as_scores(non, "non-targets")
+    tar = finite_scores(tar, "targets")
+    non = finite_scores(non, "non-targets")
     scores = np.concatenate([tar, non])
     order = np.argsort(scores)
     sorted_scores = scores[order]
@@ -91,7 +92,7 @@ def tie_blocks(tar: np.ndarray, non: np.ndarray) -> TieBlocks:
 
 def class_counts(tar: np.ndarray, non: np.ndarray) -> ClassCounts:
     """Checked scores → counts per non-empty block of the sorted core (targets sorted once)."""
-    return pooled_blocks(_as_scores(tar, "targets"), _as_scores(non, "non-targets")).counts()
+    return pooled_blocks(finite_scores(tar, "targets"), finite_scores(non, "non-targets")).counts()
 
 
 def pav_posterior(
@@ -101,14 +102,13 @@ def pav_posterior(
 
     The dummy pair [target, non-target] at each end always pools into one block of mean 1/2 and
     weight 2 (a descending adjacent pair is equal in the isotonic solution), so it enters PAV as
-    that block; it is dropped from the result.
+    that block (one target, one non-target); it is dropped from the result.
     """
-    weights = blocks.n_tar + blocks.n_non
-    y = blocks.n_tar / weights
+    n_tar, n_non = blocks.n_tar, blocks.n_non
     if laplace:
-        y = np.concatenate([[0.5], y, [0.5]])
-        weights = np.concatenate([[2.0], weights, [2.0]])
-    posterior = isotonic_regression(y, weights=weights, increasing=True).x
+        n_tar = np.concatenate([[1.0], n_tar, [1.0]])
+        n_non = np.concatenate([[1.0], n_non, [1.0]])
+    posterior = pav_of_counts(n_tar, n_non)
     if laplace:
         posterior = posterior[1:-1]
     return cast(npt.NDArray[np.float64], np.clip(posterior, 0.0, 1.0))
@@ -140,8 +140,8 @@ def pav_llr(
     ``LLR = logit(P) - ln(|A|/|B|)`` with the real class counts; P = 0 gives -inf and P = 1
     gives +inf (only without ``laplace``). Shapes: (n_tar,), (n_non,) in input order.
     """
-    tar = _as_scores(tar, "targets")
-    non = _as_scores(non, "non-targets")
+    tar = finite_scores(tar, "targets")
+    non = finite_scores(non, "non-targets")
     blocks = tie_blocks(tar, non)
     per_block = block_llr(blocks, pav_posterior(blocks, laplace=laplace))
     llr = np.empty(tar.size + non.size)
@@ -215,7 +215,7 @@ def worst_case_log10_lr(tar: np.ndarray, non: np.ndarray) -> float:
 def zebra(tar: np.ndarray, non: np.ndarray) -> ZebraResult:
     """ZEBRA tuple (D_ECE bits, worst-case log10 l, tag) of target and non-target scores."""
     return zebra_of_blocks(
-        pooled_blocks(_as_scores(tar, "targets"), _as_scores(non, "non-targets"))
+        pooled_blocks(finite_scores(tar, "targets"), finite_scores(non, "non-targets"))
     )
 
 
@@ -242,8 +242,8 @@ def ece_curve(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """ECE plot data over prior log-odds (K,): (ece of the scores read as LLRs, ECE_0 = H2(pi),
     ece after PAV calibration). All in bits, shape (K,)."""
-    tar = _as_scores(tar, "targets")
-    non = _as_scores(non, "non-targets")
+    tar = finite_scores(tar, "targets")
+    non = finite_scores(non, "non-targets")
     t = np.asarray(prior_log_odds, dtype=np.float64).ravel()
     zero = np.zeros(1)
     return _ece(tar, non, t), _ece(zero, zero, t), _ece(*pav_llr(tar, non), t)

@@ -90,11 +90,11 @@ def matrix_report_on_workers(
     fit_loss: str,
     progress: PassProgress | None = None,
 ) -> ScoreReport:
-    """:func:`monitor.score.report.rows_report` of a .npy matrix whose row blocks Dask workers
+    """:func:`monitor.score.matrix.rows_report` of a .npy matrix whose row blocks Dask workers
     read (a LocalCluster of ``jobs`` processes, or ``scheduler``). Without a dev matrix or a
     weight and bias, the LID calibration is fitted here on the whole matrix, as without Dask.
     ``dev_paths``: the dev matrix and its truth, read here."""
-    from monitor.score.report import rows_report
+    from monitor.score.matrix import rows_report
 
     S = open_npy_matrix(matrix)
     truth = read_truth(truth_path)

@@ -1,8 +1,10 @@
-"""What ``voxmeter score`` and ``voxmeter compose`` compute and print: reports, JSON, rich tables.
+"""What ``voxmeter score`` computes and prints: the report, its JSON and its rich tables.
 
-The CLI stays a thin parser: it calls :func:`score_report_from_files` or :func:`compose_rows`
-and hands the result to a ``render_*`` function or to :func:`to_json_text`. Units follow
-DESIGN §0: bits for disclosures, nats for ε, rates stored as fractions (printed as %).
+The CLI stays a thin parser: it calls :func:`score_report_from_files` and hands the result to
+:func:`render_report` or to :func:`to_json_text`. Units follow DESIGN §0: bits for disclosures,
+rates stored as fractions (printed as %). Pooled trials need numpy and pyarrow only; the matrix
+report lives in :mod:`monitor.score.matrix` and ``voxmeter compose`` in
+:mod:`monitor.score.compose`.
 """
 
 from __future__ import annotations
@@ -10,57 +12,25 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 
-from monitor.disclosure.baselines import (
-    baselines_of_blocks,
-    cllr,
-    eer_rocch,
-    eer_sweep,
-    linkability,
-    linkability_bins,
-    linkability_of_counts,
-    min_cllr,
-)
-from monitor.disclosure.blocks import matrix_blocks
-from monitor.disclosure.composition import (
-    MAX_OPTIMAL_STEPS,
-    basic,
-    drv,
-    kairouz_advanced,
-    optimal,
-)
-from monitor.disclosure.lid import (
-    LidCalibration,
-    LidSummary,
-    cllr_of_costs,
-    fit_lid_calibration,
-    lid_summary,
-)
-from monitor.disclosure.matrix_scan import (
-    InMemoryRows,
-    MatrixScan,
-    RowSource,
-    merge_scans,
-    rows_between,
-    rows_histogram,
-    rows_lid_costs,
-    rows_mated,
-    rows_scan,
-)
-from monitor.disclosure.ranks import check_scores, histogram_of_rank_counts
-from monitor.disclosure.srd import RankFit, SrdStats, fit_rank_model, srd_stats
-from monitor.disclosure.zebra import ZebraResult, zebra, zebra_of_blocks
+from monitor.disclosure.baselines import baselines_of_blocks, cllr, linkability
+from monitor.disclosure.blocks import gap_values, pooled_blocks
+from monitor.disclosure.zebra import ZebraResult, finite_scores, zebra_of_blocks
 from monitor.errors import InputError
 from monitor.jsonsafe import jsonable
 from monitor.score.files import PairScores, read_matrix_trials, read_scores_key
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from monitor.disclosure.lid import LidSummary
+    from monitor.disclosure.srd import RankFit, SrdStats
 
 FIT_LOSSES = ("ll", "ms", "wms", "rwms", "cll")
 #: Where the LID calibration came from, as printed.
@@ -94,49 +64,22 @@ class ScoreReport:
 
 
 def _pooled_metrics(tar: np.ndarray, non: np.ndarray) -> dict[str, Any]:
+    """ZEBRA and the baselines from one sorted core (the targets sorted once, shared)."""
+    tar, non = finite_scores(tar, "targets"), finite_scores(non, "non-targets")
+    blocks = pooled_blocks(tar, non)
+    eer, eer_hull, min_cost = baselines_of_blocks(blocks, gap_values(non))
     return {
         "n_tar": int(tar.size),
         "n_non": int(non.size),
-        "zebra": zebra(tar, non),
-        "EER": eer_sweep(tar, non),
-        "EER_rocch": eer_rocch(tar, non),
-        "min_Cllr": min_cllr(tar, non),
-        "linkability": linkability(tar, non),
-    }
-
-
-def _matrix_pooled_metrics(rows: RowSource, mated: np.ndarray, scan: MatrixScan) -> dict[str, Any]:
-    """ZEBRA and baselines of a matrix's mated / non-mated split from its first-pass scan, plus
-    one more pass for the linkability histograms; the split is never copied out."""
-    T, N = rows.shape
-    if N < 2:
-        raise ValueError("non-targets: no scores")
-    blocks = matrix_blocks(mated, scan.counts)
-
-    def between(low: float, high: float) -> np.ndarray:
-        return np.concatenate(rows.map(rows_between, low, high))
-
-    eer, eer_hull, min_cost = baselines_of_blocks(blocks, between)
-    grid = linkability_bins(T, scan.low, scan.high)
-    if grid is None or isinstance(grid, float):
-        link = math.nan if grid is None else grid
-    else:
-        edges, scale = grid
-        mated_counts = np.histogram(mated.astype(np.float64) / scale, bins=edges)[0]
-        non_counts = sum(rows.map(rows_histogram, edges, scale)) - mated_counts
-        link = linkability_of_counts(mated_counts, non_counts, edges)
-    return {
-        "n_tar": T,
-        "n_non": T * (N - 1),
         "zebra": zebra_of_blocks(blocks),
         "EER": eer,
         "EER_rocch": eer_hull,
         "min_Cllr": min_cost,
-        "linkability": link,
+        "linkability": linkability(tar, non),
     }
 
 
-def _collect_notes(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
+def collect_notes(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(w.message) for w in caught))
 
 
@@ -146,89 +89,7 @@ def pairs_report(pairs: PairScores) -> ScoreReport:
         warnings.simplefilter("always")
         metrics = _pooled_metrics(pairs.tar, pairs.non)
         value = cllr(pairs.tar, pairs.non)
-    return ScoreReport(Cllr=value, notes=_collect_notes(caught), **metrics)
-
-
-def matrix_report(
-    S: np.ndarray,
-    m: np.ndarray,
-    *,
-    dev: tuple[np.ndarray, np.ndarray] | None = None,
-    lid_weight: float | None = None,
-    lid_bias: float | None = None,
-    fit_loss: str = "cll",
-) -> ScoreReport:
-    """1-to-N report of a (T, N) matrix with truth (T,): SRD, LID, and ZEBRA/baselines on the
-    mated/non-mated split. The LID calibration comes from ``dev``, from the given weight and
-    bias, or else from the evaluation matrix itself (reported as such)."""
-    check_scores(S)
-    return rows_report(
-        InMemoryRows(S, m),
-        dev=dev,
-        lid_weight=lid_weight,
-        lid_bias=lid_bias,
-        fit_loss=fit_loss,
-        fit_on_eval=lambda: fit_lid_calibration(S, m),
-    )
-
-
-def rows_report(
-    rows: RowSource,
-    *,
-    dev: tuple[np.ndarray, np.ndarray] | None = None,
-    lid_weight: float | None = None,
-    lid_bias: float | None = None,
-    fit_loss: str = "cll",
-    fit_on_eval: Callable[[], LidCalibration] | None = None,
-) -> ScoreReport:
-    """:func:`matrix_report` of a matrix visited in row blocks, in memory or on Dask workers
-    (:class:`monitor.cluster.DaskRows`); the figures do not depend on where the rows are.
-    ``fit_on_eval`` fits the LID calibration on the whole matrix when neither a dev matrix nor
-    a weight and bias is given (a matrix spread over workers needs one of them)."""
-    if fit_loss not in FIT_LOSSES:
-        raise ValueError(f"fit_loss {fit_loss!r} is not one of {FIT_LOSSES}")
-    T, N = rows.shape
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        mated = np.concatenate(rows.map(rows_mated))
-        scan = merge_scans(rows.map(rows_scan, mated))
-        hist = histogram_of_rank_counts(scan.above, scan.ties, N)
-        fit = fit_rank_model(hist, loss=fit_loss)  # type: ignore[arg-type]
-        if lid_weight is not None and lid_bias is not None:
-            source = "given"
-            cal = LidCalibration(lid_weight, lid_bias, -math.log(N - 1))
-        elif dev is not None:
-            source = "dev"
-            cal = fit_lid_calibration(*dev)
-        elif fit_on_eval is not None:
-            source = "eval"
-            cal = fit_on_eval()
-        else:
-            raise ValueError("the LID calibration needs a dev matrix or a weight and bias here")
-        lid_rows, cost_rows = zip(*rows.map(rows_lid_costs, cal), strict=True)
-        lid = lid_summary(np.concatenate(lid_rows), cal)
-        value = cllr_of_costs(np.concatenate(cost_rows), N)
-        metrics = _matrix_pooled_metrics(rows, mated, scan)
-    notes = list(_collect_notes(caught))
-    if fit.at_bound:
-        notes.append(
-            f"beta-binomial fit ({fit_loss}) stopped at the parameter bound: the histogram is "
-            "degenerate (e.g. every trial at rank 1)"
-        )
-    if source == "eval":
-        notes.append("LID calibration " + LID_SOURCES["eval"])
-    return ScoreReport(
-        Cllr=value,
-        srd=srd_stats(hist),
-        fit=fit,
-        lid=lid,
-        lid_source=source,
-        top1_linkage=float(np.mean(mated > scan.best_other)),
-        T=T,
-        N=N,
-        notes=tuple(notes),
-        **metrics,
-    )
+    return ScoreReport(Cllr=value, notes=collect_notes(caught), **metrics)
 
 
 def score_report_from_files(
@@ -302,6 +163,8 @@ def score_report_from_files(
             )
         except ValueError as error:  # the metrics refuse what the workers read
             raise InputError(str(matrix), f"cannot be scored: {error}") from error
+    from monitor.score.matrix import matrix_report  # keeps `voxmeter score` start-up fast
+
     S, m = read_matrix_trials(matrix, truth)
     dev = read_matrix_trials(dev_matrix, dev_truth) if dev_matrix and dev_truth else None
     try:
@@ -379,6 +242,8 @@ def _num(x: float | None, digits: int = 4) -> str:
 
 def render_report(report: ScoreReport, console: Console) -> None:
     """Print the report as rich tables (percentages for rates, bits for disclosures)."""
+    from rich.table import Table  # only when a table is printed: not for --json
+
     if report.srd is not None and report.fit is not None:
         fit = report.fit
         table = Table(
@@ -431,88 +296,22 @@ def render_report(report: ScoreReport, console: Console) -> None:
         console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
 
 
-# ---- composition -----------------------------------------------------------------------------
+_MOVED = {
+    "matrix_report": "monitor.score.matrix",
+    "rows_report": "monitor.score.matrix",
+    "CompositionRow": "monitor.score.compose",
+    "compose_json": "monitor.score.compose",
+    "compose_rows": "monitor.score.compose",
+    "parse_steps": "monitor.score.compose",
+    "render_composition": "monitor.score.compose",
+}
 
 
-@dataclass(frozen=True)
-class CompositionRow:
-    """Composed ε (nats) after ``steps`` releases of an (ε, 0)-DP mechanism at target δ."""
+def __getattr__(name: str) -> Any:
+    """The matrix report and the composition at their former address, imported on first use
+    (new code imports them from :mod:`monitor.score.matrix` / :mod:`monitor.score.compose`)."""
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-    steps: int
-    basic: float
-    drv: float
-    advanced: float  # Kairouz Thm 3.4 (min of its three terms)
-    optimal: float  # Kairouz Thm 3.3, continuous in δ
-
-
-def parse_steps(tokens: Sequence[str]) -> list[int]:
-    """Step counts from the command line; a token that is not an integer >= 1 is an InputError."""
-    steps = []
-    for token in tokens:
-        try:
-            value = int(token)
-        except ValueError:
-            raise InputError("--steps", f"{token!r} is not an integer number of steps") from None
-        steps.append(value)
-    return steps
-
-
-def compose_rows(epsilon: float, delta: float, steps: Sequence[int]) -> list[CompositionRow]:
-    """Validate the options (InputError naming the bad one) and compute every bound."""
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise InputError("--epsilon", f"must be a finite number > 0, got {epsilon}")
-    if not (0.0 < delta < 1.0):
-        raise InputError("--delta", f"must lie in (0, 1), got {delta}")
-    if not steps:
-        raise InputError("--steps", "give at least one step count")
-    for value in steps:
-        if value < 1:
-            raise InputError("--steps", f"must be integers >= 1, got {value}")
-        if value > MAX_OPTIMAL_STEPS:
-            raise InputError(
-                "--steps",
-                f"{value} is more than the {MAX_OPTIMAL_STEPS} steps the optimal bound allows",
-            )
-    k = np.asarray(steps, dtype=np.int64)
-    columns = (
-        basic(epsilon, k),
-        drv(epsilon, k, delta),
-        kairouz_advanced(epsilon, k, delta),
-        optimal(epsilon, k, delta),
-    )
-    return [
-        CompositionRow(int(s), float(b), float(d), float(a), float(o))
-        for s, b, d, a, o in zip(k, *columns, strict=True)
-    ]
-
-
-def compose_json(rows: Sequence[CompositionRow]) -> list[dict[str, Any]]:
-    """The ``compose --json`` list: {steps, basic, advanced, optimal} per step count (nats)."""
-    return [
-        {"steps": r.steps, "basic": r.basic, "advanced": r.advanced, "optimal": r.optimal}
-        for r in rows
-    ]
-
-
-def render_composition(
-    rows: Sequence[CompositionRow], epsilon: float, delta: float, console: Console
-) -> None:
-    """Composed ε per step count, in nats (and the optimal bound in bits, DESIGN §5.7)."""
-    table = Table(title=f"Composition of ε = {epsilon:g} nats per step at δ = {delta:g}")
-    table.add_column("steps", justify="right")
-    table.add_column("basic k·ε", justify="right")
-    table.add_column("DRV", justify="right")
-    table.add_column("advanced (Thm 3.4)", justify="right")
-    table.add_column("optimal (Thm 3.3)", justify="right")
-    table.add_column("optimal in bits", justify="right")
-    for r in rows:
-        table.add_row(
-            str(r.steps),
-            f"{r.basic:.3f}",
-            f"{r.drv:.3f}",
-            f"{r.advanced:.3f}",
-            f"{r.optimal:.3f}",
-            f"{r.optimal / math.log(2):.3f}",
-        )
-    console.print(table)
-    console.print("ε in nats; a release that is ε-DP discloses at most ε·log2(e) bits (§5.7).")
+    return getattr(importlib.import_module(_MOVED[name]), name)
