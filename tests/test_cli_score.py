@@ -331,3 +331,53 @@ def test_demo_script_runs_the_cli_on_a_simulation():
     assert out["lid"]["calibrated_on"] == "dev"
     assert 0 < out["srd"]["MeanD"] <= math.log2(40)
     assert out["top1_linkage"] == pytest.approx(out["srd"]["IdR"])
+
+
+#: What `voxmeter score --scores/--key --json` must not import: ~0.5 s of start-up for a command
+#: that needs numpy and pyarrow only (scipy alone costs 0.4 s to import on the CI machine).
+NOT_FOR_POOLED_SCORES = (
+    "scipy",
+    "torch",
+    "dask",
+    "distributed",
+    "librosa",
+    "sounddevice",
+    "sklearn",
+    "numba",
+    "rich.table",
+    "monitor.disclosure.lid",
+    "monitor.disclosure.srd",
+    "monitor.features",
+    "monitor.daemon",
+)
+
+
+def test_scoring_pooled_trials_imports_only_what_it_needs(tmp_path):
+    # A fresh interpreter runs the real entry point, then reports what was imported.
+    import subprocess
+    import sys
+
+    scores, key = tmp_path / "s.txt", tmp_path / "k.txt"
+    scores.write_text("".join(f"spk t{i} {s}\n" for i, s in enumerate(TAR + NON)))
+    labels = ["target"] * len(TAR) + ["nontarget"] * len(NON)
+    key.write_text("".join(f"spk t{i} {label}\n" for i, label in enumerate(labels)))
+    program = (
+        "import json, sys\n"
+        "from monitor.cli import main\n"
+        f"sys.argv = ['voxmeter', 'score', '--scores', {str(scores)!r}, '--key', {str(key)!r},"
+        " '--json']\n"
+        "code = main()\n"
+        "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["EER"] == pytest.approx(0.225)
+    modules = json.loads(done.stderr.splitlines()[-1])
+    loaded = [
+        m for m in modules if any(m == n or m.startswith(n + ".") for n in NOT_FOR_POOLED_SCORES)
+    ]
+    assert loaded == [], loaded
+    assert "pyarrow.csv" in modules  # the reader did run
