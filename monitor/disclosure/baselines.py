@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from monitor.disclosure.blocks import ClassCounts, ScoreBlocks, gap_values, pooled_blocks, sweep_eer
-from monitor.disclosure.zebra import LN2, block_llr, class_counts, pav_posterior
+from monitor.disclosure.zebra import LN2, block_llr, class_counts, pav_pooled
 
 
 def _scores(values: np.ndarray | list[float], name: str) -> np.ndarray:
@@ -68,7 +68,10 @@ def rocch(tar: np.ndarray, non: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def rocch_of_counts(blocks: ClassCounts) -> tuple[np.ndarray, np.ndarray]:
     """ROCCH vertices (Pfa, Pmiss) from the sorted core's counts per block."""
-    posterior = pav_posterior(blocks)
+    return _rocch_of_pooled(*pav_pooled(blocks))
+
+
+def _rocch_of_pooled(blocks: ClassCounts, posterior: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # Runs of equal PAV posterior are the hull's bins; their boundaries are the vertices.
     edge = np.flatnonzero(np.diff(posterior) != 0)
     ends = np.concatenate([edge, [posterior.size - 1]])
@@ -98,11 +101,11 @@ def baselines_of_blocks(
 ) -> tuple[float, float, float]:
     """(threshold-sweep EER, ROCCH-EER, min Cllr) from the sorted core's blocks, in one go;
     ``gap_scores(low, high)`` returns the non-targets strictly inside (low, high)."""
-    counts = blocks.counts()
+    pooled = pav_pooled(blocks.counts())  # one PAV for the hull and min Cllr
     return (
         sweep_eer(blocks, gap_scores),
-        _rocch_eer(*rocch_of_counts(counts)),
-        _min_cllr_of_counts(counts),
+        _rocch_eer(*_rocch_of_pooled(*pooled)),
+        _min_cllr_of_pooled(*pooled),
     )
 
 
@@ -121,7 +124,11 @@ def min_cllr(tar: np.ndarray, non: np.ndarray) -> float:
 
 
 def _min_cllr_of_counts(blocks: ClassCounts) -> float:
-    llr = block_llr(blocks, pav_posterior(blocks))
+    return _min_cllr_of_pooled(*pav_pooled(blocks))
+
+
+def _min_cllr_of_pooled(blocks: ClassCounts, posterior: np.ndarray) -> float:
+    llr = block_llr(blocks, posterior)
     # Weight-0 blocks may hold an infinite cost (e.g. a non-target-only block at LLR -inf).
     tar_cost = np.where(blocks.n_tar > 0, np.logaddexp(0.0, -llr), 0.0)
     non_cost = np.where(blocks.n_non > 0, np.logaddexp(0.0, llr), 0.0)

@@ -63,22 +63,32 @@ def lower_hull(x: np.ndarray, y: np.ndarray) -> npt.NDArray[np.intp]:
             if removed < _MIN_SHARE * (keep.size + removed):
                 break
     if keep.size > 2:
-        keep = np.array(_monotone_chain(x.tolist(), y.tolist(), keep.tolist()), dtype=np.intp)
+        chain = _monotone_chain(x[keep].tolist(), y[keep].tolist(), list(range(keep.size)))
+        keep = keep[chain]
     return keep
 
 
-def pav_of_counts(n_tar: np.ndarray, n_non: np.ndarray) -> npt.NDArray[np.float64]:
-    """Isotonic (increasing) fit of n_tar / (n_tar + n_non) weighted by n_tar + n_non, per block
-    (B,) → (B,) in [0, 1]; every block must hold at least one score."""
+def pav_segments(
+    n_tar: np.ndarray, n_non: np.ndarray
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+    """PAV's pooled segments of the blocks (B,): (ends (S,), posterior (S,)), segment k being
+    blocks [ends[k-1], ends[k]) with fitted target share posterior[k] (ascending). The fit is
+    isotonic (increasing) on n_tar / (n_tar + n_non) weighted by n_tar + n_non; every block
+    must hold at least one score."""
     tar, non = _whole(n_tar, "targets"), _whole(n_non, "non-targets")
     size = tar + non
     if size.size == 0:
-        return np.zeros(0)
+        return np.zeros(0, dtype=np.intp), np.zeros(0)
     if np.any(size == 0):
         raise ValueError("PAV of block counts: an empty block")
     x = np.concatenate([[0], np.cumsum(size)])
     y = np.concatenate([[0], np.cumsum(tar)])
     vertices = lower_hull(x, y)
-    slope = (y[vertices[1:]] - y[vertices[:-1]]) / (x[vertices[1:]] - x[vertices[:-1]])
-    segment = np.searchsorted(vertices, np.arange(1, size.size + 1)) - 1  # block i ends at i+1
-    return np.asarray(slope[segment], dtype=np.float64)
+    posterior = (y[vertices[1:]] - y[vertices[:-1]]) / (x[vertices[1:]] - x[vertices[:-1]])
+    return vertices[1:], np.asarray(posterior, dtype=np.float64)
+
+
+def pav_of_counts(n_tar: np.ndarray, n_non: np.ndarray) -> npt.NDArray[np.float64]:
+    """PAV's fitted target share per block (B,) → (B,) in [0, 1] (see :func:`pav_segments`)."""
+    ends, posterior = pav_segments(n_tar, n_non)
+    return np.repeat(posterior, np.diff(ends, prepend=0))

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.disclosure.blocks import ClassCounts, ScoreBlocks, pooled_blocks
-from monitor.disclosure.pav import pav_of_counts
+from monitor.disclosure.pav import pav_of_counts, pav_segments
 
 LN2 = math.log(2.0)
 LN10 = math.log(10.0)
@@ -114,6 +114,18 @@ def pav_posterior(
     return cast(npt.NDArray[np.float64], np.clip(posterior, 0.0, 1.0))
 
 
+def pav_pooled(blocks: TieBlocks | ClassCounts) -> tuple[ClassCounts, npt.NDArray[np.float64]]:
+    """The blocks pooled into PAV's segments (runs of equal fitted posterior), with that
+    posterior (S,): every block of a segment has the same LLR, so D_ECE, min Cllr and the ROC
+    hull are sums over a few segments instead of every tie block."""
+    ends, posterior = pav_segments(blocks.n_tar, blocks.n_non)
+    starts = np.concatenate([[0], ends[:-1]])
+    pooled = ClassCounts(
+        np.add.reduceat(blocks.n_tar, starts), np.add.reduceat(blocks.n_non, starts)
+    )
+    return pooled, np.clip(posterior, 0.0, 1.0)
+
+
 def pav_blocks(tar: np.ndarray, non: np.ndarray, *, laplace: bool = False) -> PavBlocks:
     """Tie blocks of the pooled scores with their PAV posteriors (DESIGN §3.3)."""
     blocks = tie_blocks(tar, non)
@@ -175,7 +187,8 @@ def d_ece_from_llr(llr_tar: np.ndarray, llr_non: np.ndarray) -> float:
 
 
 def _d_ece_blocks(blocks: TieBlocks | ClassCounts) -> float:
-    llr = block_llr(blocks, pav_posterior(blocks))
+    blocks, posterior = pav_pooled(blocks)
+    llr = block_llr(blocks, posterior)
     # A block without targets may have LLR -inf (Z = -inf): weight 0 must give 0, not NaN.
     z_tar = np.where(blocks.n_tar > 0, z_of_log(llr), 0.0)
     z_non = np.where(blocks.n_non > 0, z_of_log(-llr), 0.0)
