@@ -345,6 +345,7 @@ NOT_FOR_POOLED_SCORES = (
     "sklearn",
     "numba",
     "rich.table",
+    "pyarrow.compute",
     "monitor.disclosure.lid",
     "monitor.disclosure.srd",
     "monitor.features",

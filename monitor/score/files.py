@@ -21,7 +21,6 @@ from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from monitor.errors import InputError
@@ -97,11 +96,12 @@ def _delimiter(path: Path) -> str:
 
 
 _Chunk = tuple[pa.Array, pa.Array, pa.Array]
+_LABELS = pa.dictionary(pa.int32(), pa.string())  # a key's third column: a few distinct words
 
 
 def _fast_chunks(path: Path, third: pa.DataType) -> Iterator[_Chunk]:
     """(enroll, trial, third) columns in chunks, by pyarrow's streaming CSV reader (parsing on
-    its threads); the third column is typed ``third`` (float64 scores, string labels).
+    its threads); the third column is typed ``third`` (float64 scores, dictionary labels).
 
     Raises _IrregularError at the first line that is not exactly three single-delimited fields
     or whose third field does not convert (no null values: an empty field is an error).
@@ -145,8 +145,11 @@ def _slow_chunks(path: Path, third: pa.DataType, rows: int = 1 << 17) -> Iterato
 
     def chunk() -> _Chunk:
         enroll, trial, tokens = columns
-        if third == pa.string():
-            return pa.array(enroll, pa.string()), pa.array(trial, pa.string()), pa.array(tokens)
+        if third == _LABELS:
+            words = {word: code for code, word in enumerate(dict.fromkeys(tokens))}
+            codes = pa.array([words[t] for t in tokens], pa.int32())
+            labels = pa.DictionaryArray.from_arrays(codes, pa.array(list(words), pa.string()))
+            return pa.array(enroll, pa.string()), pa.array(trial, pa.string()), labels
         values = pa.array([_python_float(t) for t in tokens], pa.float64())
         return pa.array(enroll, pa.string()), pa.array(trial, pa.string()), values
 
@@ -354,59 +357,96 @@ class _Key:
         return rows, by_hash
 
 
-def _joined_names(parts: list[_Names]) -> _Names:
-    """Chunks' names as one (W, K) block, W the widest chunk's (narrower ones zero-padded)."""
+def _sorted_names(parts: list[_Names], rank: np.ndarray) -> _Names:
+    """Chunks' names (K in all) as one (W, K) block in hash order, row r going to column
+    rank[r]; W is the widest chunk's (narrower ones zero-padded)."""
     width = max(p.words.shape[0] for p in parts)
-    words = np.zeros((width, sum(p.lengths.size for p in parts)), dtype=np.uint64)
+    words = np.zeros((width, rank.size), dtype=np.uint64)
+    lengths = np.empty(rank.size, dtype=np.int32)
     start = 0
     for part in parts:
-        words[: part.words.shape[0], start : start + part.lengths.size] = part.words
+        to = rank[start : start + part.lengths.size]
+        words[: part.words.shape[0], to] = part.words
+        lengths[to] = part.lengths
         start += part.lengths.size
-    return _Names(words, np.concatenate([p.lengths for p in parts]))
+    return _Names(words, lengths)
 
 
-def _hash_order(enroll: _Names, trial: _Names) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """(order, sorted hashes, repeated-row mask, seed) under the first seed where only equal
-    pairs share a hash; within a tie the rows keep line order (the first is the one kept)."""
+def _hash_order(
+    enroll: list[_Names], trial: list[_Names], hashes: np.ndarray
+) -> tuple[np.ndarray, _Names, _Names, np.ndarray, np.ndarray, int]:
+    """The key's pairs in hash order: (sorted hashes, enroll and trial names in that order, key
+    row at each position, repeated-row mask, seed), under the first seed where only equal pairs
+    share a hash; within a tie the rows keep line order (the first is the one kept).
+
+    ``hashes`` are the pairs' hashes under seed 0, chunk by chunk as ``enroll`` and ``trial``.
+    """
+    order = np.argsort(hashes).astype(np.int32 if hashes.size < 2**31 else np.int64)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    names = _sorted_names(enroll, rank), _sorted_names(trial, rank)
+    del rank
     for seed in range(64):
-        hashes = _pair_hashes(enroll, trial, seed)
-        order = np.argsort(hashes).astype(np.int32 if hashes.size < 2**31 else np.int64)
-        sorted_hashes = hashes[order]
-        del hashes
-        tied = np.flatnonzero(sorted_hashes[1:] == sorted_hashes[:-1])
+        if seed:  # rare: another seed, and the names follow their new order
+            hashes = _pair_hashes(*names, seed)
+            again = np.argsort(hashes)
+            order, names = order[again], (names[0].take(again), names[1].take(again))
+            hashes = hashes[again]
+        else:
+            hashes = hashes[order]
+        tied = np.flatnonzero(hashes[1:] == hashes[:-1])
         if tied.size:  # rare: put each run of tied rows in line order
             run = np.unique(np.concatenate([tied, tied + 1]))
-            order[run] = order[run][np.lexsort((order[run], sorted_hashes[run]))]
-        first, later = order[tied], order[tied + 1]
-        equal = enroll.take(first).equal(enroll.take(later))
-        equal &= trial.take(first).equal(trial.take(later))
+            moved = run[np.lexsort((order[run], hashes[run]))]
+            order[run] = order[moved]
+            for part in names:
+                part.words[:, run] = part.words[:, moved]
+                part.lengths[run] = part.lengths[moved]
+        equal = names[0].take(tied).equal(names[0].take(tied + 1))
+        equal &= names[1].take(tied).equal(names[1].take(tied + 1))
         if equal.all():
             repeated = np.zeros(order.size, dtype=bool)
-            repeated[later] = True
-            return order, sorted_hashes, repeated, seed
+            repeated[order[tied + 1]] = True
+            return hashes, names[0], names[1], order, repeated, seed
     raise AssertionError("unreachable: 64 independent 64-bit hashes all collided")
+
+
+def _label_is(labels: pa.DictionaryArray, label: str) -> np.ndarray:
+    """(n,) bool: which labels are ``label``, compared once per distinct label (a handful)."""
+    codes = [i for i, name in enumerate(labels.dictionary.to_pylist()) if name == label]
+    return np.isin(_to_numpy(labels.indices), codes)
 
 
 def _read_key(path: Path) -> _Key:
     def consume(stream: Iterator[_Chunk]) -> _Key:
-        enroll, trial, is_target, is_non = [], [], [], []
+        enroll, trial, hashes, is_target, is_non = [], [], [], [], []
         for e, t, label in stream:
             enroll.append(_names(e))
             trial.append(_names(t))
-            is_target.append(_to_numpy(pc.equal(label, "target")))
-            is_non.append(_to_numpy(pc.equal(label, "nontarget")))
+            hashes.append(_pair_hashes(enroll[-1], trial[-1], 0))
+            is_target.append(_label_is(label, "target"))
+            is_non.append(_label_is(label, "nontarget"))
         if sum(p.lengths.size for p in enroll) == 0:
             raise InputError(str(path), "empty: no trial lines")
-        names = _joined_names(enroll), _joined_names(trial)
-        del enroll, trial
-        order, sorted_hashes, repeated, seed = _hash_order(*names)
-        names = names[0].take(order), names[1].take(order)
+        sorted_hashes, enroll_names, trial_names, order, repeated, seed = _hash_order(
+            enroll, trial, np.concatenate(hashes)
+        )
+        del enroll, trial, hashes
         targets, nontargets = np.concatenate(is_target), np.concatenate(is_non)
         problem = repeated | ~(targets | nontargets)
         first_problem = int(np.argmax(problem)) if problem.any() else None
-        return _Key(sorted_hashes, *names, order, seed, targets, nontargets, first_problem)
+        return _Key(
+            sorted_hashes,
+            enroll_names,
+            trial_names,
+            order,
+            seed,
+            targets,
+            nontargets,
+            first_problem,
+        )
 
-    return _consume(path, pa.string(), consume)
+    return _consume(path, _LABELS, consume)
 
 
 @dataclass
