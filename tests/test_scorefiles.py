@@ -240,7 +240,7 @@ def test_pairs_that_share_a_hash_are_told_apart(tmp_path, monkeypatch):
     monkeypatch.setattr(
         scorefiles,
         "_pair_hashes",
-        lambda enroll, trial, seed: strong(enroll, trial, seed) % np.uint64(997),
+        lambda pairs, seed: strong(pairs, seed) % np.uint64(997),
     )
     key_lines = [f"e{i} t{i} {'target' if i % 2 else 'nontarget'}" for i in range(30)]
     score_lines = [f"e{i} t{i} {i}.5" for i in range(30)]
@@ -251,3 +251,23 @@ def test_pairs_that_share_a_hash_are_told_apart(tmp_path, monkeypatch):
     )
     assert joined.tar.tolist() == [i + 0.5 for i in range(1, 30, 2)]
     assert joined.non.tolist() == [i + 0.5 for i in range(0, 30, 2)]
+
+
+def test_key_chunks_with_longer_names_or_shorter_lines_later(tmp_path, monkeypatch):
+    # Tiny blocks: the first chunks have long lines (few rows guessed for the file), later
+    # ones short lines (the key block grows) and then longer names (the key block widens).
+    import monitor.score.files as scorefiles
+
+    monkeypatch.setattr(scorefiles, "_BLOCK_BYTES", 256)
+    names = [(f"enroll-{'x' * 30}-{i}", f"trial-{'y' * 30}-{i}") for i in range(20)]
+    names += [(f"e{i}", f"t{i}") for i in range(3000)]
+    names += [(f"e{i}-{'z' * 70}", f"t{i}-{'w' * 90}") for i in range(40)]
+    key_text = "".join(
+        f"{e} {t} {'target' if i % 3 == 0 else 'nontarget'}\n" for i, (e, t) in enumerate(names)
+    )
+    scores_text = "".join(f"{e} {t} {i}.25\n" for i, (e, t) in reversed(list(enumerate(names))))
+    joined = read_scores_key(
+        write(tmp_path / "s.txt", scores_text), write(tmp_path / "k.txt", key_text)
+    )
+    tar, non = _reference_join(scores_text, key_text)
+    assert joined.tar.tolist() == tar and joined.non.tolist() == non

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -124,10 +125,20 @@ def _fast_chunks(path: Path, third: pa.DataType) -> Iterator[_Chunk]:
                 null_values=[],
             ),
         )
-        for batch in reader:
+        for batch in _read_ahead(reader):
             yield batch.column(0), batch.column(1), batch.column(2)
     except pa.ArrowInvalid as error:
         raise _IrregularError(str(error)) from None
+
+
+def _read_ahead(batches: Iterator[_T]) -> Iterator[_T]:
+    """The same items, the next one parsed on another thread (arrow releases the GIL) while
+    the caller works on this one: reading and joining share the two cores."""
+    with ThreadPoolExecutor(1, thread_name_prefix="voxmeter-read") as pool:
+        coming = pool.submit(next, batches, None)
+        while (item := coming.result()) is not None:
+            coming = pool.submit(next, batches, None)
+            yield item
 
 
 def _python_float(token: str) -> float:
@@ -221,43 +232,44 @@ _ONE, _ALL = np.uint64(1), np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 @dataclass
-class _Names:
-    """Names as numbers, for an exact join without Python strings: the UTF-8 bytes of each name
-    as little-endian 64-bit words, zero-padded, beside its length in bytes (which tells apart
-    names that differ only by trailing NUL bytes)."""
+class _Pairs:
+    """(enroll, trial) pairs as numbers, for an exact join without Python strings: one row of
+    uint64 per pair — the enroll name's UTF-8 bytes as little-endian words (zero-padded to
+    ``enroll_width`` words), then the trial name's, then both lengths in bytes (enroll << 32 |
+    trial: they tell apart names that differ only by trailing NUL bytes). A pair is one or two
+    cache lines, so checking a hash hit reads it at once."""
 
-    words: np.ndarray  # (W, n) uint64: word j of every name in row j
-    lengths: np.ndarray  # (n,) int32, bytes
+    rows: np.ndarray  # (n, We + Wt + 1) uint64
+    enroll_width: int  # We
 
-    def take(self, rows: np.ndarray) -> _Names:
-        return _Names(self.words[:, rows], self.lengths[rows])
+    @property
+    def widths(self) -> tuple[int, int]:
+        """(We, Wt): words per enroll name and per trial name."""
+        return self.enroll_width, self.rows.shape[1] - 1 - self.enroll_width
 
-    def equal(self, other: _Names) -> np.ndarray:
-        """(n,) bool: the same name (equal lengths put both names within the shorter width)."""
-        width = min(self.words.shape[0], other.words.shape[0])
-        same = self.lengths == other.lengths
-        for j in range(width):
-            same &= self.words[j] == other.words[j]
-        return same
+    def take(self, index: np.ndarray) -> _Pairs:
+        return _Pairs(self.rows[index], self.enroll_width)
+
+    def equal(self, other: _Pairs) -> np.ndarray:
+        """(n,) bool: the same pair, row by row (both in the same widths)."""
+        return np.asarray((self.rows == other.rows).all(axis=1))
 
 
-def _names(strings: pa.Array, width: int | None = None) -> _Names:
-    """The names of an arrow string array as words; ``width`` words each (default: enough for
-    the longest). A longer name is cut: its length still tells it apart.
+def _words(strings: pa.Array, width: int | None, out: np.ndarray) -> np.ndarray:
+    """Write the names of an arrow string array as words into the columns of ``out`` (n, W);
+    ``width`` words each (None: enough for the longest, W must then be that). A longer name is
+    cut: its length still tells it apart. Returns the lengths (n,) int32.
 
     Raises _IrregularError for an empty name (a line the line-by-line reader must judge).
     """
     n = len(strings)
-    if n == 0:
-        return _Names(np.zeros((width or 1, 0), dtype=np.uint64), np.zeros(0, dtype=np.int32))
     offsets = np.frombuffer(
         strings.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * strings.offset
     )
     lengths = np.diff(offsets)
     if not lengths.all():
         raise _IrregularError("an empty name")
-    if width is None:
-        width = (int(lengths.max()) + 7) // 8
+    width = out.shape[1] if width is None else width
     first, last = int(offsets[0]), int(offsets[-1])
     data = np.frombuffer(strings.buffers()[2], dtype=np.uint8)[first:last]
     # The bytes again, 8-aligned, with room to read a word past the last name's start.
@@ -267,15 +279,49 @@ def _names(strings: pa.Array, width: int | None = None) -> _Names:
     word = starts >> 3
     low = ((starts & 7) << 3).astype(np.uint64)  # bit offset of each name in its first word
     high = np.uint64(63) - low  # (x << 1) << high is x << (64 - low), and 0 when low is 0
-    words = np.empty((width, n), dtype=np.uint64)
     for j in range(width):
         value = aligned[word + j] >> low
         value |= (aligned[word + j + 1] << _ONE) << high
         left = lengths - 8 * j  # bytes of the name from word j on
-        tail = (_ONE << (np.clip(left, 0, 7) << 3).astype(np.uint64)) - _ONE
-        keep = np.where(left >= 8, _ALL, tail)
-        np.bitwise_and(value, keep, out=words[j])
-    return _Names(words, lengths)
+        half = (np.clip(left, 0, 8) << 2).astype(np.uint64)  # 1 << 2·half overflows at 64 bytes
+        np.bitwise_and(value, ((_ONE << half) << half) - _ONE, out=out[:, j])
+    return lengths
+
+
+def _pairs(
+    enroll: pa.Array, trial: pa.Array, widths: tuple[int, int], out: np.ndarray | None = None
+) -> _Pairs:
+    """A chunk's pairs as rows of words in ``widths``, written into ``out`` if given."""
+    n = len(enroll)
+    rows = np.empty((n, widths[0] + widths[1] + 1), dtype=np.uint64) if out is None else out
+    if n == 0:
+        return _Pairs(rows, widths[0])
+    enroll_lengths = _words(enroll, widths[0], rows[:, : widths[0]])
+    trial_lengths = _words(trial, widths[1], rows[:, widths[0] : -1])
+    np.bitwise_or(
+        enroll_lengths.astype(np.uint64) << np.uint64(32),
+        trial_lengths.astype(np.uint64),
+        out=rows[:, -1],
+    )
+    return _Pairs(rows, widths[0])
+
+
+def _name_bytes(strings: pa.Array) -> int:
+    """Bytes of all the names together."""
+    offsets = strings.buffers()[1]
+    first, last = np.frombuffer(offsets, dtype=np.int32)[
+        [strings.offset, strings.offset + len(strings)]
+    ]
+    return int(last - first)
+
+
+def _longest_words(strings: pa.Array) -> int:
+    """Words (8 bytes each) of the longest name, at least 1."""
+    n = len(strings)
+    offsets = np.frombuffer(
+        strings.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * strings.offset
+    )
+    return max(1, (int(np.diff(offsets).max()) + 7) // 8)
 
 
 _MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
@@ -301,35 +347,32 @@ def _multipliers(seed: int, count: int) -> np.ndarray:
 _HASH_ROWS = 1 << 16  # pairs hashed per step: temporaries stay in cache
 
 
-def _pair_hashes(enroll: _Names, trial: _Names, seed: int) -> np.ndarray:
-    """A 64-bit hash per (enroll, trial) pair (n,) uint64: a sum of mixed words, so the zero
-    words of padding add nothing and chunks of any width hash alike. Equal pairs hash equal;
-    the join checks every hit against the names themselves."""
-    n = enroll.lengths.size
-    k_enroll = _multipliers(2 * seed, enroll.words.shape[0] + 1)
-    k_trial = _multipliers(2 * seed + 1, trial.words.shape[0])
+def _pair_hashes(pairs: _Pairs, seed: int) -> np.ndarray:
+    """A 64-bit hash per pair (n,) uint64: a sum of mixed words, so the zero words of padding
+    add nothing and pairs of any widths hash alike. Equal pairs hash equal; the join checks
+    every hit against the pair itself."""
+    enroll_width, trial_width = pairs.widths
+    k_enroll = _multipliers(2 * seed, enroll_width + 1)  # the last one for the lengths
+    k_trial = _multipliers(2 * seed + 1, trial_width)
+    multipliers = np.concatenate([k_enroll[:-1], k_trial, k_enroll[-1:]])
+    n = pairs.rows.shape[0]
     hashes = np.empty(n, dtype=np.uint64)
     for r0 in range(0, n, _HASH_ROWS):
-        r1 = min(r0 + _HASH_ROWS, n)
-        size = enroll.lengths[r0:r1].astype(np.uint64) << np.uint64(32)
-        size |= trial.lengths[r0:r1].astype(np.uint64)
-        total = _mix(size * k_enroll[-1])
-        for names, multipliers in ((enroll, k_enroll), (trial, k_trial)):
-            for j in range(names.words.shape[0]):
-                total += _mix(names.words[j, r0:r1] * multipliers[j])
-        hashes[r0:r1] = _mix(total)
+        block = pairs.rows[r0 : r0 + _HASH_ROWS]
+        total = _mix(block[:, -1] * multipliers[-1])
+        for j in range(block.shape[1] - 1):
+            total += _mix(block[:, j] * multipliers[j])
+        hashes[r0 : r0 + _HASH_ROWS] = _mix(total)
     return hashes
 
 
 @dataclass
 class _Key:
-    """The key, encoded for a join in bounded memory: a 64-bit hash per (enroll, trial) pair,
-    sorted, beside the names themselves as words in the same order (every hash hit is checked
-    against them; needles sorted by hash then read the key front to back)."""
+    """The key, encoded for a join in bounded memory: its pairs as words in line order, and a
+    64-bit hash per pair, sorted (every hash hit is checked against the pair itself)."""
 
+    pairs: _Pairs  # (K,) in line order
     sorted_hashes: np.ndarray  # (K,) uint64, ascending
-    enroll: _Names  # (K,) names in hash order
-    trial: _Names  # (K,) names in hash order
     order: np.ndarray  # (K,) int: key row (line order) at each hash position; ties in line order
     seed: int  # hash seed under which no two different key pairs collide
     is_target: np.ndarray  # (K,) bool, in line order
@@ -339,112 +382,109 @@ class _Key:
     def rows(self, enroll: pa.Array, trial: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         """Key row of each pair (its first occurrence; -1 where the pair is not in the key), and
         an order of the pairs by hash (equal pairs side by side)."""
-        names = (
-            _names(enroll, self.enroll.words.shape[0]),
-            _names(trial, self.trial.words.shape[0]),
-        )
-        hashes = _pair_hashes(*names, self.seed)
+        pairs = _pairs(enroll, trial, self.pairs.widths)
+        hashes = _pair_hashes(pairs, self.seed)
         by_hash = np.argsort(hashes)
         needles = hashes[by_hash]
         pos = np.searchsorted(self.sorted_hashes, needles)  # ascending: a forward walk
         np.minimum(pos, self.order.size - 1, out=pos)
         hit = np.flatnonzero(self.sorted_hashes[pos] == needles)
-        at, mine = pos[hit], by_hash[hit]
-        same = self.enroll.take(at).equal(names[0].take(mine))
-        same &= self.trial.take(at).equal(names[1].take(mine))  # else another pair's hash
-        rows = np.full(hashes.size, -1, dtype=np.int64)
-        rows[mine[same]] = self.order[at[same]]
-        return rows, by_hash
+        rows, mine = self.order[pos[hit]], by_hash[hit]
+        same = self.pairs.take(rows).equal(pairs.take(mine))  # else another pair's hash
+        found = np.full(hashes.size, -1, dtype=np.int64)
+        found[mine[same]] = rows[same]
+        return found, by_hash
 
 
-def _sorted_names(parts: list[_Names], rank: np.ndarray) -> _Names:
-    """Chunks' names (K in all) as one (W, K) block in hash order, row r going to column
-    rank[r]; W is the widest chunk's (narrower ones zero-padded)."""
-    width = max(p.words.shape[0] for p in parts)
-    words = np.zeros((width, rank.size), dtype=np.uint64)
-    lengths = np.empty(rank.size, dtype=np.int32)
-    start = 0
-    for part in parts:
-        to = rank[start : start + part.lengths.size]
-        words[: part.words.shape[0], to] = part.words
-        lengths[to] = part.lengths
-        start += part.lengths.size
-    return _Names(words, lengths)
+class _KeyRows:
+    """The key's pairs, appended chunk by chunk into one block that is allocated once for the
+    lines the file can hold (pages never written cost nothing) and widened if a later chunk
+    has longer names (rare)."""
+
+    def __init__(self, path: Path) -> None:
+        self.file_bytes = path.stat().st_size
+        self.block = np.zeros((0, 3), dtype=np.uint64)
+        self.widths = (1, 1)
+        self.size = 0
+
+    def append(self, enroll: pa.Array, trial: pa.Array) -> None:
+        n = len(enroll)
+        if n == 0:
+            return
+        widths = (
+            max(self.widths[0], _longest_words(enroll)),
+            max(self.widths[1], _longest_words(trial)),
+        )
+        if widths != self.widths:
+            self._widen(widths)
+        if self.size + n > self.block.shape[0]:
+            # As many more lines as the file holds at no more than this chunk's bytes a line:
+            # both names, two delimiters, a newline and 'target' (the shortest label).
+            line_bytes = (_name_bytes(enroll) + _name_bytes(trial)) / n + 9
+            self._grow(self.size + n + int(self.file_bytes / line_bytes) + 1024)
+        _pairs(enroll, trial, self.widths, out=self.block[self.size : self.size + n])
+        self.size += n
+
+    def _widen(self, widths: tuple[int, int]) -> None:
+        block = np.zeros((self.block.shape[0], widths[0] + widths[1] + 1), dtype=np.uint64)
+        e, t = self.widths
+        block[: self.size, :e] = self.block[: self.size, :e]
+        block[: self.size, widths[0] : widths[0] + t] = self.block[: self.size, e:-1]
+        block[: self.size, -1] = self.block[: self.size, -1]
+        self.block, self.widths = block, widths
+
+    def _grow(self, rows: int) -> None:
+        block = np.empty((rows, self.block.shape[1]), dtype=np.uint64)
+        block[: self.size] = self.block[: self.size]
+        self.block = block
+
+    def pairs(self) -> _Pairs:
+        return _Pairs(self.block[: self.size], self.widths[0])
 
 
-def _hash_order(
-    enroll: list[_Names], trial: list[_Names], hashes: np.ndarray
-) -> tuple[np.ndarray, _Names, _Names, np.ndarray, np.ndarray, int]:
-    """The key's pairs in hash order: (sorted hashes, enroll and trial names in that order, key
-    row at each position, repeated-row mask, seed), under the first seed where only equal pairs
-    share a hash; within a tie the rows keep line order (the first is the one kept).
-
-    ``hashes`` are the pairs' hashes under seed 0, chunk by chunk as ``enroll`` and ``trial``.
-    """
-    order = np.argsort(hashes).astype(np.int32 if hashes.size < 2**31 else np.int64)
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    names = _sorted_names(enroll, rank), _sorted_names(trial, rank)
-    del rank
+def _hash_order(pairs: _Pairs) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(sorted hashes, key row at each hash position, repeated-row mask, seed) under the first
+    seed where only equal pairs share a hash; within a tie the rows keep line order (the first
+    is the one kept)."""
     for seed in range(64):
-        if seed:  # rare: another seed, and the names follow their new order
-            hashes = _pair_hashes(*names, seed)
-            again = np.argsort(hashes)
-            order, names = order[again], (names[0].take(again), names[1].take(again))
-            hashes = hashes[again]
-        else:
-            hashes = hashes[order]
+        hashes = _pair_hashes(pairs, seed)
+        order = np.argsort(hashes).astype(np.int32 if hashes.size < 2**31 else np.int64)
+        hashes = hashes[order]
         tied = np.flatnonzero(hashes[1:] == hashes[:-1])
         if tied.size:  # rare: put each run of tied rows in line order
             run = np.unique(np.concatenate([tied, tied + 1]))
-            moved = run[np.lexsort((order[run], hashes[run]))]
-            order[run] = order[moved]
-            for part in names:
-                part.words[:, run] = part.words[:, moved]
-                part.lengths[run] = part.lengths[moved]
-        equal = names[0].take(tied).equal(names[0].take(tied + 1))
-        equal &= names[1].take(tied).equal(names[1].take(tied + 1))
-        if equal.all():
+            order[run] = order[run][np.lexsort((order[run], hashes[run]))]
+        first, later = order[tied], order[tied + 1]
+        if pairs.take(first).equal(pairs.take(later)).all():
             repeated = np.zeros(order.size, dtype=bool)
-            repeated[order[tied + 1]] = True
-            return hashes, names[0], names[1], order, repeated, seed
+            repeated[later] = True
+            return hashes, order, repeated, seed
     raise AssertionError("unreachable: 64 independent 64-bit hashes all collided")
 
 
 def _label_is(labels: pa.DictionaryArray, label: str) -> np.ndarray:
     """(n,) bool: which labels are ``label``, compared once per distinct label (a handful)."""
-    codes = [i for i, name in enumerate(labels.dictionary.to_pylist()) if name == label]
-    return np.isin(_to_numpy(labels.indices), codes)
+    words = labels.dictionary.to_pylist()  # distinct: at most one is ``label``
+    if label not in words:
+        return np.zeros(len(labels), dtype=bool)
+    return np.asarray(_to_numpy(labels.indices) == words.index(label))
 
 
 def _read_key(path: Path) -> _Key:
     def consume(stream: Iterator[_Chunk]) -> _Key:
-        enroll, trial, hashes, is_target, is_non = [], [], [], [], []
-        for e, t, label in stream:
-            enroll.append(_names(e))
-            trial.append(_names(t))
-            hashes.append(_pair_hashes(enroll[-1], trial[-1], 0))
+        rows, is_target, is_non = _KeyRows(path), [], []
+        for enroll, trial, label in stream:
+            rows.append(enroll, trial)
             is_target.append(_label_is(label, "target"))
             is_non.append(_label_is(label, "nontarget"))
-        if sum(p.lengths.size for p in enroll) == 0:
+        if rows.size == 0:
             raise InputError(str(path), "empty: no trial lines")
-        sorted_hashes, enroll_names, trial_names, order, repeated, seed = _hash_order(
-            enroll, trial, np.concatenate(hashes)
-        )
-        del enroll, trial, hashes
+        pairs = rows.pairs()
+        sorted_hashes, order, repeated, seed = _hash_order(pairs)
         targets, nontargets = np.concatenate(is_target), np.concatenate(is_non)
         problem = repeated | ~(targets | nontargets)
         first_problem = int(np.argmax(problem)) if problem.any() else None
-        return _Key(
-            sorted_hashes,
-            enroll_names,
-            trial_names,
-            order,
-            seed,
-            targets,
-            nontargets,
-            first_problem,
-        )
+        return _Key(pairs, sorted_hashes, order, seed, targets, nontargets, first_problem)
 
     return _consume(path, _LABELS, consume)
 
