@@ -279,12 +279,22 @@ def _words(strings: pa.Array, width: int | None, out: np.ndarray) -> np.ndarray:
     word = starts >> 3
     low = ((starts & 7) << 3).astype(np.uint64)  # bit offset of each name in its first word
     high = np.uint64(63) - low  # (x << 1) << high is x << (64 - low), and 0 when low is 0
+    aligned_starts = not low.any()  # e.g. names of 8 bytes each: whole words, no shifts
+    shortest, longest = int(lengths.min()), int(lengths.max())
     for j in range(width):
-        value = aligned[word + j] >> low
-        value |= (aligned[word + j + 1] << _ONE) << high
-        left = lengths - 8 * j  # bytes of the name from word j on
-        half = (np.clip(left, 0, 8) << 2).astype(np.uint64)  # 1 << 2·half overflows at 64 bytes
-        np.bitwise_and(value, ((_ONE << half) << half) - _ONE, out=out[:, j])
+        value = aligned[word + j]
+        if not aligned_starts:
+            value >>= low
+            value |= (aligned[word + j + 1] << _ONE) << high
+        if shortest >= 8 * (j + 1):  # every name fills word j
+            out[:, j] = value
+        elif shortest == longest:  # names of one length: one mask for all
+            keep = np.uint64((1 << 8 * min(max(shortest - 8 * j, 0), 8)) - 1)
+            np.bitwise_and(value, keep, out=out[:, j])
+        else:
+            left = lengths - 8 * j  # bytes of the name from word j on
+            half = (np.clip(left, 0, 8) << 2).astype(np.uint64)  # 1 << 2·half overflows at 64
+            np.bitwise_and(value, ((_ONE << half) << half) - _ONE, out=out[:, j])
     return lengths
 
 
