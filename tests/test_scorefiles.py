@@ -271,3 +271,19 @@ def test_key_chunks_with_longer_names_or_shorter_lines_later(tmp_path, monkeypat
     )
     tar, non = _reference_join(scores_text, key_text)
     assert joined.tar.tolist() == tar and joined.non.tolist() == non
+
+
+@pytest.mark.parametrize(
+    ("scores", "problem"),
+    [
+        ("a b 1\n c 2\n", "s.txt:2: expected 3 fields 'enroll trial value', got 2"),  # '' name
+        ("a b 1\na c 0x10\n", "s.txt:2: score '0x10' is not a number"),  # arrow refuses it
+        ("a b 1\na c \n", "s.txt:2: expected 3 fields 'enroll trial value', got 2"),
+    ],
+)
+def test_lines_the_fast_reader_balks_at_are_judged_line_by_line(tmp_path, scores, problem):
+    s = write(tmp_path / "s.txt", scores)
+    k = write(tmp_path / "k.txt", "a b target\na c nontarget\n")
+    with pytest.raises(InputError) as info:
+        read_scores_key(s, k)
+    assert str(info.value) == f"{tmp_path / problem}"
