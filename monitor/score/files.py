@@ -399,10 +399,14 @@ class _Key:
         pos = np.searchsorted(self.sorted_hashes, needles)  # ascending: a forward walk
         np.minimum(pos, self.order.size - 1, out=pos)
         hit = np.flatnonzero(self.sorted_hashes[pos] == needles)
-        rows, mine = self.order[pos[hit]], by_hash[hit]
-        same = self.pairs.take(rows).equal(pairs.take(mine))  # else another pair's hash
         found = np.full(hashes.size, -1, dtype=np.int64)
-        found[mine[same]] = rows[same]
+        found[by_hash[hit]] = self.order[pos[hit]]
+        # Check each hit against its pair; when every pair hit (the usual case) the chunk's own
+        # rows are compared where they are, without a copy.
+        mine = np.flatnonzero(found >= 0)
+        own = pairs if mine.size == hashes.size else pairs.take(mine)
+        same = self.pairs.take(found[mine]).equal(own)
+        found[mine[~same]] = -1  # the same hash, another pair
         return found, by_hash
 
 
