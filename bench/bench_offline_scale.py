@@ -82,6 +82,7 @@ def bench_score_files(folder: Path, sizes: list[int]) -> dict[str, Any]:
     results = {}
     for lines in sizes:
         scores, key = write_score_files(folder, lines)
+        os.sync()  # the files just written are flushed first, not while the runs read them
         results[f"lines_{lines}"] = run_cli(
             "score", "--scores", str(scores), "--key", str(key), "--json", repeats=3
         )
