@@ -228,7 +228,7 @@ def _to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False)
 
 
-_ONE, _ALL = np.uint64(1), np.uint64(0xFFFFFFFFFFFFFFFF)
+_ONE = np.uint64(1)
 
 
 @dataclass
@@ -255,21 +255,18 @@ class _Pairs:
         return np.asarray((self.rows == other.rows).all(axis=1))
 
 
-def _words(strings: pa.Array, width: int | None, out: np.ndarray) -> np.ndarray:
-    """Write the names of an arrow string array as words into the columns of ``out`` (n, W);
-    ``width`` words each (None: enough for the longest, W must then be that). A longer name is
-    cut: its length still tells it apart. Returns the lengths (n,) int32.
+def _words(strings: pa.Array, out: np.ndarray) -> np.ndarray:
+    """Write the names of an arrow string array as words into the columns of ``out`` (n, W):
+    W words each, zero-padded; a longer name is cut (its length still tells it apart). Returns
+    the lengths (n,) int32.
 
     Raises _IrregularError for an empty name (a line the line-by-line reader must judge).
     """
-    n = len(strings)
-    offsets = np.frombuffer(
-        strings.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * strings.offset
-    )
+    offsets = _offsets(strings)
     lengths = np.diff(offsets)
     if not lengths.all():
         raise _IrregularError("an empty name")
-    width = out.shape[1] if width is None else width
+    width = out.shape[1]
     first, last = int(offsets[0]), int(offsets[-1])
     data = np.frombuffer(strings.buffers()[2], dtype=np.uint8)[first:last]
     # The bytes again, 8-aligned, with room to read a word past the last name's start.
@@ -306,8 +303,8 @@ def _pairs(
     rows = np.empty((n, widths[0] + widths[1] + 1), dtype=np.uint64) if out is None else out
     if n == 0:
         return _Pairs(rows, widths[0])
-    enroll_lengths = _words(enroll, widths[0], rows[:, : widths[0]])
-    trial_lengths = _words(trial, widths[1], rows[:, widths[0] : -1])
+    enroll_lengths = _words(enroll, rows[:, : widths[0]])
+    trial_lengths = _words(trial, rows[:, widths[0] : -1])
     np.bitwise_or(
         enroll_lengths.astype(np.uint64) << np.uint64(32),
         trial_lengths.astype(np.uint64),
@@ -316,22 +313,22 @@ def _pairs(
     return _Pairs(rows, widths[0])
 
 
+def _offsets(strings: pa.Array) -> np.ndarray:
+    """(n + 1,) int32: where each name of an arrow string array starts in its data buffer."""
+    return np.frombuffer(
+        strings.buffers()[1], dtype=np.int32, count=len(strings) + 1, offset=4 * strings.offset
+    )
+
+
 def _name_bytes(strings: pa.Array) -> int:
     """Bytes of all the names together."""
-    offsets = strings.buffers()[1]
-    first, last = np.frombuffer(offsets, dtype=np.int32)[
-        [strings.offset, strings.offset + len(strings)]
-    ]
-    return int(last - first)
+    offsets = _offsets(strings)
+    return int(offsets[-1] - offsets[0])
 
 
 def _longest_words(strings: pa.Array) -> int:
     """Words (8 bytes each) of the longest name, at least 1."""
-    n = len(strings)
-    offsets = np.frombuffer(
-        strings.buffers()[1], dtype=np.int32, count=n + 1, offset=4 * strings.offset
-    )
-    return max(1, (int(np.diff(offsets).max()) + 7) // 8)
+    return max(1, (int(np.diff(_offsets(strings)).max()) + 7) // 8)
 
 
 _MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
