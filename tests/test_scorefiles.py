@@ -287,3 +287,11 @@ def test_lines_the_fast_reader_balks_at_are_judged_line_by_line(tmp_path, scores
     with pytest.raises(InputError) as info:
         read_scores_key(s, k)
     assert str(info.value) == f"{tmp_path / problem}"
+
+
+def test_names_that_differ_only_by_trailing_nul_bytes_are_different_pairs(tmp_path):
+    # Names become zero-padded 64-bit words; the lengths keep "a" and "a\0" apart.
+    key = write(tmp_path / "k.txt", "a b target\na\0 b nontarget\na b\0\0 nontarget\n")
+    scores = write(tmp_path / "s.txt", "a b\0\0 3.0\na\0 b 2.0\na b 1.0\n")
+    joined = read_scores_key(scores, key)
+    assert joined.tar.tolist() == [1.0] and joined.non.tolist() == [2.0, 3.0]
