@@ -52,29 +52,20 @@ def write_score_files(folder: Path, lines: int, *, seed: int = 0) -> tuple[Path,
     return scores, key
 
 
-def run_cli(*args: str, repeats: int = 1) -> dict[str, float]:
-    """Wall and CPU seconds and peak RSS (MB) of a ``voxmeter`` process: the medians of
-    ``repeats`` runs (the machine is shared), with the load average before the first."""
+def run_cli(*args: str) -> dict[str, float]:
+    """Wall and CPU seconds and peak RSS (MB) of one ``voxmeter`` process."""
     command = [sys.executable, "-m", "monitor.cli", *args]
-    load = os.getloadavg()[0]
-    runs = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(process.pid, 0)
-        wall = time.perf_counter() - started
-        stderr = process.stderr.read().decode() if process.stderr else ""
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise RuntimeError(f"{' '.join(command)} failed: {stderr}")
-        # CPU (user + sys, every thread) is less disturbed by other jobs than wall time.
-        runs.append((wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024))
-    wall, cpu, rss = (float(np.median(column)) for column in zip(*runs, strict=True))
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    stderr = process.stderr.read().decode() if process.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{' '.join(command)} failed: {stderr}")
     return {
         "wall_seconds": round(wall, 2),
-        "cpu_seconds": round(cpu, 2),
-        "peak_rss_mb": round(rss, 1),
-        "runs": repeats,
-        "load_average": round(load, 1),
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),  # less disturbed by load
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
     }
 
 
@@ -83,9 +74,8 @@ def bench_score_files(folder: Path, sizes: list[int]) -> dict[str, Any]:
     for lines in sizes:
         scores, key = write_score_files(folder, lines)
         os.sync()  # the files just written are flushed first, not while the runs read them
-        results[f"lines_{lines}"] = run_cli(
-            "score", "--scores", str(scores), "--key", str(key), "--json", repeats=3
-        )
+        args = ("score", "--scores", str(scores), "--key", str(key), "--json")
+        results[f"lines_{lines}"] = median_of_runs(args, repeats=3)
         print(f"score file {lines} lines: {results[f'lines_{lines}']}", flush=True)
         scores.unlink()
         key.unlink()

@@ -107,23 +107,26 @@ def features_command(
 
 class _PassBar:
     """A rich bar on stderr over the row blocks of each pass the Dask workers make over a
-    matrix; it appears with the first finished block, so an input error stays one line."""
+    matrix; it appears with the first finished block, so an input error stays one line (and
+    rich's progress module is loaded only then: score files never need it)."""
 
     def __init__(self) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-        self.bar = Progress(
-            TextColumn("[bold]scoring[/] {task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=err_console,
-            transient=True,
-        )
-        self.task = self.bar.add_task("", total=None)
+        self.bar: Any = None
+        self.task: Any = None
         self.passes = 0
 
     def __call__(self, done: int, total: int) -> None:
-        if self.passes == 0:
+        if self.bar is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self.bar = Progress(
+                TextColumn("[bold]scoring[/] {task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                console=err_console,
+                transient=True,
+            )
+            self.task = self.bar.add_task("", total=None)
             self.bar.start()
         if done == 1:
             self.passes += 1
@@ -133,7 +136,7 @@ class _PassBar:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.passes:
+        if self.bar is not None:
             self.bar.stop()
 
 
