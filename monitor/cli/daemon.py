@@ -160,7 +160,7 @@ def _bound_cell(bound_bits: float, ceiling_bits: float) -> str:
     bound above the ceiling says nothing more than the ceiling and is shown there, marked.
     (The ledger, MQTT and Prometheus keep the bound itself.)"""
     if bound_bits > ceiling_bits:
-        return f"{ceiling_bits:.1f}*"
+        return f"{ceiling_bits:.2f}*"
     return f"{bound_bits:.1f}"
 
 

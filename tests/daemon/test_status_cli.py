@@ -47,6 +47,6 @@ def test_status_table_and_json(tmp_path: Path) -> None:
 def test_a_composition_bound_above_log2_n_is_shown_at_the_ceiling_and_marked() -> None:
     from monitor.cli.daemon import _bound_cell
 
-    assert _bound_cell(32.9, 3.0) == "3.0*"  # vacuous: no disclosure exceeds log2 N
+    assert _bound_cell(32.9, 3.0) == "3.00*"  # vacuous: no disclosure exceeds log2 N
     assert _bound_cell(2.44, 3.0) == "2.4"
     assert _bound_cell(3.0, 3.0) == "3.0"
