@@ -170,3 +170,21 @@ def test_unicode_names_match_metadata_in_either_normal_form(tmp_path: Path) -> N
     write_wav(tmp_path / composed / "a.wav")
     with pytest.raises(InputError, match=r"differ only in Unicode normalisation"):
         check_speaker_names(scan_corpus(tmp_path))
+
+
+@pytest.mark.corpus
+def test_load_speakers_names_a_speaker_folder_without_audio(
+    corpus_root: Path, corpus_speakers: list[dict[str, str]], tmp_path: Path
+) -> None:
+    from monitor.corpus.speakers import load_speakers
+
+    root = tmp_path / "corpus"
+    for row in corpus_speakers[:2]:
+        (root / row["speaker"]).mkdir(parents=True)
+        for source in sorted((corpus_root / row["speaker"]).glob("*.flac"))[:2]:
+            (root / row["speaker"] / source.name).symlink_to(source)
+    (root / "silent").mkdir()
+    (root / "silent" / "notes.txt").write_text("no recording yet")
+    loaded = load_speakers(root, features=("f0",), cache_dir=tmp_path / "cache")
+    assert len(loaded.speakers) == 2
+    assert ("speaker silent", "no audio file in its folder") in loaded.skipped

@@ -144,8 +144,9 @@ def enroll_command(
 
 
 def _print_drops_per_speaker(files: Sequence[str]) -> None:
-    """One line: how many files each speaker lost (speaker = the file's folder)."""
-    counts = Counter(Path(file).parent.name for file in files)
+    """One line: how many files each speaker lost (speaker = the file's folder; entries about a
+    whole speaker, "speaker NAME", are not files)."""
+    counts = Counter(Path(file).parent.name for file in files if Path(file).is_absolute())
     if counts:
         listed = ", ".join(f"{speaker} {n}" for speaker, n in sorted(counts.items()))
         err_console.print(

@@ -103,8 +103,7 @@ def load_speakers(
     )
     skipped: list[tuple[str, str]] = [(str(path), reason) for path, reason in corpus.unreadable]
     skipped += [
-        (str(corpus.root / name), "no audio file in this speaker folder")
-        for name in corpus.empty_speakers
+        (f"speaker {name}", "no audio file in its folder") for name in corpus.empty_speakers
     ]
     skipped += [(path, error.problem) for path, error in extraction.errors.items()]  # type: ignore[attr-defined]
     speakers: list[SpeakerUtterances] = []
