@@ -43,6 +43,12 @@ def _fraction(value: float) -> str | None:
     return None if 0 < value < 1 else "must be between 0 and 1 (exclusive)"
 
 
+def _window_length(value: float) -> str | None:
+    """A window's audio is held until it closes, and a window shorter than half a second gives
+    features next to nothing: 0.5..60 s (the calibration's buckets are 3, 6 and 12 s)."""
+    return None if 0.5 <= value <= 60 else "must be between 0.5 and 60 seconds"
+
+
 def _one_of(*choices: str) -> Check:
     def check(value: str) -> str | None:
         return None if value in choices else f"must be one of {', '.join(choices)}"
@@ -123,7 +129,7 @@ class AudioSettings:
         2, "webrtcvad aggressiveness 0..3", lambda v: None if 0 <= v <= 3 else "must be 0..3"
     )
     hangover_ms: int = _setting(300, "speech kept after the VAD says silence (ms)", _non_negative)
-    window_seconds: float = _setting(3.0, "seconds of speech per window", _positive)
+    window_seconds: float = _setting(3.0, "seconds of speech per window", _window_length)
     retry_min_seconds: float = _setting(0.5, "first retry delay after a device error", _positive)
     retry_max_seconds: float = _setting(
         30.0, "largest retry delay (random capped backoff)", _positive

@@ -78,6 +78,8 @@ def test_file_then_overrides(tmp_path: Path) -> None:
         ("budget.measure=combined.xyz", "budget.measure", "FEATURE.MEASURE"),
         ("budget.hysteresis_bits=10", "budget.hysteresis_bits", "below the warning"),
         ("budget", "budget", "section.key=value"),
+        ("audio.window_seconds=1e9", "audio.window_seconds", "between 0.5 and 60"),
+        ("audio.window_seconds=0.1", "audio.window_seconds", "between 0.5 and 60"),
     ],
 )
 def test_bad_values_name_the_key(override: str, key: str, problem: str) -> None:
