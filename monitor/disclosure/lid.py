@@ -8,7 +8,6 @@ Rows are processed in blocks so a 10⁴ × 10⁴ matrix never needs a second ful
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -164,11 +163,12 @@ def calibrated_llr(S: np.ndarray, cal: LidCalibration) -> np.ndarray:
 
 
 def _row_blocks(
-    S: np.ndarray, start: int = 0, stop: int | None = None
+    S: np.ndarray, start: int = 0, stop: int | None = None, step: int | None = None
 ) -> Iterator[tuple[int, np.ndarray]]:
-    """(row0, S[row0 : row0 + step]) over cache-sized blocks of rows [start, stop); ``start``
-    is a multiple of the step, so the blocks are those of the whole matrix."""
-    step = _block_rows(S.shape[1])
+    """(row0, S[row0 : row0 + step]) over blocks of ``step`` rows (default cache-sized) of rows
+    [start, stop); ``start`` is a multiple of the step, so the blocks are those of the whole
+    matrix."""
+    step = step or _block_rows(S.shape[1])
     stop = S.shape[0] if stop is None else stop
     for r0 in range(start, stop, step):
         yield r0, S[r0 : min(r0 + step, stop)]
@@ -179,8 +179,8 @@ class _BlockBuffers:
     temporaries per block may each cost an mmap and its page faults (glibc's threshold moves
     with the allocation history): a third of the time of a pass over 10⁸ scores."""
 
-    def __init__(self, S: np.ndarray) -> None:
-        self.data = np.empty((3, _block_rows(S.shape[1]) * S.shape[1]))
+    def __init__(self, S: np.ndarray, step: int | None = None) -> None:
+        self.data = np.empty((3, (step or _block_rows(S.shape[1])) * S.shape[1]))
 
     def views(self, shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
         size = math.prod(shape)
@@ -464,8 +464,31 @@ def _refined(
     return y
 
 
+@dataclass(frozen=True)
+class FitLayout:
+    """How the fit cuts a dev matrix of N columns: blocks of ``block_rows`` rows (z-normalised
+    one at a time), groups of ``group_rows`` rows (the tasks of its passes, in this process's
+    threads or on Dask workers) and chunks of ``chunk`` entries (its sums). Each pass adds the
+    groups' sums in row order, so the fit depends on the layout alone, never on who computes
+    the groups: it is fixed by :func:`fit_layout` before the first pass and sent with each task."""
+
+    block_rows: int
+    group_rows: int
+    chunk: int
+
+    def groups(self, T: int) -> list[tuple[int, int]]:
+        """Row ranges [g0, g1) of the groups of a matrix of T rows."""
+        return [(g0, min(g0 + self.group_rows, T)) for g0 in range(0, T, self.group_rows)]
+
+
+def fit_layout(N: int) -> FitLayout:
+    """The layout of this module's constants (cache-sized blocks, _GROUP_BLOCKS per group)."""
+    rows = _block_rows(N)
+    return FitLayout(rows, rows * _GROUP_BLOCKS, CACHE_ELEMENTS)
+
+
 @dataclass
-class _FitScan:
+class FitScan:
     """What one pass over rows of the dev matrix gives the fit: the z-norm constants of every
     block, the mated z-scores, the non-mated extremes (separability) and a sample of the
     non-mated entries for the warm start: every one above _TAIL_Z (where the gradient's weight
@@ -479,24 +502,21 @@ class _FitScan:
     sample: npt.NDArray[np.float64]  # every stride-th non-mated z <= _TAIL_Z of the flat matrix
 
 
-def _row_groups(S: np.ndarray) -> list[tuple[int, int]]:
-    """Row ranges [g0, g1) of _GROUP_BLOCKS blocks each: the tasks of the fit's passes."""
-    rows = _block_rows(S.shape[1]) * _GROUP_BLOCKS
-    return [(g0, min(g0 + rows, S.shape[0])) for g0 in range(0, S.shape[0], rows)]
-
-
-def _scan_group(S: np.ndarray, truth: np.ndarray, stride: int, group: tuple[int, int]) -> _FitScan:
-    """:class:`_FitScan` of the rows [g0, g1); no tail or sample if ``stride`` is 0."""
-    g0, g1 = group
-    N = S.shape[1]
-    scalings, mated, tail, sample = [], np.empty(g1 - g0), [], []
+def scan_fit_group(
+    S_rows: np.ndarray, truth: np.ndarray, row0: int, stride: int, layout: FitLayout
+) -> FitScan:
+    """:class:`FitScan` of one group: rows [row0, row0 + n) of the dev matrix (``S_rows``, with
+    their truth indices); no tail or sample if ``stride`` is 0. The first pass of the fit."""
+    N = S_rows.shape[1]
+    scalings, mated, tail, sample = [], np.empty(S_rows.shape[0]), [], []
     z_non_max, z_non_min = -math.inf, math.inf
-    buffers = _BlockBuffers(S)
-    for r0, block in _row_blocks(S, g0, g1):
+    buffers = _BlockBuffers(S_rows, layout.block_rows)
+    for r, block in _row_blocks(S_rows, step=layout.block_rows):
+        r0 = row0 + r
         z, scaling = _znorm_scaling(block, r0, buffers.views(block.shape)[0])
         scalings.append(scaling)
-        rows, cols = np.arange(z.shape[0]), truth[r0 : r0 + z.shape[0]]
-        mated[r0 - g0 : r0 - g0 + z.shape[0]] = z_mated = z[rows, cols]
+        rows, cols = np.arange(z.shape[0]), truth[r : r + z.shape[0]]
+        mated[r : r + z.shape[0]] = z_mated = z[rows, cols]
         z[rows, cols] = -np.inf  # out of the maximum, the tail and the sample
         z_non_max = max(z_non_max, float(z.max()))
         if stride:
@@ -507,14 +527,12 @@ def _scan_group(S: np.ndarray, truth: np.ndarray, stride: int, group: tuple[int,
         z_non_min = min(z_non_min, float(z.min()))
         z[rows, cols] = z_mated
     tail_z, sample_z = (np.concatenate(x) if x else np.empty(0) for x in (tail, sample))
-    return _FitScan([scalings], mated, z_non_max, z_non_min, tail_z, sample_z)
+    return FitScan([scalings], mated, z_non_max, z_non_min, tail_z, sample_z)
 
 
-def _scan_for_fit(
-    S: np.ndarray, truth: np.ndarray, stride: int, pool: ThreadPoolExecutor
-) -> _FitScan:
-    parts = list(pool.map(functools.partial(_scan_group, S, truth, stride), _row_groups(S)))
-    return _FitScan(
+def merge_fit_scans(parts: list[FitScan]) -> FitScan:
+    """The scan of the whole matrix from its groups' scans, in row order."""
+    return FitScan(
         [p.scalings[0] for p in parts],
         np.concatenate([p.z_mated for p in parts]),
         max(p.z_non_max for p in parts),
@@ -524,29 +542,67 @@ def _scan_for_fit(
     )
 
 
-def _matrix_sums(S: np.ndarray, scan: _FitScan, pool: ThreadPoolExecutor) -> SumsAt:
+def fit_group_sums(
+    S_rows: np.ndarray,
+    row0: int,
+    w: float,
+    b: float,
+    loss: bool,
+    layout: FitLayout,
+    scalings: list[_RowScaling] | None = None,
+) -> npt.NDArray[np.float64]:
+    """:func:`_logistic_sums` (6,) at (w, b) of one group, rows [row0, row0 + n) of the dev
+    matrix, block by block: the z-scores from the group's kept ``scalings`` (this process) or
+    z-normalised again (Dask workers), the same bits either way."""
+    total = np.zeros(6)
+    size = layout.block_rows * S_rows.shape[1]
+    z_buffer, work = np.empty(size), _Work(min(size, layout.chunk))
+    blocks = _row_blocks(S_rows, step=layout.block_rows)
+    for i, (r, block) in enumerate(blocks):
+        out = z_buffer[: block.size].reshape(block.shape)
+        if scalings is None:
+            z = _znorm_scaling(block, row0 + r, out)[0]
+        else:
+            z = scalings[i].apply(block, out=out)
+        total += _logistic_sums(z.ravel(), w, b, loss=loss, work=work)
+    return total
+
+
+def _scan_for_fit(
+    S: np.ndarray, truth: np.ndarray, stride: int, pool: ThreadPoolExecutor, layout: FitLayout
+) -> list[FitScan]:
+    def scan(group: tuple[int, int]) -> FitScan:
+        g0, g1 = group
+        return scan_fit_group(S[g0:g1], truth[g0:g1], g0, stride, layout)
+
+    return list(pool.map(scan, layout.groups(S.shape[0])))
+
+
+def _matrix_sums(
+    S: np.ndarray, scan: FitScan, pool: ThreadPoolExecutor, layout: FitLayout
+) -> SumsAt:
     """:data:`SumsAt` over every entry of S, block by block from the kept z-norm constants, the
     groups of rows on the pool's threads and their sums added in row order."""
-
-    def group_sums(
-        w: float, b: float, loss: bool, task: tuple[tuple[int, int], list[_RowScaling]]
-    ) -> npt.NDArray[np.float64]:
-        (g0, g1), scalings = task
-        total = np.zeros(6)
-        size = _block_rows(S.shape[1]) * S.shape[1]
-        z_buffer, work = np.empty(size), _Work(min(size, CACHE_ELEMENTS))
-        for (_, block), scaling in zip(_row_blocks(S, g0, g1), scalings, strict=True):
-            z = scaling.apply(block, out=z_buffer[: block.size].reshape(block.shape))
-            total += _logistic_sums(z.ravel(), w, b, loss=loss, work=work)
-        return total
-
-    tasks = list(zip(_row_groups(S), scan.scalings, strict=True))
+    tasks = list(zip(layout.groups(S.shape[0]), scan.scalings, strict=True))
 
     def sums_at(w: float, b: float, loss: bool) -> npt.NDArray[np.float64]:
-        parts = pool.map(functools.partial(group_sums, w, b, loss), tasks)
-        return sum(parts, np.zeros(6))
+        def group_sums(task: tuple[tuple[int, int], list[_RowScaling]]) -> np.ndarray:
+            (g0, g1), scalings = task
+            return fit_group_sums(S[g0:g1], g0, w, b, loss, layout, scalings)
+
+        return sum(pool.map(group_sums, tasks), np.zeros(6))
 
     return sums_at
+
+
+def check_fit_arguments(T: int, N: int, c: float) -> None:
+    """ValueError unless a (T, N) dev matrix and c can be fitted."""
+    if T < 1:
+        raise ValueError("S_dev has no trials: cannot fit the LID calibration")
+    if N < 2:
+        raise ValueError("S_dev has N' = 1 identity: no non-mated scores to calibrate against")
+    if not (c > 0 and math.isfinite(c)):
+        raise ValueError(f"c = {c}: the inverse regularisation strength must be finite and > 0")
 
 
 def fit_lid_calibration(
@@ -563,37 +619,54 @@ def fit_lid_calibration(
     S = check_scores(S_dev, name="S_dev")
     T, N = S.shape
     truth = check_truth(m_dev, T, N)
-    if T < 1:
-        raise ValueError("S_dev has no trials: cannot fit the LID calibration")
-    if N < 2:
-        raise ValueError("S_dev has N' = 1 identity: no non-mated scores to calibrate against")
-    if not (c > 0 and math.isfinite(c)):
-        raise ValueError(f"c = {c}: the inverse regularisation strength must be finite and > 0")
+    check_fit_arguments(T, N, c)
+    layout = fit_layout(N)
+    with single_threaded_blas(), ThreadPoolExecutor(FIT_THREADS) as pool:
+        return fit_lid_passes(
+            (T, N),
+            lambda stride: _scan_for_fit(S, truth, stride, pool, layout),
+            lambda scan: _matrix_sums(S, scan, pool, layout),
+            c=c,
+        )
+
+
+def fit_lid_passes(
+    shape: tuple[int, int],
+    scan_groups: Callable[[int], list[FitScan]],
+    matrix_sums: Callable[[FitScan], SumsAt],
+    *,
+    c: float = DEFAULT_C,
+) -> LidCalibration:
+    """:func:`fit_lid_calibration` of a (T, N) dev matrix visited by its groups' passes:
+    ``scan_groups(stride)`` gives every group's :func:`scan_fit_group` in row order and
+    ``matrix_sums(scan)`` the :data:`SumsAt` of the whole matrix (its groups'
+    :func:`fit_group_sums` added in row order). In this process's threads or on Dask workers,
+    the same passes give the same bits."""
+    T, N = shape
+    check_fit_arguments(T, N, c)
     n_mated, n_non = T, T * (N - 1)
     log_prior_odds = math.log(n_mated / n_non)
     stride = n_non // _WARM_SAMPLE
     stride = stride if stride >= 4 else 0  # small: no warm start, Newton on all entries
-    with single_threaded_blas(), ThreadPoolExecutor(FIT_THREADS) as pool:
-        scan = _scan_for_fit(S, truth, stride, pool)
-        z_mated = scan.z_mated
-        if z_mated.min() > scan.z_non_max or z_mated.max() < scan.z_non_min:
-            message = (
-                f"LID calibration: the dev scores are perfectly separable ({T} trials, N' = {N}); "
-                f"the maximum-likelihood weight is infinite, so the L2 penalty (c = {c:g}) sets it"
-            )
-            warnings.warn(message, SeparableWarning, stacklevel=2)
-        z_abs_max = max(abs(scan.z_non_max), abs(scan.z_non_min), float(np.abs(z_mated).max()))
-        objective = _Penalised(n_mated, float(z_mated.sum()), c)
-        start, model = (0.0, log_prior_odds), None
-        if stride:
-            model = _sample_sums(scan, n_non)
-            start = _newton_logistic(model, objective, z_abs_max, start)
-        sums_at = _matrix_sums(S, scan, pool)
-        w, b = _newton_logistic(sums_at, objective, z_abs_max, start, model=model)
+    scan = merge_fit_scans(scan_groups(stride))
+    z_mated = scan.z_mated
+    if z_mated.min() > scan.z_non_max or z_mated.max() < scan.z_non_min:
+        message = (
+            f"LID calibration: the dev scores are perfectly separable ({T} trials, N' = {N}); "
+            f"the maximum-likelihood weight is infinite, so the L2 penalty (c = {c:g}) sets it"
+        )
+        warnings.warn(message, SeparableWarning, stacklevel=3)
+    z_abs_max = max(abs(scan.z_non_max), abs(scan.z_non_min), float(np.abs(z_mated).max()))
+    objective = _Penalised(n_mated, float(z_mated.sum()), c)
+    start, model = (0.0, log_prior_odds), None
+    if stride:
+        model = _sample_sums(scan, n_non)
+        start = _newton_logistic(model, objective, z_abs_max, start)
+    w, b = _newton_logistic(matrix_sums(scan), objective, z_abs_max, start, model=model)
     return LidCalibration(weight=float(w), bias=float(b), log_prior_odds=log_prior_odds)
 
 
-def _sample_sums(scan: _FitScan, n_non: int) -> SumsAt:
+def _sample_sums(scan: FitScan, n_non: int) -> SumsAt:
     """:data:`SumsAt` of the warm start: every mated entry, the non-mated tail and the strided
     sample of the other non-mated entries weighted up to their number. Sampling the few
     informative entries in full puts its optimum within ~10⁻³ of the full data's, so Newton
