@@ -14,6 +14,7 @@ them from :meth:`CalibrationSet.fusion_weights` and builds the score with :func:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -22,22 +23,33 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from monitor.calibration.protocol import (
+    PooledTrials,
     Trials,
     describe_template,
     plan_splits,
-    score_trials,
+    pool_trials,
+    scored_trials,
     speech_listing,
 )
-from monitor.corpus.speakers import MIN_SPEECH_SECONDS, SpeakerUtterances, load_speakers
+from monitor.corpus.speakers import (
+    MIN_SPEECH_SECONDS,
+    CorpusSpeakers,
+    SpeakerUtterances,
+    load_speakers,
+)
 from monitor.disclosure.lid import LidCalibration
 from monitor.errors import InputError
 from monitor.features.base import embedding_backend
 from monitor.jsonsafe import jsonable
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 logger = logging.getLogger(__name__)
 
@@ -293,40 +305,84 @@ def fuse_scores(scores: Mapping[str, np.ndarray], weights: Mapping[str, float]) 
     )
 
 
+def fusion_sums(
+    scores: Mapping[str, np.ndarray], truth: np.ndarray, w: np.ndarray
+) -> npt.NDArray[np.float64]:
+    """Sums over the rows of one block of the fusion objective's terms: (1 + F,) with
+    Σ_t ln softmax_j(s_tj)[m_t] and, per feature f, Σ_t (z_f[t, m_t] − Σ_j p_tj·z_f[t, j]), for
+    s = Σ_f w_f·z_f and p = softmax(s). Per-row arithmetic only, so a block's sums are the same
+    wherever it is computed (this process or a Dask worker)."""
+    from scipy.special import log_softmax
+
+    from monitor.disclosure.lid import znorm_rows
+
+    Z = [znorm_rows(np.asarray(S, dtype=np.float64)) for S in scores.values()]
+    rows = np.arange(Z[0].shape[0])
+    s = Z[0] * w[0]
+    for weight, z in zip(w[1:], Z[1:], strict=True):
+        s += weight * z
+    log_p = log_softmax(s, axis=1)
+    p = np.exp(log_p)
+    out = np.empty(1 + len(Z))
+    out[0] = log_p[rows, truth].sum()
+    for f, z in enumerate(Z, start=1):
+        out[f] = (z[rows, truth] - np.einsum("tn,tn->t", p, z)).sum()
+    return out
+
+
+FusionSums = Callable[[np.ndarray], list[npt.NDArray[np.float64]]]
+"""w (F,) -> :func:`fusion_sums` of every row block of the dev trials, in row order."""
+
+
+def fusion_blocks(T: int, N: int) -> list[tuple[int, int]]:
+    """The row blocks of the fusion objective: the LID fit's row groups (bounded in size)."""
+    from monitor.disclosure.lid import fit_layout
+
+    return fit_layout(N).groups(T)
+
+
+def fit_fusion_sums(names: Sequence[str], T: int, block_sums: FusionSums) -> dict[str, float]:
+    """:func:`fit_fusion_weights` from the objective's per-block sums (``block_sums``), added
+    in row order: the same weights whether the blocks run here or on Dask workers."""
+    from scipy.optimize import minimize
+
+    def objective(w: np.ndarray) -> tuple[float, np.ndarray]:
+        total = sum(block_sums(w), np.zeros(1 + len(names)))
+        value = -float(total[0]) / T
+        grad = -total[1:] / T
+        return value + 1e-6 * float(w @ w), grad + 2e-6 * w
+
+    result = minimize(objective, np.ones(len(names)), jac=True, method="L-BFGS-B")
+    return {name: float(w) for name, w in zip(names, result.x, strict=True)}
+
+
 def fit_fusion_weights(scores: Mapping[str, np.ndarray], truth: np.ndarray) -> dict[str, float]:
     """Weights w_f maximising the mean log posterior of the true identity under
     softmax_j(Σ_f w_f·z_f) on dev trials: {f: (T, N)} scores, truth (T,) → {f: w_f}.
 
     This is the multinomial (1-of-N) logistic fusion of the z-normalised scores: the LID
     objective of §2.4 itself, concave in w, so correlated features are not double-counted as
-    they are when each feature's separately fitted weight is used.
+    they are when each feature's separately fitted weight is used. The objective is summed
+    over fixed row blocks (:func:`fusion_blocks`), as Dask workers sum it.
     """
-    from scipy.optimize import minimize
-    from scipy.special import log_softmax, softmax
-
-    from monitor.disclosure.lid import znorm_rows
-
     names = list(scores)
     if not names:
         raise ValueError("fit_fusion_weights needs at least one feature")
-    Z = np.stack([znorm_rows(np.asarray(scores[n], dtype=np.float64)) for n in names], axis=-1)
-    T, N, _ = Z.shape
+    shapes = {np.shape(scores[n]) for n in names}
+    if len(shapes) != 1:
+        raise ValueError(f"score matrices differ in shape: {sorted(shapes)}")
+    T, N = shapes.pop()
     m = np.asarray(truth)
     if m.shape != (T,):
         raise ValueError(f"truth has shape {m.shape}, expected ({T},)")
     if N < 2 or T < 1:
         raise ValueError(f"fusion needs N >= 2 identities and trials, got (T, N) = ({T}, {N})")
-    Z_true = Z[np.arange(T), m]  # (T, F)
+    blocks = fusion_blocks(T, N)
 
-    def objective(w: np.ndarray) -> tuple[float, np.ndarray]:
-        s = Z @ w
-        value = -float(np.mean(log_softmax(s, axis=1)[np.arange(T), m]))
-        p = softmax(s, axis=1)
-        grad = -np.mean(Z_true - np.einsum("tn,tnf->tf", p, Z), axis=0)
-        return value + 1e-6 * float(w @ w), grad + 2e-6 * w
+    def block_sums(w: np.ndarray) -> list[npt.NDArray[np.float64]]:
+        return [fusion_sums({n: scores[n][g0:g1] for n in names}, m[g0:g1], w) for g0, g1 in blocks]
 
-    result = minimize(objective, np.ones(len(names)), jac=True, method="L-BFGS-B")
-    return {name: float(w) for name, w in zip(names, result.x, strict=True)}
+    return fit_fusion_sums(names, T, block_sums)
 
 
 SeparableNotes = dict[str, list[float]]
@@ -339,11 +395,20 @@ def fit_lid_noting(
     """``fit_lid_calibration`` that records a separable fit under the feature's name in
     ``notes`` (reported once per feature by :func:`warn_separable`) instead of warning each
     time; without ``notes`` it warns as usual."""
-    from monitor.disclosure.lid import SeparableWarning, fit_lid_calibration
+    from monitor.disclosure.lid import fit_lid_calibration
+
+    return lid_noting(name, seconds, notes, lambda: fit_lid_calibration(S, truth))
+
+
+def lid_noting(
+    name: str, seconds: float, notes: SeparableNotes | None, fit: Callable[[], LidCalibration]
+) -> LidCalibration:
+    """``fit()`` (an LID fit) with a separable fit noted as :func:`fit_lid_noting` does."""
+    from monitor.disclosure.lid import SeparableWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        calibration = fit_lid_calibration(S, truth)
+        calibration = fit()
     for warning in caught:
         if notes is not None and issubclass(warning.category, SeparableWarning):
             lengths = notes.setdefault(name, [])
@@ -386,7 +451,6 @@ def fit_trials(
     weights from :func:`fit_fusion_weights` and is then fitted the same way.
     """
     from monitor.disclosure.ranks import rank_histogram
-    from monitor.disclosure.srd import fit_rank_model
 
     names = list(features if features is not None else trials.scores)
     scores = {name: trials.scores[name] for name in names}
@@ -395,23 +459,9 @@ def fit_trials(
     def fit_one(
         name: str, S: np.ndarray, fusion: Mapping[str, float] | None = None
     ) -> BucketCalibration:
-        rank_fit = fit_rank_model(rank_histogram(S, trials.truth), loss=loss)  # type: ignore[arg-type]
+        histogram = rank_histogram(S, trials.truth)
         lid = fit_lid_noting(name, S, trials.truth, seconds, separable)
-        return BucketCalibration(
-            seconds=float(seconds),
-            alpha=rank_fit.alpha,
-            beta=rank_fit.beta,
-            loss=loss,
-            lid_weight=float(lid.weight),
-            lid_bias=float(lid.bias),
-            log_prior_odds=float(lid.log_prior_odds),
-            n_identities=trials.N,
-            n_trials=trials.T,
-            mean_test_seconds=float(np.mean(trials.test_seconds)),
-            template_seconds=float(np.mean(trials.template_seconds)),
-            max_seconds=float(np.max(trials.test_seconds)),
-            fusion=dict(fusion or {}),
-        )
+        return fitted_bucket(trials, seconds, loss, histogram, lid, fusion)
 
     for name in names:
         calibrations[name] = fit_one(name, scores[name])
@@ -419,6 +469,36 @@ def fit_trials(
         weights = fit_fusion_weights(scores, trials.truth)
         calibrations[COMBINED] = fit_one(COMBINED, fuse_scores(scores, weights), weights)
     return calibrations
+
+
+def fitted_bucket(
+    trials: Trials | PooledTrials,
+    seconds: float,
+    loss: str,
+    histogram: np.ndarray,
+    lid: LidCalibration,
+    fusion: Mapping[str, float] | None = None,
+) -> BucketCalibration:
+    """The bucket of a feature from its rank histogram (beta-binomial fit with ``loss``) and
+    LID fit on the trials of one length setting."""
+    from monitor.disclosure.srd import fit_rank_model
+
+    rank_fit = fit_rank_model(histogram, loss=loss)  # type: ignore[arg-type]
+    return BucketCalibration(
+        seconds=float(seconds),
+        alpha=rank_fit.alpha,
+        beta=rank_fit.beta,
+        loss=loss,
+        lid_weight=float(lid.weight),
+        lid_bias=float(lid.bias),
+        log_prior_odds=float(lid.log_prior_odds),
+        n_identities=trials.N,
+        n_trials=trials.T,
+        mean_test_seconds=float(np.mean(trials.test_seconds)),
+        template_seconds=float(np.mean(trials.template_seconds)),
+        max_seconds=float(np.max(trials.test_seconds)),
+        fusion=dict(fusion or {}),
+    )
 
 
 def calibrate_speakers(
@@ -431,9 +511,14 @@ def calibrate_speakers(
     min_speakers_fraction: float = 0.5,
     metadata: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
+    client: Client | None = None,
 ) -> CalibrationSet:
     """Fit every bucket the speakers allow: a bucket is kept while at least
     ``min_speakers_fraction`` of the speakers (and at least 2) have enough speech for it.
+
+    With a Dask ``client`` the score matrices are computed and fitted by its workers in row
+    groups (:mod:`monitor.calibration.cluster`), never whole here; the calibration is the
+    single-process one, bit for bit.
     """
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}; known: {', '.join(LOSSES)}")
@@ -446,17 +531,29 @@ def calibrate_speakers(
         usable = len(plan_splits(speakers, seconds, template_seconds)[0])
         if usable < max(2.0, min_speakers_fraction * len(speakers)):
             break
-        trials = score_trials(
+        pooled = pool_trials(
             speakers, test_seconds=seconds, template_seconds=template_seconds, features=features
         )
         if progress is not None:
-            progress(f"bucket {seconds:g} s: N = {trials.N}, {trials.T} trials")
-        for name, bucket in fit_trials(
-            trials, seconds=seconds, loss=loss, features=features, separable=separable
-        ).items():
+            progress(f"bucket {seconds:g} s: N = {pooled.N}, {pooled.T} trials")
+        if client is None:
+            fitted = fit_trials(
+                scored_trials(pooled),
+                seconds=seconds,
+                loss=loss,
+                features=features,
+                separable=separable,
+            )
+        else:
+            from monitor.calibration.cluster import fit_on_workers
+
+            fitted = fit_on_workers(
+                client, pooled, seconds=seconds, loss=loss, features=features, separable=separable
+            )
+        for name, bucket in fitted.items():
             per_feature.setdefault(name, []).append(bucket)
         used.append(
-            {"seconds": seconds, "N": trials.N, "trials": trials.T, "dropped": len(trials.dropped)}
+            {"seconds": seconds, "N": pooled.N, "trials": pooled.T, "dropped": len(pooled.dropped)}
         )
     warn_separable(separable)
     if not per_feature:
@@ -508,16 +605,38 @@ def calibrate_corpus(
     Returns the calibration (metadata: corpus, split, protocol, date, speakers, skipped count)
     and the (file or speaker, reason) pairs that were skipped.
     """
-    loaded = load_speakers(
-        root,
-        split=split,
-        features=features,
-        cache_dir=cache_dir,
-        jobs=jobs,
-        scheduler=scheduler,
-        progress=extraction_progress,
-        min_speech_seconds=min_speech_seconds,
-    )
+    from monitor.cluster import dask_client, shared_scheduler
+
+    with contextlib.ExitStack() as stack:
+        address = stack.enter_context(shared_scheduler(jobs, scheduler))
+        client = None if address is None else stack.enter_context(dask_client(jobs, address))
+        loaded = load_speakers(
+            root,
+            split=split,
+            features=features,
+            cache_dir=cache_dir,
+            jobs=jobs,
+            scheduler=address,
+            progress=extraction_progress,
+            min_speech_seconds=min_speech_seconds,
+        )
+        return _calibrate_loaded(
+            loaded, root, split, features, buckets, template_seconds, loss, progress, client
+        )
+
+
+def _calibrate_loaded(
+    loaded: CorpusSpeakers,
+    root: str | Path,
+    split: str | None,
+    features: Sequence[str],
+    buckets: Sequence[float],
+    template_seconds: float | None,
+    loss: str,
+    progress: Callable[[str], None] | None,
+    client: Client | None,
+) -> tuple[CalibrationSet, tuple[tuple[str, str], ...]]:
+    """:func:`calibrate_corpus` once the corpus is loaded (and its cluster, if any, is up)."""
     try:
         calibration = calibrate_speakers(
             loaded.speakers,
@@ -526,6 +645,7 @@ def calibrate_corpus(
             loss=loss,
             features=features,
             progress=progress,
+            client=client,
             metadata={
                 "corpus": Path(loaded.root).name,
                 "corpus_path": str(root),  # as given (the shipped file stays machine-neutral)
