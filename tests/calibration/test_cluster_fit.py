@@ -4,7 +4,6 @@ give the single-process calibration bit for bit, and never come back whole."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import warnings
