@@ -13,14 +13,14 @@ scores (:func:`similarity_rows`, so the same bits), and returns only what its fi
   in group order as :func:`fit_fusion_weights` adds them.
 
 So no (T, N) matrix is ever whole in one place, and the calibration is the single-process one,
-bit for bit. Scores are made again for each pass (a pass costs one scoring of the matrix).
+bit for bit. Each matrix is scored once, its groups kept on the workers while it is fitted
+(``DaskRows(keep=True)``; the fusion keeps every feature's).
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,12 +32,13 @@ from monitor.calibration.fit import (
     SeparableNotes,
     fit_fusion_sums,
     fitted_bucket,
+    fuse_scores,
     fusion_blocks,
     fusion_sums,
     lid_noting,
 )
 from monitor.calibration.protocol import PooledTrials
-from monitor.cluster import DaskRows
+from monitor.cluster import DaskRows, load_rows
 from monitor.disclosure.lid import (
     FitLayout,
     FitScan,
@@ -59,115 +60,115 @@ from monitor.features.base import embedding_backend
 if TYPE_CHECKING:
     from distributed import Client
 
-
-@dataclass(frozen=True)
-class SpanLoader:
-    """Picklable loader of any rows [r0, r1) of a bucket's matrices (a :class:`DaskRows` load):
-    the scoring ``blocks`` that cover them are made by ``loader`` (as this process makes them)
-    and cut to the rows asked for."""
-
-    loader: TrialLoader
-    blocks: tuple[tuple[int, int], ...]
-
-    def __call__(
-        self, r0: int, r1: int, truth: np.ndarray, *pooled: np.ndarray
-    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        first = bisect.bisect_right([b0 for b0, _ in self.blocks], r0) - 1
-        parts: list[dict[str, np.ndarray]] = []
-        for b0, b1 in self.blocks[first:]:
-            if b0 >= r1:
-                break
-            scores = self.loader(b0, b1, truth, *pooled)[0]
-            parts.append({n: S[max(r0, b0) - b0 : min(r1, b1) - b0] for n, S in scores.items()})
-        joined = {n: np.concatenate([part[n] for part in parts]) for n in self.loader.names}
-        return joined, truth[r0:r1]
+Blocks = dict[str, np.ndarray]
+"""A group's rows of every feature's score matrix."""
 
 
-class BucketRows:
-    """A bucket's score matrices on the workers, visited in the fit's row groups; the pooled
-    observations are scattered once and shared by every pass."""
+def _joined_rows(
+    r0: int, r1: int, bounds: tuple[tuple[int, int], ...], *parts: tuple[Blocks, np.ndarray]
+) -> tuple[Blocks, np.ndarray]:
+    """A Dask task: rows [r0, r1) of every matrix, with their truth, cut from the scoring
+    blocks ``bounds`` (their ``parts``, made by other tasks) that cover them."""
+    cut = [
+        (slice(max(r0, b0) - b0, min(r1, b1) - b0), scores, truth)
+        for (b0, b1), (scores, truth) in zip(bounds, parts, strict=True)
+    ]
+    joined = {n: np.concatenate([scores[n][rows] for rows, scores, _ in cut]) for n in parts[0][0]}
+    return joined, np.concatenate([truth[rows] for rows, _, truth in cut])
 
-    def __init__(self, client: Client, pooled: PooledTrials) -> None:
-        self.client = client
-        self.pooled = pooled
-        self.features = tuple(pooled.tests)
-        self.layout = fit_layout(pooled.N)
-        arrays = [pooled.truth]
-        arrays += [a for f in self.features for a in (pooled.tests[f], pooled.templates[f])]
-        self.shared = list(client.scatter(arrays, broadcast=True, hash=False))
 
-    def rows(self, names: Sequence[str], fusion: Mapping[str, float] | None = None) -> DaskRows:
-        """The matrices ``names`` (features, or ``combined`` fused with ``fusion``) in groups."""
-        pooled = self.pooled
-        loader = TrialLoader(
-            tuple(names), self.features, pooled.N, embedding_backend(), dict(fusion or {})
-        )
-        return DaskRows(
-            self.client,
-            SpanLoader(loader, tuple(pooled.blocks())),
-            (pooled.T, pooled.N),
-            blocks=self.layout.groups(pooled.T),
-            shared=self.shared,
-        )
+def bucket_rows(client: Client, pooled: PooledTrials, layout: FitLayout) -> DaskRows:
+    """Every feature's score matrix of a bucket on the workers, kept there in the fit's row
+    groups: scored in the blocks this process scores (one task each, so the workers share the
+    scoring), then cut and joined into groups."""
+    features = tuple(pooled.tests)
+    arrays = [pooled.truth, *(a for f in features for a in (pooled.tests[f], pooled.templates[f]))]
+    shared = list(client.scatter(arrays, broadcast=True, hash=False))
+    loader = TrialLoader(features, features, pooled.N, embedding_backend())
+    blocks = pooled.blocks()
+    starts = [b0 for b0, _ in blocks]
+    scored = [client.submit(load_rows, loader, b0, b1, *shared, pure=False) for b0, b1 in blocks]
+    groups = layout.groups(pooled.T)
+    kept = []
+    for g0, g1 in groups:
+        first, stop = bisect.bisect_right(starts, g0) - 1, bisect.bisect_left(starts, g1)
+        bounds = tuple(blocks[first:stop])
+        kept.append(client.submit(_joined_rows, g0, g1, bounds, *scored[first:stop], pure=False))
+    return DaskRows(client, loader, (pooled.T, pooled.N), blocks=groups, kept=kept)
+
+
+def _matrix(scores: Blocks, name: str, fusion: Mapping[str, float]) -> np.ndarray:
+    """A group's rows of matrix ``name``: a feature's scores, or ``combined`` fused from them."""
+    return fuse_scores({f: scores[f] for f in fusion}, fusion) if name == COMBINED else scores[name]
 
 
 def _first_pass(
-    scores: dict[str, np.ndarray], m: np.ndarray, row0: int, stride: int, layout: FitLayout
+    scores: Blocks,
+    m: np.ndarray,
+    row0: int,
+    name: str,
+    fusion: Mapping[str, float],
+    stride: int,
+    layout: FitLayout,
 ) -> tuple[np.ndarray, np.ndarray, FitScan]:
     """Row function: a group's rank counts (above, tied) and the LID fit's scan of it."""
-    (S,) = scores.values()
     with single_threaded_blas():
+        S = _matrix(scores, name, fusion)
         return (*true_rank_counts(S, m), scan_fit_group(S, m, row0, stride, layout))
 
 
 def _newton_pass(
-    scores: dict[str, np.ndarray],
+    scores: Blocks,
     m: np.ndarray,
     row0: int,
+    name: str,
+    fusion: Mapping[str, float],
     w: float,
     b: float,
     loss: bool,
     layout: FitLayout,
 ) -> npt.NDArray[np.float64]:
     """Row function: a group's logistic sums at (w, b) (z-normalised again on the worker)."""
-    (S,) = scores.values()
     with single_threaded_blas():
-        return fit_group_sums(S, row0, w, b, loss, layout)
+        return fit_group_sums(_matrix(scores, name, fusion), row0, w, b, loss, layout)
 
 
 def _fusion_pass(
-    scores: dict[str, np.ndarray], m: np.ndarray, row0: int, w: np.ndarray
+    scores: Blocks, m: np.ndarray, row0: int, names: tuple[str, ...], w: np.ndarray
 ) -> npt.NDArray[np.float64]:
     """Row function: a group's sums of the fusion objective at weights w."""
     with single_threaded_blas():
-        return fusion_sums(scores, m, w)
+        return fusion_sums({n: scores[n] for n in names}, m, w)
 
 
 class _MatrixFit:
-    """The rank histogram and LID fit of one matrix on the workers: the first pass gives the
-    rank counts with the fit's scan, later passes the Newton sums."""
+    """The rank histogram and LID fit of one matrix (a feature's, or ``combined`` with
+    ``fusion``) on the workers: the first pass gives the rank counts with the fit's scan,
+    later passes the Newton sums."""
 
-    def __init__(self, rows: DaskRows, layout: FitLayout, shape: tuple[int, int]) -> None:
-        self.rows, self.layout, self.shape = rows, layout, shape
+    def __init__(
+        self, rows: DaskRows, layout: FitLayout, name: str, fusion: Mapping[str, float]
+    ) -> None:
+        self.rows, self.layout, self.name, self.fusion = rows, layout, name, dict(fusion)
         self.histogram = np.empty(0)
 
     def scans(self, stride: int) -> list[FitScan]:
-        parts = self.rows.map(_first_pass, stride, self.layout)
+        parts = self.rows.map(_first_pass, self.name, self.fusion, stride, self.layout)
         above = np.concatenate([part[0] for part in parts])
         ties = np.concatenate([part[1] for part in parts])
-        self.histogram = histogram_of_rank_counts(above, ties, self.shape[1])
+        self.histogram = histogram_of_rank_counts(above, ties, self.rows.shape[1])
         return [part[2] for part in parts]
 
     def sums(self, scan: FitScan) -> SumsAt:
         def sums_at(w: float, b: float, loss: bool) -> npt.NDArray[np.float64]:
-            parts = self.rows.map(_newton_pass, w, b, loss, self.layout)
+            parts = self.rows.map(_newton_pass, self.name, self.fusion, w, b, loss, self.layout)
             return sum(parts, np.zeros(6))
 
         return sums_at
 
     def lid(self) -> LidCalibration:
         with single_threaded_blas():  # the warm start's sums in this process, as in one
-            return fit_lid_passes(self.shape, self.scans, self.sums)
+            return fit_lid_passes(self.rows.shape, self.scans, self.sums)
 
 
 def fit_on_workers(
@@ -181,25 +182,25 @@ def fit_on_workers(
 ) -> dict[str, BucketCalibration]:
     """:func:`~monitor.calibration.fit.fit_trials` of a bucket's pooled trials, its matrices
     scored and fitted in row groups on the workers: the same buckets, bit for bit."""
-    bucket = BucketRows(client, pooled)
-    names = list(features if features is not None else pooled.tests)
-    shape = (pooled.T, pooled.N)
+    layout = fit_layout(pooled.N)
+    rows = bucket_rows(client, pooled, layout)
+    names = tuple(features if features is not None else pooled.tests)
 
-    def fit_one(
-        name: str, rows: DaskRows, fusion: Mapping[str, float] | None = None
-    ) -> BucketCalibration:
-        matrix = _MatrixFit(rows, bucket.layout, shape)
+    def fit_one(name: str, fusion: Mapping[str, float] | None = None) -> BucketCalibration:
+        matrix = _MatrixFit(rows, layout, name, fusion or {})
         lid = lid_noting(name, seconds, separable, matrix.lid)
         return fitted_bucket(pooled, seconds, loss, matrix.histogram, lid, fusion)
 
-    calibrations = {name: fit_one(name, bucket.rows([name])) for name in names}
-    if len(names) > 1:
-        all_rows = bucket.rows(names)
-        assert fusion_blocks(*shape) == all_rows.blocks  # the blocks fit_fusion_weights sums
+    try:
+        calibrations = {name: fit_one(name) for name in names}
+        if len(names) > 1:
+            assert fusion_blocks(pooled.T, pooled.N) == rows.blocks  # as fit_fusion_weights
 
-        def block_sums(w: np.ndarray) -> list[Any]:
-            return all_rows.map(_fusion_pass, w)
+            def block_sums(w: np.ndarray) -> list[Any]:
+                return rows.map(_fusion_pass, names, w)
 
-        weights = fit_fusion_sums(names, pooled.T, block_sums)
-        calibrations[COMBINED] = fit_one(COMBINED, bucket.rows([COMBINED], weights), weights)
+            weights = fit_fusion_sums(names, pooled.T, block_sums)
+            calibrations[COMBINED] = fit_one(COMBINED, weights)
+    finally:
+        rows.release()
     return calibrations

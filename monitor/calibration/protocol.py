@@ -200,10 +200,15 @@ def similarity_rows(
     name: str, tests: np.ndarray, templates: np.ndarray, N: int, r0: int, r1: int
 ) -> np.ndarray:
     """Scores (r1 − r0, N) of feature ``name``: pooled test rows [r0, r1) (all of one start)
-    against that start's N templates (``tests``, ``templates`` as in :class:`PooledTrials`)."""
+    against that start's N templates (``tests``, ``templates`` as in :class:`PooledTrials`).
+    On one BLAS thread, as on a Dask worker: a matrix product split over threads may round
+    differently (the embedding's cosines differed in the last bit at N = 300)."""
+    from monitor.disclosure.ranks import single_threaded_blas
+
     s = r0 // N
     batch = TemplateBatch(name, templates[s * N : (s + 1) * N])
-    return get_feature(name).similarities(tests[r0:r1], batch)
+    with single_threaded_blas():
+        return get_feature(name).similarities(tests[r0:r1], batch)
 
 
 def pool_trials(
