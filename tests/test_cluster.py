@@ -62,6 +62,25 @@ class _Rounded:
         return np.round(S * 4) / 4, m
 
 
+def _row_sums(S: np.ndarray, m: np.ndarray, row0: int, scale: float) -> np.ndarray:
+    return scale * S.sum(axis=1) + m
+
+
+def test_kept_blocks_are_loaded_once_and_give_the_loaded_rows(cluster_client):
+    make = SyntheticMatrix(T=50, N=7, seed=2)
+    S, m = make(0, 50)
+    kept = DaskRows(cluster_client, make, (50, 7), rows_per_task=12, keep=True)
+    for scale in (2.0, 2.0, 3.0):  # three passes over the same kept blocks
+        spread = np.concatenate(kept.map(_row_sums, scale))
+        assert np.array_equal(spread, _row_sums(S, m, 0, scale))
+    futures = list(kept.kept)
+    assert len(futures) == 5 and all(f.status == "finished" for f in futures)
+    kept.map(_row_sums, 1.0)
+    assert kept.kept == futures  # not loaded again
+    kept.release()
+    assert kept.kept == []
+
+
 def test_a_distributed_matrix_needs_a_given_calibration(cluster_client):
     spread = DaskRows(cluster_client, SyntheticMatrix(T=20, N=10), (20, 10), rows_per_task=8)
     with pytest.raises(ValueError, match="dev matrix or a weight and bias"):

@@ -1,9 +1,11 @@
 """``calibrate``'s score matrices in row groups on Dask workers (``--jobs``, ``--scheduler``).
 
 This process pools a bucket's tests and templates (:func:`pool_trials`: T·D values, not T·N
-scores) and scatters them to every worker once. Each task scores one group of rows of the LID
-fit's layout (:func:`~monitor.disclosure.lid.fit_layout`) from the blocks the single-process run
-scores (:func:`similarity_rows`, so the same bits), and returns only what its fits merge:
+scores) and scatters them to every worker once. The workers score every feature once, in the
+blocks the single-process run scores (:func:`similarity_rows`, so the same bits, one task per
+block), join them into the row groups of the LID fit's layout
+(:func:`~monitor.disclosure.lid.fit_layout`) and keep them while the bucket is fitted. Each pass
+over the groups returns only what the fits merge:
 
 - rank counts (above, tied) per trial, concatenated into the rank histogram;
 - the LID fit's first pass (:func:`scan_fit_group`: the mated z-scores, the extremes and the
@@ -12,9 +14,9 @@ scores (:func:`similarity_rows`, so the same bits), and returns only what its fi
 - per evaluation of the fusion objective, its sums per group (:func:`fusion_sums`), added here
   in group order as :func:`fit_fusion_weights` adds them.
 
-So no (T, N) matrix is ever whole in one place, and the calibration is the single-process one,
-bit for bit. Each matrix is scored once, its groups kept on the workers while it is fitted
-(``DaskRows(keep=True)``; the fusion keeps every feature's).
+So no (T, N) matrix is ever whole in this process (each worker holds its groups), and the
+calibration is the single-process one,
+bit for bit. ``combined`` is fused on the workers from the kept features at each pass.
 """
 
 from __future__ import annotations
