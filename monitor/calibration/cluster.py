@@ -15,8 +15,8 @@ over the groups returns only what the fits merge:
   in group order as :func:`fit_fusion_weights` adds them.
 
 So no (T, N) matrix is ever whole in this process (each worker holds its groups), and the
-calibration is the single-process one,
-bit for bit. ``combined`` is fused on the workers from the kept features at each pass.
+calibration is the single-process one, bit for bit. ``combined`` is fused on the workers from
+the kept features at each pass.
 """
 
 from __future__ import annotations
