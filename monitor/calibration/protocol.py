@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -80,17 +81,15 @@ def _split(K: int, start: int, T: int, D: int) -> tuple[np.ndarray, np.ndarray]:
     return (start + np.arange(T)) % K, (start + T + delta + np.arange(D)) % K
 
 
-@dataclass(frozen=True)
-class Trials:
-    """Closed-set trials of one (test length, template length) setting.
+@dataclass(frozen=True, kw_only=True)
+class TrialFacts:
+    """What every closed-set trial of one (test length, template length) setting is, scores aside.
 
-    ``scores[f]`` (T, N) similarities of each test to the N templates (rows of one start S
-    share templates); ``truth`` (T,) true identity index; ``aliases`` (N,) identity order;
-    ``start`` (T,) eq. 6 start; ``test_seconds``/``template_seconds`` (T,) speech behind the test
-    and behind its true template. ``dropped`` lists speakers too short for this setting.
+    ``truth`` (T,) true identity index; ``aliases`` (N,) identity order; ``start`` (T,) eq. 6
+    start; ``test_seconds``/``template_seconds`` (T,) speech behind the test and behind its true
+    template. ``dropped`` lists speakers too short for this setting.
     """
 
-    scores: Mapping[str, np.ndarray]
     truth: np.ndarray
     aliases: tuple[str, ...]
     start: np.ndarray
@@ -105,6 +104,18 @@ class Trials:
     @property
     def T(self) -> int:
         return int(self.truth.size)
+
+    def facts(self) -> dict[str, Any]:
+        """The shared fields, to build the other kind of trials from these."""
+        return {f.name: getattr(self, f.name) for f in fields(TrialFacts)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trials(TrialFacts):
+    """The trials with ``scores[f]`` (T, N): similarities of each test to the N templates (rows
+    of one start S share templates)."""
+
+    scores: Mapping[str, np.ndarray]
 
 
 def pool_groups(
@@ -157,31 +168,21 @@ def plan_splits(
     return usable, splits, dropped
 
 
-@dataclass(frozen=True)
-class PooledTrials:
+@dataclass(frozen=True, kw_only=True)
+class PooledTrials(TrialFacts):
     """The observations behind the trials of one setting, before any score is computed.
 
     ``tests[f]`` (T, D_f) pooled test observations, row ``s·N + i`` being speaker i's test at
     start s; ``templates[f]`` (K·N, D_f) the templates, rows ``s·N .. (s+1)·N`` being those the
-    tests of start s are scored against. The other fields are those of :class:`Trials`.
+    tests of start s are scored against.
     """
 
     tests: Mapping[str, np.ndarray]
     templates: Mapping[str, np.ndarray]
-    truth: np.ndarray
-    aliases: tuple[str, ...]
-    start: np.ndarray
-    test_seconds: np.ndarray
-    template_seconds: np.ndarray
-    dropped: tuple[str, ...] = ()
 
-    @property
-    def N(self) -> int:
-        return len(self.aliases)
-
-    @property
-    def T(self) -> int:
-        return int(self.truth.size)
+    def with_scores(self, scores: Mapping[str, np.ndarray]) -> Trials:
+        """These trials with their (T, N) score matrices."""
+        return Trials(scores=scores, **self.facts())
 
     def blocks(self) -> list[tuple[int, int]]:
         """Row blocks [r0, r1) of the score matrices: each within one start, of at most
@@ -292,12 +293,4 @@ def scored_trials(pooled: PooledTrials) -> Trials:
         )
         for name, tests in pooled.tests.items()
     }
-    return Trials(
-        scores=scores,
-        truth=pooled.truth,
-        aliases=pooled.aliases,
-        start=pooled.start,
-        test_seconds=pooled.test_seconds,
-        template_seconds=pooled.template_seconds,
-        dropped=pooled.dropped,
-    )
+    return pooled.with_scores(scores)

@@ -106,14 +106,8 @@ def gathered_trials(client: Client, pooled: PooledTrials) -> Trials:
     cross-fitting the LID weights needs (the fit sees every dev score at once)."""
     names = tuple(pooled.tests)
     blocks = trial_rows(client, pooled, names).map(_rows_scores)
-    return Trials(
-        scores={name: np.concatenate([block[name] for block in blocks]) for name in names},
-        truth=pooled.truth,
-        aliases=pooled.aliases,
-        start=pooled.start,
-        test_seconds=pooled.test_seconds,
-        template_seconds=pooled.template_seconds,
-        dropped=pooled.dropped,
+    return pooled.with_scores(
+        {name: np.concatenate([block[name] for block in blocks]) for name in names}
     )
 
 
