@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
+from scipy import sparse
 
 from monitor.corpus.speakers import SpeakerUtterances
 from monitor.features.base import TemplateBatch, get_feature
@@ -119,19 +120,29 @@ class Trials(TrialFacts):
 
 
 def pool_groups(
-    feature: str, values: np.ndarray, weights: np.ndarray, groups: np.ndarray
+    feature: str, values: np.ndarray, weights: np.ndarray, groups: np.ndarray | sparse.csr_array
 ) -> np.ndarray:
     """Pool utterance observations (U, D) into groups: (G, U) 0/1 membership -> (G, D).
 
     Histograms add; embeddings average weighted by seconds and are re-normalised (the same
-    arithmetic as ``Feature.pool``, as one matrix product).
+    arithmetic as ``Feature.pool``, as one matrix product). ``groups`` may be sparse: a group
+    holds a few utterances of one speaker, so at corpus scale (G = K·N rows, U utterances) a
+    dense membership matrix would hold K·N·U numbers, nearly all zero.
     """
-    groups = np.asarray(groups, dtype=np.float64)
+    groups = sparse.csr_array(groups, dtype=np.float64)
     if feature in MEAN_POOLED:
-        pooled = (groups * np.asarray(weights, dtype=np.float64)) @ values
+        pooled = np.asarray(groups.multiply(np.asarray(weights, dtype=np.float64)) @ values)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return np.divide(pooled, norms, out=np.zeros_like(pooled), where=norms > 0)
-    return groups @ values
+    return np.asarray(groups @ values)
+
+
+def _membership(rows: list[np.ndarray], columns: list[np.ndarray], shape: tuple[int, int]) -> Any:
+    """A sparse 0/1 matrix with ones at (rows[k], columns[k])."""
+    row = np.concatenate(rows)
+    column = np.concatenate(columns)
+    ones = np.ones(row.size, dtype=np.float64)
+    return sparse.csr_array((ones, (row, column)), shape=shape)
 
 
 def speech_listing(speakers: Sequence[SpeakerUtterances], limit: int = 20) -> str:
@@ -233,15 +244,21 @@ def pool_trials(
     K_max = max(len(s.utterances) for s in usable)
     offsets = np.cumsum([0] + [len(s.utterances) for s in usable])
     U = int(offsets[-1])
-    # Membership matrices over all utterances of all speakers: rows (S, speaker).
-    test_groups = np.zeros((K_max, N, U))
-    template_groups = np.zeros((K_max, N, U))
+    # Sparse membership over all utterances of all speakers: row s·N + i is speaker i at start s.
+    test_rows: list[np.ndarray] = []
+    test_columns: list[np.ndarray] = []
+    template_rows: list[np.ndarray] = []
+    template_columns: list[np.ndarray] = []
     for i, per_start in enumerate(splits):
         K = len(per_start)
         for s in range(K_max):
             test_idx, template_idx = per_start[s % K]
-            test_groups[s, i, offsets[i] + test_idx] = 1.0
-            template_groups[s, i, offsets[i] + template_idx] = 1.0
+            test_rows.append(np.full(test_idx.size, s * N + i))
+            test_columns.append(offsets[i] + test_idx)
+            template_rows.append(np.full(template_idx.size, s * N + i))
+            template_columns.append(offsets[i] + template_idx)
+    test_groups = _membership(test_rows, test_columns, (K_max * N, U))
+    template_groups = _membership(template_rows, template_columns, (K_max * N, U))
     seconds = np.concatenate([s.speech_seconds for s in usable])
 
     tests: dict[str, np.ndarray] = {}
@@ -249,16 +266,16 @@ def pool_trials(
     for name in features:
         values = np.concatenate([np.asarray(s.values[name], dtype=np.float64) for s in usable])
         weights = np.concatenate([np.asarray(s.weights[name], dtype=np.float64) for s in usable])
-        tests[name] = pool_groups(name, values, weights, test_groups.reshape(K_max * N, U))
-        templates[name] = pool_groups(name, values, weights, template_groups.reshape(K_max * N, U))
+        tests[name] = pool_groups(name, values, weights, test_groups)
+        templates[name] = pool_groups(name, values, weights, template_groups)
     return PooledTrials(
         tests=tests,
         templates=templates,
         truth=np.tile(np.arange(N), K_max),
         aliases=tuple(s.alias for s in usable),
         start=np.repeat(np.arange(K_max), N),
-        test_seconds=test_groups.reshape(K_max * N, U) @ seconds,
-        template_seconds=template_groups.reshape(K_max * N, U) @ seconds,
+        test_seconds=np.asarray(test_groups @ seconds),
+        template_seconds=np.asarray(template_groups @ seconds),
         dropped=tuple(dropped),
     )
 

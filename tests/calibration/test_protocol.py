@@ -10,6 +10,7 @@ from monitor.calibration.protocol import (
     SpeakerUtterances,
     length_split,
     pool_groups,
+    pool_trials,
     protocol_splits,
     score_trials,
 )
@@ -127,3 +128,45 @@ def test_short_speakers_are_dropped_and_listed(rng: np.random.Generator) -> None
     assert "short" not in trials.aliases and trials.N == 4
     with pytest.raises(NotEnoughSpeakersError, match="only 0 speaker"):
         score_trials(speakers, test_seconds=30.0, template_seconds=6.0, features=("f0",))
+
+
+def test_pool_groups_takes_a_sparse_membership(rng: np.random.Generator) -> None:
+    from scipy import sparse
+
+    seconds = rng.uniform(1, 4, 6)
+    groups = np.array([[1, 1, 0, 0, 0, 0], [0, 0, 1, 0, 1, 1]], dtype=float)
+    values = rng.normal(size=(6, 192))
+    values /= np.linalg.norm(values, axis=1, keepdims=True)
+    dense = pool_groups("embedding", values, seconds, groups)
+    np.testing.assert_allclose(
+        pool_groups("embedding", values, seconds, sparse.csr_array(groups)), dense, atol=1e-15
+    )
+
+
+def test_pooling_memory_does_not_grow_with_speakers_times_utterances(
+    rng: np.random.Generator,
+) -> None:
+    """A dense (K·N, U) membership matrix would be 72 MB here (N = 300, K = 10): the pooling
+    holds far less, so corpora of many speakers pool in the memory of their observations."""
+    import tracemalloc
+
+    N, K = 300, 10
+    speakers = []
+    for i in range(N):
+        seconds = rng.uniform(1.5, 4.0, K)
+        speakers.append(
+            SpeakerUtterances(
+                alias=f"s{i}",
+                utterances=tuple(f"u{k}" for k in range(K)),
+                speech_seconds=seconds,
+                values={"f0": rng.integers(0, 30, (K, 107)).astype(float)},
+                weights={"f0": seconds},
+            )
+        )
+    tracemalloc.start()
+    pooled = pool_trials(speakers, test_seconds=3.0, template_seconds=12.0, features=("f0",))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    dense_membership = (K * N) * (K * N) * 8
+    assert pooled.tests["f0"].shape == (K * N, 107)
+    assert peak < dense_membership / 4
