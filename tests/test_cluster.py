@@ -189,6 +189,21 @@ def test_score_matrix_with_two_jobs_prints_the_single_process_report(matrix_file
     assert local["srd"]["N"] == 90 and local["lid"]["calibrated_on"] == "eval"
 
 
+def test_the_lid_fit_on_the_matrix_itself_runs_on_the_workers_with_the_same_bits(
+    cluster_client, tmp_path
+):
+    from monitor.disclosure.lid import fit_layout, fit_lid_calibration
+    from monitor.score.cluster import NpyRows, fit_lid_on_workers
+
+    T, N = 7000, 320  # more than one of the fit's row groups, and the warm start's sample
+    S, m = SyntheticMatrix(T=T, N=N, seed=9, separation=1.2)(0, T)
+    assert len(fit_layout(N).groups(T)) > 1
+    np.save(tmp_path / "S.npy", S.astype(np.float32))
+    here = fit_lid_calibration(np.load(tmp_path / "S.npy", mmap_mode="r"), m)
+    there = fit_lid_on_workers(cluster_client, NpyRows(str(tmp_path / "S.npy")), m, (T, N))
+    assert there == here  # weight, bias and prior, bit for bit
+
+
 def test_score_matrix_on_workers_refuses_a_csv_or_a_nan_in_one_line(tmp_path, matrix_files):
     _, m = matrix_files
     csv_matrix = tmp_path / "S.csv"

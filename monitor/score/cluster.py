@@ -20,12 +20,23 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from monitor.cluster import DaskRows, dask_client
-from monitor.disclosure.lid import LidCalibration, fit_lid_calibration
-from monitor.disclosure.ranks import chunk_rows
+from monitor.disclosure.lid import (
+    FitLayout,
+    FitScan,
+    LidCalibration,
+    SumsAt,
+    fit_group_sums,
+    fit_layout,
+    fit_lid_passes,
+    scan_fit_group,
+)
+from monitor.disclosure.ranks import chunk_rows, single_threaded_blas
 from monitor.errors import InputError
 from monitor.score.files import check_matrix_truth, read_matrix_trials, read_truth
 
 if TYPE_CHECKING:
+    from distributed import Client
+
     from monitor.score.report import ScoreReport
 
 #: progress(done, total) of the row blocks of one pass over the matrix.
@@ -78,6 +89,44 @@ class NpyRows:
         return _as_scores(matrix[r0:r1]), truth[r0:r1]
 
 
+def _scan_group(S: np.ndarray, m: np.ndarray, row0: int, stride: int, layout: FitLayout) -> FitScan:
+    """Row function: the LID fit's first pass over one row group."""
+    with single_threaded_blas():
+        return scan_fit_group(S, m, row0, stride, layout)
+
+
+def _group_sums(
+    S: np.ndarray, m: np.ndarray, row0: int, w: float, b: float, loss: bool, layout: FitLayout
+) -> np.ndarray:
+    """Row function: one Newton pass's six sums over one row group."""
+    with single_threaded_blas():
+        return fit_group_sums(S, row0, w, b, loss, layout)
+
+
+def fit_lid_on_workers(
+    client: Client, load: NpyRows, truth: np.ndarray, shape: tuple[int, int]
+) -> LidCalibration:
+    """:func:`~monitor.disclosure.lid.fit_lid_calibration` of the matrix, its passes run by the
+    workers over the fit's fixed row groups and added here in row order: the same bits as the
+    fit in one process, and the matrix is never read here."""
+    T, N = shape
+    layout = fit_layout(N)
+    groups = DaskRows(client, load, shape, blocks=layout.groups(T), shared=[truth])
+
+    def scans(stride: int) -> list[FitScan]:
+        return groups.map(_scan_group, stride, layout)
+
+    def sums(_scan: FitScan) -> SumsAt:
+        def at(w: float, b: float, loss: bool) -> np.ndarray:
+            parts = groups.map(_group_sums, w, b, loss, layout)
+            return sum(parts, np.zeros(6))
+
+        return at
+
+    with single_threaded_blas():  # the warm start's sums here, as in one process
+        return fit_lid_passes(shape, scans, sums)
+
+
 def matrix_report_on_workers(
     matrix: Path,
     truth_path: Path,
@@ -92,8 +141,8 @@ def matrix_report_on_workers(
 ) -> ScoreReport:
     """:func:`monitor.score.matrix.rows_report` of a .npy matrix whose row blocks Dask workers
     read (a LocalCluster of ``jobs`` processes, or ``scheduler``). Without a dev matrix or a
-    weight and bias, the LID calibration is fitted here on the whole matrix, as without Dask.
-    ``dev_paths``: the dev matrix and its truth, read here."""
+    weight and bias, the LID calibration is fitted on the matrix itself by the workers too
+    (:func:`fit_lid_on_workers`). ``dev_paths``: the dev matrix and its truth, read here."""
     from monitor.score.matrix import rows_report
 
     S = open_npy_matrix(matrix)
@@ -101,14 +150,16 @@ def matrix_report_on_workers(
     check_matrix_truth(S, truth, matrix, truth_path)
     dev = read_matrix_trials(*dev_paths) if dev_paths is not None else None
 
-    def fit_on_eval() -> LidCalibration:
-        return fit_lid_calibration(S, truth)  # block by block, widened to float64 there
-
     T, N = (int(n) for n in S.shape)
+    load = NpyRows(os.path.abspath(matrix))
     with dask_client(jobs, scheduler) as client:
+
+        def fit_on_eval() -> LidCalibration:
+            return fit_lid_on_workers(client, load, truth, (T, N))
+
         rows = DaskRows(
             client,
-            NpyRows(os.path.abspath(matrix)),
+            load,
             (T, N),
             rows_per_task=chunk_rows(N),
             shared=[truth],
