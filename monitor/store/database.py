@@ -27,6 +27,7 @@ from monitor.store.base import (
     locked_message,
     utc_now,
 )
+from monitor.store.calibrations import CalibrationsMixin
 from monitor.store.ledger import LedgerMixin
 from monitor.store.outbox import OutboxMixin
 from monitor.store.templates import TemplatesMixin
@@ -314,6 +315,6 @@ def open_store(
     return Store(path, conn, busy_timeout_seconds)
 
 
-class Store(TemplatesMixin, LedgerMixin, OutboxMixin, Database):
-    """The voxmeter database: identities, templates, local profiles, calibrations (templates.py),
-    evidence ledger (ledger.py), budget state and alert outbox (outbox.py)."""
+class Store(TemplatesMixin, CalibrationsMixin, LedgerMixin, OutboxMixin, Database):
+    """The voxmeter database: identities, templates, local profiles (templates.py), calibrations
+    (calibrations.py), evidence ledger (ledger.py), budget state and alert outbox (outbox.py)."""
