@@ -69,7 +69,7 @@ def db_list_command(
     from monitor.store import open_store
 
     path = db_path(db)
-    with open_store(path, create=False) as store:
+    with open_store(path, read_only=True) as store:
         identities = store.identities()
     if as_json:
         typer.echo(json.dumps([_identity_json(i) for i in identities]))
@@ -98,7 +98,7 @@ def db_show_command(
     """Show one identity: metadata, templates (dimension, seconds, updated), local profiles."""
     from monitor.store import open_store
 
-    with open_store(db_path(db), create=False) as store:
+    with open_store(db_path(db), read_only=True) as store:
         identity = store.identity(_stored_alias(store, alias))
     document = _identity_json(identity)
     if as_json:
