@@ -166,8 +166,12 @@ def connect_read_only(
     *,
     busy_timeout_seconds: float = DEFAULT_BUSY_TIMEOUT_SECONDS,
 ) -> tuple[Path, sqlite3.Connection]:
-    """Open a recognised database for reading only (``mode=ro``): no schema, no WAL switch, no
-    check. A read-only file with no write-ahead log is opened ``immutable`` (nothing created)."""
+    """Open a recognised database for reading only: no schema, no WAL switch, no check.
+
+    A writable database gets an ordinary connection with ``query_only`` on (so, as the last one
+    to close, it tidies the ``-wal``/``-shm`` files away); a read-only one a ``mode=ro``
+    connection, ``immutable`` when no write-ahead log is beside it (then nothing is created).
+    """
     path = Path(path)
     status = regular_file(path)
     if status is None:
@@ -177,20 +181,28 @@ def connect_read_only(
             f"{path}: empty file, not a voxmeter database (create one with `voxmeter enroll`)"
         )
     log = sidecar(path, "-wal")
-    frozen = not writable(path, status) and not (log.is_file() and log.stat().st_size > 0)
     if writable(path, status):
         tighten_modes(path)
+        target, uri = str(path), False
+    else:
+        in_use = log.is_file() and log.stat().st_size > 0
+        target, uri = read_only_uri(path, immutable=not in_use), True
     try:
         conn = sqlite3.connect(
-            read_only_uri(path, immutable=frozen),
-            uri=True,
+            target,
+            uri=uri,
             timeout=busy_timeout_seconds,
             isolation_level=None,
             check_same_thread=False,
         )
+    except sqlite3.Error as error:
+        raise _opening_error(path, error, busy_timeout_seconds) from error
+    try:
+        conn.execute("PRAGMA query_only = ON")
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as error:
+        conn.close()
         raise _opening_error(path, error, busy_timeout_seconds) from error
     return path, conn
 
