@@ -13,7 +13,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from monitor.audio.sources import AudioSource, MicrophoneSource, Retry, open_source
+from monitor.audio.frames import AudioSource
+from monitor.audio.microphone import MicrophoneSource
+from monitor.audio.spec import Retry, open_source
 from monitor.calibration.fit import CalibrationSet, load_default
 from monitor.daemon.config import Config
 from monitor.daemon.events import Exporter
@@ -24,7 +26,12 @@ from monitor.daemon.logs import configure_logging
 from monitor.daemon.pipeline import EXIT_DEADLINE_SECONDS, ExitWatchdog, Pipeline, RunSummary
 from monitor.daemon.scorer import Scorer
 from monitor.errors import ConfigError, StoreError
-from monitor.features.base import Feature, get_feature, set_embedding_backend
+from monitor.features.base import (
+    Feature,
+    get_feature,
+    set_embedding_backend,
+    set_embedding_runtime,
+)
 from monitor.store.database import Store, open_store
 from monitor.store.templates import model_name
 
@@ -117,6 +124,7 @@ def build_pipeline(
     device_id = config.daemon.device_id or socket.gethostname()
     source = source if source is not None else make_source(config)
     set_embedding_backend(config.features.embedding)
+    set_embedding_runtime(config.features.runtime)
     features = {name: get_feature(name) for name in config.features.enabled}
     scorer = load_scorer(config, store, features)
     profiles = [p for p in store.local_profiles() if p.identity_alias in scorer.index]
