@@ -65,11 +65,18 @@ def writable(path: Path, status: os.stat_result) -> bool:
 
 def refuse_read_only(path: Path, status: os.stat_result) -> None:
     """StoreError for a database this process must not write; never chmod it writable."""
-    if not writable(path, status):
+    if writable(path, status):
+        return
+    mode = f"mode {stat.S_IMODE(status.st_mode):04o}"
+    if status.st_mode & stat.S_IWUSR:  # the owner may write it, this user may not
         raise StoreError(
-            f"{path}: the database is read-only (mode {stat.S_IMODE(status.st_mode):04o}); "
-            "nothing was changed: make it writable (chmod u+w) to change it"
+            f"{path}: the database is not writable by this user ({mode}, owner uid "
+            f"{status.st_uid}); nothing was changed: run as its owner"
         )
+    raise StoreError(
+        f"{path}: the database is read-only ({mode}); nothing was changed: make it writable "
+        "(chmod u+w) to change it"
+    )
 
 
 def _wal_in_use(path: Path) -> bool:

@@ -282,3 +282,22 @@ def test_a_hard_linked_database_is_not_written(tmp_path: Path) -> None:
     with open_store(db, read_only=True) as store:  # reading through either name is safe
         assert len(store.identities()) == 3
     assert {k: v for k, v in fingerprint(tmp_path).items() if k in before} == before
+
+
+def test_an_old_schema_made_before_the_application_id_is_migrated_and_marked(
+    tmp_path: Path,
+) -> None:
+    from monitor.store.database import connect, migrate
+    from monitor.store.schema import SCHEMA_VERSION
+
+    db = tmp_path / "voxmeter.db"
+    path, conn = connect(db)
+    migrate(conn, path, target=1)  # schema 1, as the first voxmeter releases left it
+    conn.execute("PRAGMA application_id = 0")
+    conn.execute("INSERT INTO identities (alias, metadata, created) VALUES ('old', '{}', 'x')")
+    conn.close()
+    assert header_application_id(db) == 0
+    with open_store(db, create=False) as store:  # what `voxmeter run` does at start
+        assert store.schema_version == SCHEMA_VERSION
+        assert [i.alias for i in store.identities()] == ["old"]
+    assert header_application_id(db) == APPLICATION_ID
