@@ -104,7 +104,8 @@ class DaemonSettings:
         "mic", "mic, mic:DEVICE, file:PATH or stdin[:RATE[:CHANNELS]] (s16le PCM)", _source
     )
     db: str = _setting(
-        "voxmeter.db", "SQLite database (templates, ledger, outbox); one daemon each (<db>.lock)"
+        "voxmeter.db",
+        "SQLite database (templates, ledger, outbox); one daemon each (flock on the file)",
     )
     device_id: str = _setting("", "name of this device in MQTT topics; empty = host name")
     duration_seconds: float = _setting(
