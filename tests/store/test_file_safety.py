@@ -157,6 +157,9 @@ def test_a_read_only_database_stays_read_only(tmp_path: Path) -> None:
     for name in ("db remove", "enroll"):
         args = commands(db, tmp_path / name.replace(" ", "-"))[name]
         one_error_line(runner.invoke(app, args), str(db), "read-only (mode 0444)", "chmod u+w")
+    done = voxmeter_run(db)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "read-only (mode 0444)" in done.stderr
     assert fingerprint(folder) == before  # 0444 stays 0444, nothing beside it
     assert stat.S_IMODE(db.stat().st_mode) == 0o444
 
@@ -200,6 +203,9 @@ def test_a_damaged_database_is_refused_and_can_be_recovered(tmp_path: Path) -> N
         args = commands(db, tmp_path / name.replace(" ", "-"))[name]
         one_error_line(runner.invoke(app, args), str(db), "damaged", "db recover")
     one_error_line(runner.invoke(app, ["db", "check", "--db", str(db)]), "damaged", "db recover")
+    done = voxmeter_run(db)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "the database is damaged" in done.stderr and "db recover" in done.stderr
     assert fingerprint(folder) == before
 
     out = tmp_path / "recovered.db"
