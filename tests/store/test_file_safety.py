@@ -10,6 +10,7 @@ id keep working and get it on their first write.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import stat
@@ -151,7 +152,7 @@ def test_a_read_only_database_stays_read_only(tmp_path: Path) -> None:
     before = fingerprint(folder)
     listed = runner.invoke(app, ["db", "list", "--db", str(db), "--json"])  # reading works
     assert listed.exit_code == 0, listed.stderr
-    assert [i["alias"] for i in __import__("json").loads(listed.stdout)] == ["spk1", "spk2", "spk3"]
+    assert [i["alias"] for i in json.loads(listed.stdout)] == ["spk1", "spk2", "spk3"]
     assert runner.invoke(app, ["status", "--db", str(db), "--json"]).exit_code == 0
     assert runner.invoke(app, ["db", "check", "--db", str(db)]).exit_code == 0
     for name in ("db remove", "enroll"):
