@@ -22,6 +22,7 @@ from typing import Any
 
 from monitor.audio.spec import parse_source
 from monitor.errors import ConfigError, InputError
+from monitor.userfiles import MAX_CONFIG_BYTES, read_bytes
 from monitor.vocabulary import EXTRACTORS, TRACKING_FEATURE, FigureKey
 
 Check = Callable[[Any], str | None]
@@ -403,11 +404,10 @@ def load_config(path: Path | None = None, overrides: Sequence[str] = ()) -> Conf
     """Settings from ``path`` (a config.toml; None = defaults) then ``--set`` overrides."""
     tables: dict[str, dict[str, Any]] = {}
     if path is not None:
-        try:
-            with open(path, "rb") as handle:
-                document = tomllib.load(handle)
-        except OSError as exc:
-            raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from exc
+        try:  # a regular file of at most 1 MiB: /dev/zero or a FIFO is refused, not read
+            document = tomllib.loads(read_bytes(path, max_bytes=MAX_CONFIG_BYTES).decode())
+        except RecursionError:
+            raise InputError(str(path), "not valid TOML: nested too deeply") from None
         except tomllib.TOMLDecodeError as exc:
             raise InputError(str(path), f"not valid TOML: {exc}") from exc
         except UnicodeDecodeError as exc:  # TOML is UTF-8 only
