@@ -121,6 +121,9 @@ class AudioFrame:
     start_seconds: float
     """Seconds since the source started (gaps after a device loss or drop are kept)."""
     rate_hz: int = RATE_HZ
+    utterance_end: bool = False
+    """The speaker's turn ends after this frame (a Wyoming ``audio-stop`` through the proxy):
+    the daemon closes the window there instead of waiting for more speech. May be empty."""
 
     @property
     def duration_seconds(self) -> float:
@@ -737,7 +740,8 @@ class MicrophoneSource:
 # ---------------------------------------------------------------------------------- specs
 SOURCE_SPELLINGS = (
     "mic, mic:DEVICE, file:PATH[?fast], stdin, stdin:RATE[:CHANNELS], "
-    "wyoming://HOST:PORT or wyoming-listen://HOST:PORT"
+    "wyoming://HOST:PORT, wyoming-listen://HOST:PORT or "
+    "wyoming-proxy://HOST:PORT?upstream=tcp://HOST:PORT"
 )
 
 
@@ -745,7 +749,7 @@ SOURCE_SPELLINGS = (
 class SourceSpec:
     """A parsed source spelling (see :func:`parse_source`); only the fields of its kind matter."""
 
-    kind: Literal["mic", "file", "stdin", "wyoming"]
+    kind: Literal["mic", "file", "stdin", "wyoming", "wyoming-proxy"]
     text: str  # as given
     device: str | int | None = None  # mic: name or index; None = default input
     path: str = ""  # file
@@ -770,7 +774,9 @@ def parse_source(spec: str) -> SourceSpec:
     ``file:PATH?fast`` (as fast as possible); ``stdin`` (16 kHz), ``stdin:RATE`` or
     ``stdin:RATE:CHANNELS`` (raw s16le PCM); ``wyoming://HOST:PORT`` (a Wyoming microphone
     service) or ``wyoming-listen://HOST:PORT`` (Wyoming clients stream to us), ``?once`` to end
-    with the first connection (monitor/audio/wyoming.py). A bad one raises InputError.
+    with the first connection (monitor/audio/wyoming.py);
+    ``wyoming-proxy://HOST:PORT?upstream=tcp://HOST:PORT`` (we relay a Wyoming service and
+    measure what passes, monitor/audio/wyoming_proxy.py). A bad one raises InputError.
     """
     kind, _, arg = spec.partition(":")
     if kind == "mic":
@@ -792,14 +798,24 @@ def parse_source(spec: str) -> SourceSpec:
 
         parse_endpoint(spec)  # checked now; WyomingSource keeps the parsed endpoint
         return SourceSpec("wyoming", spec)
+    if kind == "wyoming-proxy":
+        from monitor.audio.wyoming_proxy import parse_proxy  # circular at the top, as above
+
+        parse_proxy(spec)
+        return SourceSpec("wyoming-proxy", spec)
     raise InputError("source", f"unknown audio source {spec!r} (must be {SOURCE_SPELLINGS})")
 
 
 def open_source(
-    spec: str | SourceSpec, *, fast: bool = False, retry: Retry | None = None
+    spec: str | SourceSpec,
+    *,
+    fast: bool = False,
+    retry: Retry | None = None,
+    zeroconf: bool = False,
 ) -> AudioSource:
     """Build a source from its spelling; ``fast`` also unpaces files, ``retry`` (default: each
-    source's own) sets a microphone's or Wyoming source's retries."""
+    source's own) sets a microphone's or Wyoming source's retries, ``zeroconf`` announces a
+    Wyoming server of ours (``wyoming-listen``, ``wyoming-proxy``) on mDNS."""
     parsed = parse_source(spec) if isinstance(spec, str) else spec
     retries: dict[str, Any] = {}
     if retry is not None:
@@ -819,4 +835,11 @@ def open_source(
             # circular at the top (see parse_source)
             from monitor.audio.wyoming import WyomingSource, parse_endpoint
 
-            return WyomingSource(parse_endpoint(parsed.text), **retries)
+            endpoint = parse_endpoint(parsed.text)
+            announce = zeroconf and endpoint.listen
+            return WyomingSource(endpoint, zeroconf=announce, **retries)
+        case "wyoming-proxy":
+            from monitor.audio.wyoming_proxy import WyomingProxySource, parse_proxy
+
+            retries.pop("wait_for_device", None)  # an upstream down at start is an outage too
+            return WyomingProxySource(parse_proxy(parsed.text), zeroconf=zeroconf, **retries)

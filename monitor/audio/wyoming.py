@@ -31,11 +31,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.audio import AudioChunk, AudioFormat, AudioStart, AudioStop
 from wyoming.event import Event
-from wyoming.info import Describe, Info
+from wyoming.info import Attribution, Describe, Info, SndProgram
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 
+from monitor import __version__
 from monitor.audio.sources import (
     RATE_HZ,
     AudioFrame,
@@ -44,6 +45,7 @@ from monitor.audio.sources import (
     _check_frame_ms,
     _Resampler,
 )
+from monitor.audio.zeroconf import Announcement
 from monitor.errors import AudioDeviceError, InputError
 
 logger = logging.getLogger(__name__)
@@ -155,6 +157,37 @@ class WyomingDecoder:
         return np.concatenate([tail, self._resample(pcm)])
 
 
+def listen_info() -> Info:
+    """What ``wyoming-listen`` is, for ``describe``: a sound sink — it takes ``audio-start``,
+    ``audio-chunk`` and ``audio-stop`` as a Wyoming sound service does, and measures instead of
+    playing. Home Assistant's integration adds asr, tts, wake, handle, intent and satellite
+    services only, so it declines this one (``no_services``), truthfully: to be part of its
+    voice pipeline, voxmeter relays a real service (``wyoming-proxy``)."""
+    return Info(
+        snd=[
+            SndProgram(
+                name="voxmeter",
+                description=(
+                    "measures how much the audio streamed to it discloses about who speaks; "
+                    "plays nothing, answers nothing"
+                ),
+                attribution=Attribution(name="voxmeter", url=""),
+                installed=True,
+                version=__version__,
+                snd_format=AudioFormat(rate=RATE_HZ, width=2, channels=1),
+            )
+        ]
+    )
+
+
+def bound_port(server: AsyncTcpServer) -> int:
+    """The port a started server listens on (the one the OS chose when 0 was asked)."""
+    listening = server._server  # the package keeps its asyncio server there
+    if listening is None:
+        raise RuntimeError("the Wyoming server is not started")
+    return int(listening.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+
+
 def _reason(error: OSError) -> str:
     """``Connection refused``, not asyncio's ``Connect call failed ('127.0.0.1', 1)``."""
     return os.strerror(error.errno) if error.errno else str(error)
@@ -189,6 +222,13 @@ async def read_event(reader: asyncio.StreamReader) -> Event | None:
     counts or exceed :data:`MAX_DATA_BYTES` / :data:`MAX_PAYLOAD_BYTES`) raises ProtocolError, a
     header line over 64 KiB ValueError, a stream cut mid-event IncompleteReadError — where the
     package reads garbage as a clean end and buffers any announced payload."""
+    read = await read_event_bytes(reader)
+    return None if read is None else read[0]
+
+
+async def read_event_bytes(reader: asyncio.StreamReader) -> tuple[Event, bytes] | None:
+    """The next event and the exact bytes it came in (header line, data, payload), for a relay
+    that must pass events on unchanged; None at the end. Checked as :func:`read_event` says."""
     line = await reader.readline()
     if not line:
         return None
@@ -203,16 +243,20 @@ async def read_event(reader: asyncio.StreamReader) -> Event | None:
         raise ProtocolError("event data is not a JSON object")
     data_length = _length(header, "data_length", MAX_DATA_BYTES)
     payload_length = _length(header, "payload_length", MAX_PAYLOAD_BYTES)
+    raw = [line]
     if data_length:
+        raw.append(await reader.readexactly(data_length))
         try:
-            extra = json.loads(await reader.readexactly(data_length))
+            extra = json.loads(raw[-1])
         except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
             raise ProtocolError("event data is not JSON") from error
         if not isinstance(extra, dict):
             raise ProtocolError("event data is not a JSON object")
         data = {**data, **extra}
     payload = await reader.readexactly(payload_length) if payload_length else None
-    return Event(type=header["type"], data=data, payload=payload)
+    if payload is not None:
+        raw.append(payload)
+    return Event(type=header["type"], data=data, payload=payload), b"".join(raw)
 
 
 def _broken(error: Exception) -> str:
@@ -220,6 +264,46 @@ def _broken(error: Exception) -> str:
     if isinstance(error, asyncio.IncompleteReadError):
         return f"connection cut in the middle of an event ({len(error.partial)} bytes of it read)"
     return f"malformed event ({error})"
+
+
+async def decode_frames(
+    events: AsyncIterator[Event | None],
+    frame_ms: int,
+    stats: SourceStats,
+    name: str,
+    *,
+    turns: bool = False,
+) -> AsyncIterator[AudioFrame]:
+    """Frames of ``frame_ms`` on one timeline from the audio of ``events`` (None: a connection
+    ended, drain the resampler). Stream time counts the audio received. With ``turns``, the
+    last frame of each ``audio-stop`` (or ended connection) carries ``utterance_end`` — an empty
+    frame when no samples are left — so the daemon closes the speaker's window there."""
+    decoder = WyomingDecoder()
+    frame = RATE_HZ * frame_ms // 1000
+    pending = np.zeros(0, dtype=np.int16)
+    emitted = 0  # samples received so far: the stream's clock
+    async for event in events:
+        if event is None:  # a connection ended: drain the resampler
+            samples = decoder.flush()
+        else:
+            try:
+                samples = decoder.process(event)
+            except ValueError as error:
+                stats.dropped += 1
+                logger.warning("%s: audio chunk dropped: %s", name, error)
+                continue
+        pending = np.concatenate([pending, samples])
+        last = event is None or AudioStop.is_type(event.type)
+        ended = turns and last
+        while pending.shape[0] >= frame or (last and pending.shape[0]):
+            out, pending = pending[:frame], pending[frame:]
+            stats.frames_total += 1
+            end = ended and pending.shape[0] == 0
+            yield AudioFrame(out, emitted / RATE_HZ, utterance_end=end)
+            emitted += out.shape[0]
+            ended = ended and not end
+        if ended:  # nothing left to carry the mark
+            yield AudioFrame(np.zeros(0, dtype=np.int16), emitted / RATE_HZ, utterance_end=True)
 
 
 _END = object()
@@ -237,7 +321,7 @@ class _Listener(AsyncEventHandler):
 
     async def handle_event(self, event: Event) -> bool:
         if Describe.is_type(event.type):
-            await self.write_event(Info().event())
+            await self.write_event(listen_info().event())
             return True
         await self.source._from_client(self, event)
         return True
@@ -276,6 +360,7 @@ class WyomingSource:
         queue_events: int = 64,
         owner_idle_seconds: float = 5.0,
         idle_seconds: float = 30.0,
+        zeroconf: bool = False,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
@@ -297,6 +382,8 @@ class WyomingSource:
         self._owner: _Listener | None = None
         self._owner_seen = 0.0  # clock reading of the streaming client's last event
         self._closed = False
+        self.zeroconf = zeroconf  # announce a wyoming-listen server on mDNS
+        self.port = endpoint.port  # the bound port once listening (differs when 0 was asked)
 
     def close(self) -> None:
         self._closed = True
@@ -308,27 +395,8 @@ class WyomingSource:
 
     async def frames(self) -> AsyncIterator[AudioFrame]:
         events = self._serve() if self.endpoint.listen else self._connect()
-        decoder = WyomingDecoder()
-        frame = RATE_HZ * self.frame_ms // 1000
-        pending = np.zeros(0, dtype=np.int16)
-        emitted = 0  # samples received so far: the stream's clock
-        async for event in events:
-            if event is None:  # a connection ended: drain the resampler
-                samples = decoder.flush()
-            else:
-                try:
-                    samples = decoder.process(event)
-                except ValueError as error:
-                    self.stats.dropped += 1
-                    logger.warning("%s: audio chunk dropped: %s", self.name, error)
-                    continue
-            pending = np.concatenate([pending, samples])
-            last = event is None or AudioStop.is_type(event.type)
-            while pending.shape[0] >= frame or (last and pending.shape[0]):
-                out, pending = pending[:frame], pending[frame:]
-                self.stats.frames_total += 1
-                yield AudioFrame(out, emitted / RATE_HZ)
-                emitted += out.shape[0]
+        async for frame in decode_frames(events, self.frame_ms, self.stats, self.name):
+            yield frame
 
     def backoff_seconds(self, attempt: int) -> float:
         """Random delay before retry ``attempt`` (1-based), as the microphone source does."""
@@ -384,11 +452,17 @@ class WyomingSource:
             await server.start(lambda reader, writer: _Listener(self, reader, writer))
         except OSError as error:
             raise AudioDeviceError(f"{self.name}: cannot listen ({_reason(error)})") from error
+        self.port = bound_port(server)
+        announcement = Announcement(self.port, self.endpoint.host) if self.zeroconf else None
+        if announcement is not None:
+            await announcement.start()
         logger.info("listening for Wyoming audio on %s", self.name)
         try:
             while (item := await self._queue.get()) is not _END:
                 yield item  # type: ignore[misc]
         finally:
+            if announcement is not None:
+                await announcement.stop()
             await server.stop()
 
     async def _from_client(self, client: _Listener, event: Event) -> None:

@@ -205,7 +205,7 @@ def test_a_second_client_during_a_session_is_dropped_and_a_lost_service_retried(
     assert asyncio.run(asyncio.wait_for(twice(), 60)) == 2 * expected.shape[0]
 
 
-def test_the_listener_answers_describe_like_a_wyoming_service() -> None:
+def test_the_listener_answers_describe_truthfully() -> None:
     port = free_port()
     source = WyomingSource(parse_endpoint(f"wyoming-listen://127.0.0.1:{port}"))
 
@@ -223,9 +223,16 @@ def test_the_listener_answers_describe_like_a_wyoming_service() -> None:
         source.close()
         await listening
         await frames.aclose()
-        return reply is not None and Info.is_type(reply.type)
+        assert reply is not None and Info.is_type(reply.type)
+        return Info.from_event(reply)
 
-    assert asyncio.run(asyncio.wait_for(scenario(), 30))
+    info = asyncio.run(asyncio.wait_for(scenario(), 30))
+    # truthful, never empty: a sound sink (what it takes), named voxmeter, and no service that
+    # Home Assistant would add (it would wait for a transcript or a detection that never comes)
+    (sink,) = info.snd
+    assert sink.name == "voxmeter" and sink.installed and "measures" in (sink.description or "")
+    assert (sink.snd_format.rate, sink.snd_format.width, sink.snd_format.channels) == (16000, 2, 1)
+    assert not (info.asr or info.tts or info.wake or info.handle or info.intent or info.satellite)
 
 
 # ---- hostile peers: the source drops what is broken and goes on -------------------------------
