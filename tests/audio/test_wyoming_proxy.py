@@ -13,8 +13,6 @@ from typing import Any
 import numpy as np
 import pytest
 from wyoming.asr import Transcribe
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
-from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 from wyoming.info import Describe, Info
 from wyoming.wake import Detect
@@ -28,36 +26,10 @@ from monitor.audio.wyoming_proxy import (
     parse_proxy,
 )
 from monitor.errors import InputError
+from tests.audio.wyoming_peers import SAMPLES_PER_CHUNK as CHUNK_SAMPLES
+from tests.audio.wyoming_peers import conversation, talk
 from tests.realparts.mosquitto import free_port
 from tests.realparts.wyoming_upstreams import serve, speech
-
-CHUNK_SAMPLES = 1024
-
-
-def conversation(audio: np.ndarray, first: Event, *, rate: int = RATE_HZ) -> list[Event]:
-    """``first`` (transcribe / detect), audio-start, the audio in chunks, audio-stop."""
-    raw = audio.astype("<i2").tobytes()
-    step = CHUNK_SAMPLES * 2
-    chunks = [
-        AudioChunk(rate=rate, width=2, channels=1, audio=raw[i : i + step]).event()
-        for i in range(0, len(raw), step)
-    ]
-    return [first, AudioStart(rate=rate, width=2, channels=1).event(), *chunks, AudioStop().event()]
-
-
-async def talk(port: int, events: list[Event], *, answers: int = 1) -> list[Event]:
-    """Send ``events`` and read ``answers`` events back (None = the connection ended)."""
-    async with AsyncTcpClient("127.0.0.1", port) as client:
-        for event in events:
-            await client.write_event(event)
-        replies = []
-        async with asyncio.timeout(120):
-            for _ in range(answers):
-                reply = await client.read_event()
-                if reply is None:
-                    break
-                replies.append(reply)
-        return replies
 
 
 def proxy_to(port: int, **options: Any) -> WyomingProxySource:
@@ -151,9 +123,8 @@ def test_a_60_event_conversation_reaches_the_upstream_byte_identical_and_is_meas
             direct = await talk(port, events)
             source = proxy_to(port)
             frames, measuring = frames_of(source)
-            while not source.port:
+            while not source.port:  # serving
                 await asyncio.sleep(0.01)
-            await asyncio.sleep(0.05)  # the relay listens once frames() started
             proxied = await talk(source.port, events)
             await asyncio.sleep(0.2)  # the measuring side catches up
             source.close()
@@ -206,7 +177,8 @@ def test_a_stalled_measuring_side_neither_delays_nor_changes_the_relay() -> None
                     await stalled.wait()  # takes one frame, then never another
 
             measuring = asyncio.get_running_loop().create_task(blocked_extractor())
-            await asyncio.sleep(0.1)
+            while not source.port:  # serving
+                await asyncio.sleep(0.01)
             proxied = await talk(source.port, events)  # completes while the side is stalled
             assert not stalled.is_set() and not measuring.done()
             measuring.cancel()
