@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -37,13 +34,22 @@ from wyoming.info import Attribution, Describe, Info, SndProgram
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 
 from monitor import __version__
-from monitor.audio.sources import (
+from monitor.audio.frames import (
+    MAX_RATE_HZ,
+    MIN_RATE_HZ,
     RATE_HZ,
     AudioFrame,
+    Resampler,
     Sleep,
     SourceStats,
-    _check_frame_ms,
-    _Resampler,
+    check_frame_ms,
+)
+from monitor.audio.wyoming_wire import (
+    BROKEN_EVENT,
+    bound_port,
+    broken,
+    read_event,
+    reason,
 )
 from monitor.audio.zeroconf import Announcement
 from monitor.errors import AudioDeviceError, InputError
@@ -130,7 +136,7 @@ class WyomingDecoder:
 
     def __init__(self) -> None:
         self._format: tuple[int, int, int] | None = None
-        self._resample: _Resampler | None = None
+        self._resample: Resampler | None = None
 
     def flush(self) -> np.ndarray:
         """The resampler's last samples; the next chunk starts a new stream."""
@@ -146,13 +152,15 @@ class WyomingDecoder:
         if not AudioChunk.is_type(event.type):
             return np.zeros(0, dtype=np.int16)
         fmt = _chunk_format(event)
-        if not 4000 <= fmt[0] <= 384000:
-            raise ValueError(f"sample rate {fmt[0]} Hz not supported (4000..384000)")
+        if not MIN_RATE_HZ <= fmt[0] <= MAX_RATE_HZ:
+            raise ValueError(
+                f"sample rate {fmt[0]} Hz not supported ({MIN_RATE_HZ}..{MAX_RATE_HZ})"
+            )
         pcm = pcm_to_float(event.payload or b"", width=fmt[1], channels=fmt[2])
         tail = np.zeros(0, dtype=np.int16)
         if fmt != self._format:
             tail = self.flush()
-            self._format, self._resample = fmt, _Resampler(fmt[0])
+            self._format, self._resample = fmt, Resampler(fmt[0])
         assert self._resample is not None
         return np.concatenate([tail, self._resample(pcm)])
 
@@ -178,92 +186,6 @@ def listen_info() -> Info:
             )
         ]
     )
-
-
-def bound_port(server: AsyncTcpServer) -> int:
-    """The port a started server listens on (the one the OS chose when 0 was asked)."""
-    listening = server._server  # the package keeps its asyncio server there
-    if listening is None:
-        raise RuntimeError("the Wyoming server is not started")
-    return int(listening.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
-
-
-def _reason(error: OSError) -> str:
-    """``Connection refused``, not asyncio's ``Connect call failed ('127.0.0.1', 1)``."""
-    return os.strerror(error.errno) if error.errno else str(error)
-
-
-MAX_DATA_BYTES = 1 << 20
-"""Largest JSON data part of an event accepted (audio formats and info need a few hundred)."""
-MAX_PAYLOAD_BYTES = 16 << 20
-"""Largest audio payload of one event: 10 s of 8-channel 48 kHz 32-bit PCM is 15.4 MB; a peer
-that announces more would otherwise have every byte buffered until it arrives."""
-
-
-class ProtocolError(ValueError):
-    """A Wyoming peer sent something that is not a well-formed event."""
-
-
-_BROKEN_EVENT = (ProtocolError, ValueError, EOFError)
-"""A peer that breaks the protocol: see :func:`read_event`; EOFError is asyncio's
-IncompleteReadError (cut off in the middle of an event)."""
-
-
-def _length(header: dict[str, Any], key: str, limit: int) -> int:
-    value = header.get(key) or 0
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
-        raise ProtocolError(f"event {key} {value!r} is not a byte count in 0..{limit}")
-    return value
-
-
-async def read_event(reader: asyncio.StreamReader) -> Event | None:
-    """The next event, or None at the end of the stream: the ``wyoming`` package's
-    ``async_read_event`` with limits. A malformed header (not JSON, no type, lengths that are not
-    counts or exceed :data:`MAX_DATA_BYTES` / :data:`MAX_PAYLOAD_BYTES`) raises ProtocolError, a
-    header line over 64 KiB ValueError, a stream cut mid-event IncompleteReadError — where the
-    package reads garbage as a clean end and buffers any announced payload."""
-    read = await read_event_bytes(reader)
-    return None if read is None else read[0]
-
-
-async def read_event_bytes(reader: asyncio.StreamReader) -> tuple[Event, bytes] | None:
-    """The next event and the exact bytes it came in (header line, data, payload), for a relay
-    that must pass events on unchanged; None at the end. Checked as :func:`read_event` says."""
-    line = await reader.readline()
-    if not line:
-        return None
-    try:
-        header = json.loads(line)
-    except ValueError as error:
-        raise ProtocolError(f"event header is not JSON ({line[:40]!r})") from error
-    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
-        raise ProtocolError("event without a type")
-    data = header.get("data") or {}
-    if not isinstance(data, dict):
-        raise ProtocolError("event data is not a JSON object")
-    data_length = _length(header, "data_length", MAX_DATA_BYTES)
-    payload_length = _length(header, "payload_length", MAX_PAYLOAD_BYTES)
-    raw = [line]
-    if data_length:
-        raw.append(await reader.readexactly(data_length))
-        try:
-            extra = json.loads(raw[-1])
-        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
-            raise ProtocolError("event data is not JSON") from error
-        if not isinstance(extra, dict):
-            raise ProtocolError("event data is not a JSON object")
-        data = {**data, **extra}
-    payload = await reader.readexactly(payload_length) if payload_length else None
-    if payload is not None:
-        raw.append(payload)
-    return Event(type=header["type"], data=data, payload=payload), b"".join(raw)
-
-
-def _broken(error: Exception) -> str:
-    """One line for a broken event, without the package's internals."""
-    if isinstance(error, asyncio.IncompleteReadError):
-        return f"connection cut in the middle of an event ({len(error.partial)} bytes of it read)"
-    return f"malformed event ({error})"
 
 
 async def decode_frames(
@@ -334,10 +256,10 @@ class _Listener(AsyncEventHandler):
             while (event := await read_event(self.reader)) is not None:
                 if not await self.handle_event(event):
                     break
-        except _BROKEN_EVENT as error:
-            logger.warning("%s: client dropped: %s", self.source.name, _broken(error))
+        except BROKEN_EVENT as error:
+            logger.warning("%s: client dropped: %s", self.source.name, broken(error))
         except OSError as error:  # reset by the peer
-            logger.warning("%s: client lost: %s", self.source.name, _reason(error))
+            logger.warning("%s: client lost: %s", self.source.name, reason(error))
         finally:
             await self.disconnect()
             self.writer.close()
@@ -367,7 +289,7 @@ class WyomingSource:
     ) -> None:
         self.endpoint = endpoint
         self.name = str(endpoint)
-        self.frame_ms = _check_frame_ms(frame_ms)
+        self.frame_ms = check_frame_ms(frame_ms)
         self.stats = SourceStats()
         self.backoff_initial_seconds = backoff_initial_seconds
         self.backoff_max_seconds = backoff_max_seconds
@@ -422,10 +344,10 @@ class WyomingSource:
                 problem = "connection closed"
             except TimeoutError:  # before OSError, of which it is a subclass
                 problem = f"no event for {self.idle_seconds:g} s (a half-open connection?)"
-            except _BROKEN_EVENT as error:  # the service is not gone: reconnect, as after a close
-                problem = _broken(error)
+            except BROKEN_EVENT as error:  # the service is not gone: reconnect, as after a close
+                problem = broken(error)
             except OSError as error:
-                problem = _reason(error)
+                problem = reason(error)
                 if not (connected_once or self.wait_for_device):  # a typo, not an outage
                     raise AudioDeviceError(f"{self.name}: cannot connect ({problem})") from error
             yield None
@@ -451,7 +373,7 @@ class WyomingSource:
         try:
             await server.start(lambda reader, writer: _Listener(self, reader, writer))
         except OSError as error:
-            raise AudioDeviceError(f"{self.name}: cannot listen ({_reason(error)})") from error
+            raise AudioDeviceError(f"{self.name}: cannot listen ({reason(error)})") from error
         self.port = bound_port(server)
         announcement = Announcement(self.port, self.endpoint.host) if self.zeroconf else None
         if announcement is not None:

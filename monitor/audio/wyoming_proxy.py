@@ -41,14 +41,15 @@ from wyoming.event import Event
 from wyoming.info import Info
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 
-from monitor.audio.sources import AudioFrame, Sleep, SourceStats, _check_frame_ms
-from monitor.audio.wyoming import (
-    _BROKEN_EVENT,
-    _broken,
-    _reason,
+from monitor.audio.frames import AudioFrame, Sleep, SourceStats, check_frame_ms
+from monitor.audio.wyoming import decode_frames
+from monitor.audio.wyoming_wire import (
+    BROKEN_EVENT,
     bound_port,
-    decode_frames,
+    broken,
+    encode_event,
     read_event_bytes,
+    reason,
 )
 from monitor.audio.zeroconf import Announcement
 from monitor.errors import AudioDeviceError, InputError
@@ -108,18 +109,6 @@ def parse_proxy(spec: str) -> ProxyEndpoint:
     ):
         raise InputError("source", f"bad Wyoming proxy source {spec!r} ({problem})")
     return ProxyEndpoint(parts.hostname, port, upstream.hostname, upstream_port)
-
-
-def encode_event(event: Event) -> bytes:
-    """An event as the ``wyoming`` package writes it (header line, data, payload)."""
-    header: dict[str, Any] = {"type": event.type, "version": "1.10.2"}
-    data = json.dumps(event.data, ensure_ascii=False).encode() if event.data else b""
-    if data:
-        header["data_length"] = len(data)
-    if event.payload:
-        header["payload_length"] = len(event.payload)
-    line = json.dumps(header, ensure_ascii=False).encode() + b"\n"
-    return line + data + (event.payload or b"")
 
 
 def annotate_info(info: Event) -> Event:
@@ -227,7 +216,7 @@ class _Upstream:
             return
         self.down = True
         self.proxy.stats.device_errors += 1
-        problem = "no answer" if isinstance(error, TimeoutError) else _reason(error)
+        problem = "no answer" if isinstance(error, TimeoutError) else reason(error)
         logger.warning(
             "%s: upstream %s unreachable (%s); clients get an error until it is back",
             self.proxy.name,
@@ -317,10 +306,10 @@ class _Relay(AsyncEventHandler):
                 self.proxy.tap.offer(self, event)
         except TimeoutError:
             return
-        except _BROKEN_EVENT as error:
-            logger.warning("%s: client dropped: %s", self.proxy.name, _broken(error))
+        except BROKEN_EVENT as error:
+            logger.warning("%s: client dropped: %s", self.proxy.name, broken(error))
         except OSError as error:  # the client is gone
-            logger.debug("%s: client left: %s", self.proxy.name, _reason(error))
+            logger.debug("%s: client left: %s", self.proxy.name, reason(error))
 
     async def _pump_back(self, upstream: asyncio.StreamReader) -> None:
         """Upstream → client: each event's bytes as they came (``info`` annotated); when the
@@ -333,10 +322,10 @@ class _Relay(AsyncEventHandler):
                 self.writer.write(raw)
                 await self.writer.drain()
             problem = "closed the connection"
-        except _BROKEN_EVENT as error:
-            problem = _broken(error)
+        except BROKEN_EVENT as error:
+            problem = broken(error)
         except OSError as error:
-            problem = _reason(error)
+            problem = reason(error)
         if self.upstream is not None:
             self.upstream.close()
             self.upstream = None
@@ -351,7 +340,7 @@ class _Relay(AsyncEventHandler):
 
 
 def _problem(error: OSError) -> str:
-    return "no answer" if isinstance(error, TimeoutError) else _reason(error) or str(error)
+    return "no answer" if isinstance(error, TimeoutError) else reason(error) or str(error)
 
 
 class WyomingProxySource:
@@ -372,7 +361,7 @@ class WyomingProxySource:
     ) -> None:
         self.endpoint = endpoint
         self.name = str(endpoint)
-        self.frame_ms = _check_frame_ms(frame_ms)
+        self.frame_ms = check_frame_ms(frame_ms)
         self.stats = SourceStats()
         self.backoff_initial_seconds = backoff_initial_seconds
         self.backoff_max_seconds = backoff_max_seconds
@@ -426,7 +415,7 @@ class WyomingProxySource:
         try:
             await server.start(lambda reader, writer: _Relay(self, reader, writer))
         except OSError as error:
-            raise AudioDeviceError(f"{self.name}: cannot listen ({_reason(error)})") from error
+            raise AudioDeviceError(f"{self.name}: cannot listen ({reason(error)})") from error
         self.port = bound_port(server)
         announcement = Announcement(self.port, self.endpoint.host) if self.zeroconf else None
         if announcement is not None:

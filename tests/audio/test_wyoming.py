@@ -16,17 +16,16 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
 
-from monitor.audio.sources import FileSource, open_source, read_audio
+from monitor.audio.file import FileSource, read_audio
+from monitor.audio.spec import open_source
 from monitor.audio.wyoming import (
-    MAX_PAYLOAD_BYTES,
-    ProtocolError,
     WyomingDecoder,
     WyomingEndpoint,
     WyomingSource,
     parse_endpoint,
     pcm_to_float,
-    read_event,
 )
+from monitor.audio.wyoming_wire import MAX_PAYLOAD_BYTES, ProtocolError, read_event
 from monitor.daemon.config import load_config
 from monitor.errors import AudioDeviceError, ConfigError, InputError
 from tests.audio.wyoming_peers import microphone_service, stream_to

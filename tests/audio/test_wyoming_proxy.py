@@ -17,7 +17,8 @@ from wyoming.event import Event
 from wyoming.info import Describe, Info
 from wyoming.wake import Detect
 
-from monitor.audio.sources import RATE_HZ, AudioFrame, parse_source
+from monitor.audio.frames import RATE_HZ, AudioFrame
+from monitor.audio.spec import parse_source
 from monitor.audio.wyoming_proxy import (
     VIA,
     ProxyEndpoint,

@@ -12,7 +12,7 @@ import pytest
 from zeroconf import IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from monitor.audio.sources import open_source
+from monitor.audio.spec import open_source
 from monitor.audio.wyoming import WyomingSource
 from monitor.audio.wyoming_proxy import WyomingProxySource
 from monitor.audio.zeroconf import (

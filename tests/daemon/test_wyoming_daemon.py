@@ -15,7 +15,7 @@ import soundfile as sf
 import soxr
 from wyoming.asr import Transcribe
 
-from monitor.audio.sources import read_audio
+from monitor.audio.file import read_audio
 from monitor.audio.wyoming import WyomingSource
 from monitor.audio.wyoming_proxy import WyomingProxySource
 from monitor.daemon.budget import period_start
