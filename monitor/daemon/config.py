@@ -151,6 +151,15 @@ class AudioSettings:
 
 
 @dataclass(frozen=True)
+class WyomingSettings:
+    """Wyoming servers of ours (``wyoming-listen``, ``wyoming-proxy`` sources)."""
+
+    zeroconf: bool = _setting(
+        True, "announce them on mDNS as _wyoming._tcp.local. (Home Assistant discovers them)"
+    )
+
+
+@dataclass(frozen=True)
 class FeatureSettings:
     """Which extractors run on every window."""
 
@@ -328,6 +337,7 @@ class Config:
 
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
     audio: AudioSettings = field(default_factory=AudioSettings)
+    wyoming: WyomingSettings = field(default_factory=WyomingSettings)
     features: FeatureSettings = field(default_factory=FeatureSettings)
     tracker: TrackerSettings = field(default_factory=TrackerSettings)
     scorer: ScorerSettings = field(default_factory=ScorerSettings)

@@ -250,10 +250,13 @@ class Pipeline:
         while True:
             frame = await inbox.get()
             chunks = self.vad.flush() if frame is None else self.vad.process(frame)
-            for chunk in chunks:
-                for window in self.windower.process(chunk):
-                    await out.put(ClosedWindow(index, window, self.clock(), self.wall_clock()))
-                    index += 1
+            windows = [w for chunk in chunks for w in self.windower.process(chunk)]
+            if frame is not None and frame.utterance_end:  # the turn ends: a short window
+                windows += [w for chunk in self.vad.flush() for w in self.windower.process(chunk)]
+                windows += self.windower.close_turn()
+            for window in windows:
+                await out.put(ClosedWindow(index, window, self.clock(), self.wall_clock()))
+                index += 1
             if frame is None:
                 self.windower.reset()  # a partial last window is not scored
                 await out.put(None)
