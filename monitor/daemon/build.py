@@ -13,7 +13,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from monitor.audio.sources import AudioSource, MicrophoneSource, Retry, open_source
+from monitor.audio.frames import AudioSource
+from monitor.audio.microphone import MicrophoneSource
+from monitor.audio.spec import Retry, open_source
 from monitor.calibration.fit import CalibrationSet, load_default
 from monitor.daemon.config import Config
 from monitor.daemon.events import Exporter

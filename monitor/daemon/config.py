@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from monitor.audio.sources import parse_source
+from monitor.audio.spec import parse_source
 from monitor.errors import ConfigError, InputError
 from monitor.vocabulary import EXTRACTORS, TRACKING_FEATURE, FigureKey
 

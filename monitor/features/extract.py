@@ -87,7 +87,8 @@ def extract_file(
     A file longer than ``block_seconds`` is streamed in blocks of that length (see
     :data:`BLOCK_SECONDS`).
     """
-    from monitor.audio.sources import RATE_HZ, audio_length_seconds, read_audio, read_audio_blocks
+    from monitor.audio.file import audio_length_seconds, read_audio, read_audio_blocks
+    from monitor.audio.frames import RATE_HZ
 
     names = _check_features(features)
     if not block_seconds > 0:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from monitor.audio.sources import StdinSource
+from monitor.audio.stdin import StdinSource
 from monitor.daemon.budget import period_start
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import PrometheusSettings, load_config
