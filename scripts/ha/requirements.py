@@ -20,7 +20,7 @@ ROOT = Path(components.__file__).parent
 
 
 def closure(domains: list[str]) -> tuple[list[str], list[str]]:
-    """(every integration reached through dependencies and after_dependencies, their requirements)."""
+    """(integrations reached through dependencies and after_dependencies, their requirements)."""
     seen: list[str] = []
     todo = list(domains)
     requirements: list[str] = []

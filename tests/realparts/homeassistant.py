@@ -189,7 +189,7 @@ class HomeAssistant:
 
 
 def wait_until(probe: Callable[[], T | None], timeout_seconds: float, what: str) -> T:
-    """Poll ``probe`` every 0.2 s until it returns something truthy; TimeoutError naming ``what``."""
+    """Poll ``probe`` every 0.2 s until it gives something truthy (TimeoutError names ``what``)."""
     deadline = time.monotonic() + timeout_seconds
     while True:
         value = probe()
@@ -201,7 +201,7 @@ def wait_until(probe: Callable[[], T | None], timeout_seconds: float, what: str)
 
 
 def start_home_assistant(directory: Path) -> HomeAssistant:
-    """Write a fresh config folder, start ``hass`` on a free port, onboard; running when returned."""
+    """Write a fresh config folder, start ``hass`` on a free port and onboard: running on return."""
     from tests.realparts.mosquitto import free_port  # imported late: pytest registers it after us
 
     port = free_port()

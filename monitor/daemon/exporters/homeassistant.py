@@ -17,8 +17,9 @@ and, at start, for every speaker that is no longer a local profile in the databa
 subscribes to its own node's configs, and a *retained* one (published before this run) for a
 speaker it does not know is cleared, with that speaker's retained state. A speaker's state is
 cleared only after every config reading it (acknowledged, on this one connection): an empty
-state reaching an entity that still exists is a template error in Home Assistant's log. Topics come from
-:func:`~monitor.daemon.exporters.mqtt.topics_for`; object ids are escaped to ``[a-zA-Z0-9_-]``.
+state reaching an entity that still exists is a template error in Home Assistant's log.
+Topics come from :func:`~monitor.daemon.exporters.mqtt.topics_for`; object ids are escaped to
+``[a-zA-Z0-9_-]``.
 
 It keeps its own broker connection (client id ``<mqtt client id>-ha``), so the alert path of
 the MQTT exporter is untouched by discovery.
