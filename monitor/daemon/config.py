@@ -155,6 +155,12 @@ class FeatureSettings:
         "(resemblyzer); must be the one the database was enrolled with",
         _one_of("ecapa", "campplus", "ge2e"),
     )
+    runtime: str = _setting(
+        "auto",
+        "what runs the ECAPA / CAM++ network: onnx (ONNX Runtime, graphs exported by make "
+        "models), torch (the reference port) or auto (onnx where its graph is present)",
+        _one_of("auto", "onnx", "torch"),
+    )
 
 
 TRACKER_THRESHOLDS: dict[str, tuple[float, float]] = {
