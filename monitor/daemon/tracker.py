@@ -194,7 +194,7 @@ class SpeakerTracker:
             return cluster, []
         retired: list[TrackExpired] = []
         for other in list(self.clusters.values()):
-            if other is cluster or other.seconds < minimum:
+            if other is cluster or other.track not in self.clusters or other.seconds < minimum:
                 continue
             if float(other.centroid @ cluster.centroid) < self.thresholds.merge:
                 continue
