@@ -101,10 +101,13 @@ def recognise(path: Path) -> bool:
 
     Reads only: a file that is not ours is left exactly as it was, bytes and mode.
     """
-    if path.stat().st_size == 0 and not _wal_in_use(path):
-        return False
-    with path.open("rb") as file:
-        header = file.read(100)
+    try:
+        if path.stat().st_size == 0 and not _wal_in_use(path):
+            return False
+        with path.open("rb") as file:
+            header = file.read(100)
+    except OSError as error:
+        raise StoreError(f"{path}: cannot read: {error.strerror or error}") from error
     if len(header) == 100 and header[:16] == _MAGIC:
         application_id = int.from_bytes(header[68:72], "big")
         if application_id == APPLICATION_ID:
