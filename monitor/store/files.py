@@ -63,11 +63,20 @@ def writable(path: Path, status: os.stat_result) -> bool:
     return bool(status.st_mode & stat.S_IWUSR) and os.access(path, os.W_OK)
 
 
+def _read_only_file_system(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def refuse_read_only(path: Path, status: os.stat_result) -> None:
     """StoreError for a database this process must not write; never chmod it writable."""
     if writable(path, status):
         return
     mode = f"mode {stat.S_IMODE(status.st_mode):04o}"
+    if status.st_mode & stat.S_IWUSR and _read_only_file_system(path):
+        raise StoreError(f"{path}: the database is on a read-only file system; nothing was changed")
     if status.st_mode & stat.S_IWUSR:  # the owner may write it, this user may not
         raise StoreError(
             f"{path}: the database is not writable by this user ({mode}, owner uid "
