@@ -71,16 +71,20 @@ class WyomingEndpoint:
 
 def parse_endpoint(spec: str) -> WyomingEndpoint:
     """The endpoint of a source spec; a malformed one raises InputError naming it."""
-    problem = "expected wyoming://HOST:PORT or wyoming-listen://HOST:PORT, optionally ?once"
+    problem = (
+        "expected wyoming://HOST:PORT or wyoming-listen://HOST:PORT with PORT 1..65535, "
+        "optionally ?once"
+    )
     parts = urlsplit(spec)
     try:
         port = parts.port
-    except ValueError:
+    except ValueError:  # beyond 65535, or not a number
         port = None
     if (
         parts.scheme not in SCHEMES
         or not parts.hostname
         or port is None
+        or not 1 <= port <= 65535
         or parts.path not in ("", "/")
         or parts.query not in ("", "once")
     ):
