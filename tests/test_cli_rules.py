@@ -113,6 +113,12 @@ def test_a_wrong_password_value_names_the_key_not_the_value(tmp_path: Path, valu
     assert SECRET not in done.stderr and "12345678" not in done.stderr
 
 
+def test_the_password_is_not_in_the_settings_repr() -> None:
+    config = load_config(None, [f'mqtt.password="{SECRET}"'])
+    assert config.mqtt.password == SECRET
+    assert SECRET not in repr(config) and SECRET not in repr(config.mqtt)
+
+
 @pytest.mark.parametrize(
     ("override", "key"),
     [
