@@ -22,6 +22,7 @@ from typing import Any
 
 from monitor.audio.spec import parse_source
 from monitor.errors import ConfigError, InputError
+from monitor.userfiles import MAX_CONFIG_BYTES, read_bytes
 from monitor.vocabulary import EXTRACTORS, TRACKING_FEATURE, FigureKey
 
 Check = Callable[[Any], str | None]
@@ -148,6 +149,15 @@ class AudioSettings:
         False,
         "a microphone or Wyoming service missing at start: false = exit with an error, true = wait",
         None,
+    )
+
+
+@dataclass(frozen=True)
+class WyomingSettings:
+    """Wyoming servers of ours (``wyoming-listen``, ``wyoming-proxy`` sources)."""
+
+    zeroconf: bool = _setting(
+        True, "announce them on mDNS as _wyoming._tcp.local. (Home Assistant discovers them)"
     )
 
 
@@ -329,6 +339,7 @@ class Config:
 
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
     audio: AudioSettings = field(default_factory=AudioSettings)
+    wyoming: WyomingSettings = field(default_factory=WyomingSettings)
     features: FeatureSettings = field(default_factory=FeatureSettings)
     tracker: TrackerSettings = field(default_factory=TrackerSettings)
     scorer: ScorerSettings = field(default_factory=ScorerSettings)
@@ -405,11 +416,10 @@ def load_config(path: Path | None = None, overrides: Sequence[str] = ()) -> Conf
     """Settings from ``path`` (a config.toml; None = defaults) then ``--set`` overrides."""
     tables: dict[str, dict[str, Any]] = {}
     if path is not None:
-        try:
-            with open(path, "rb") as handle:
-                document = tomllib.load(handle)
-        except OSError as exc:
-            raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from exc
+        try:  # a regular file of at most 1 MiB: /dev/zero or a FIFO is refused, not read
+            document = tomllib.loads(read_bytes(path, max_bytes=MAX_CONFIG_BYTES).decode())
+        except RecursionError:
+            raise InputError(str(path), "not valid TOML: nested too deeply") from None
         except tomllib.TOMLDecodeError as exc:
             raise InputError(str(path), f"not valid TOML: {exc}") from exc
         except UnicodeDecodeError as exc:  # TOML is UTF-8 only

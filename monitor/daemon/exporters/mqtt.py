@@ -5,9 +5,11 @@ Topics under ``<prefix>`` (default ``voxmeter/<device_id>``):
 - ``<prefix>/status`` (retained): ``{"state": "online"|"offline", "version", "started"}``; the
   broker's last will publishes ``offline`` if the daemon vanishes without saying goodbye.
 - ``<prefix>/speakers/<alias>/state`` (retained): the speaker's latest figures; cleared (empty
-  retained message) when an ``unknown-N`` track expires. ``<alias>`` is percent-encoded by
-  :func:`topic_level` (UTF-8, every character but ``A-Z a-z 0-9 - . _ ~``), so an alias with
-  ``#``, ``+``, ``/``, a control character or a non-ASCII letter is one valid topic level;
+  retained message) when an ``unknown-N`` track expires — by the Home Assistant exporter when
+  discovery is on (``clear_expired=False`` here), after the entities reading it are gone.
+  ``<alias>`` is percent-encoded by :func:`topic_level` (UTF-8, every character but
+  ``A-Z a-z 0-9 - . _ ~``), so an alias with ``#``, ``+``, ``/``, a control character or a
+  non-ASCII letter is one valid topic level;
   ``urllib.parse.unquote`` gives the alias back (the payload's ``alias`` holds it as is).
 - ``<prefix>/alerts``: one JSON object per budget transition, read from the store's outbox.
 
@@ -224,6 +226,7 @@ class MqttExporter:
         store: Outbox,
         device_id: str,
         on_connection: Callable[[bool], None] | None = None,
+        clear_expired: bool = True,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -245,6 +248,7 @@ class MqttExporter:
         self.client_id = settings.client_id or f"voxmeter-{device_id}"
         self._outbox = store
         self._on_connection = on_connection
+        self._clear_expired = clear_expired
         self._clock = clock
         self._rng = rng or random.Random()
         self._sleep = sleep
@@ -275,7 +279,10 @@ class MqttExporter:
                 pass  # the alert is already in the outbox: just wake the drain
             case TrackExpired():
                 self._states.pop(event.track, None)
-                self._dirty[event.track] = None
+                if self._clear_expired:
+                    self._dirty[event.track] = None
+                else:  # Home Assistant's exporter clears it, after the configs that read it
+                    self._dirty.pop(event.track, None)
             case PipelineStats() | DaemonStopping():
                 return
         self._wake.set()
