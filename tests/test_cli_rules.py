@@ -141,10 +141,27 @@ def test_port_ends_are_accepted_and_metrics_may_take_any_free_port() -> None:
     assert load_config(None, ["prometheus.port=0"]).prometheus.port == 0  # listen: any free port
 
 
-@pytest.mark.parametrize("port", ["0", "65536", "99999"])
-def test_wyoming_source_ports_are_1_to_65535(port: str) -> None:
-    for scheme in ("wyoming", "wyoming-listen"):
-        with pytest.raises(ConfigError, match=r"daemon\.source") as raised:
-            load_config(None, [f"daemon.source={scheme}://127.0.0.1:{port}"])
-        assert "1..65535" in str(raised.value)
-    assert load_config(None, ["daemon.source=wyoming://127.0.0.1:65535"]).daemon.source
+@pytest.mark.parametrize(
+    "source",
+    [
+        "wyoming://127.0.0.1:0",
+        "wyoming://127.0.0.1:65536",
+        "wyoming-listen://127.0.0.1:99999",
+        "wyoming-proxy://127.0.0.1:0?upstream=tcp://127.0.0.1:0",
+        "wyoming-proxy://127.0.0.1:10700?upstream=tcp://127.0.0.1:70000",
+        "wyoming-proxy://127.0.0.1:65536?upstream=tcp://127.0.0.1:10600",
+    ],
+)
+def test_wyoming_ports_to_connect_to_are_1_to_65535(source: str) -> None:
+    with pytest.raises(ConfigError, match=r"daemon\.source") as raised:
+        load_config(None, [f"daemon.source={source}"])
+    assert "PORT 1..65535" in str(raised.value)
+
+
+def test_wyoming_ports_to_listen_on_may_be_0_any_free_port() -> None:
+    for source in (
+        "wyoming://127.0.0.1:65535",
+        "wyoming-listen://127.0.0.1:0",
+        "wyoming-proxy://127.0.0.1:0?upstream=tcp://127.0.0.1:1",
+    ):
+        assert load_config(None, [f"daemon.source={source}"]).daemon.source == source

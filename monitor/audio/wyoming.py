@@ -78,8 +78,8 @@ class WyomingEndpoint:
 def parse_endpoint(spec: str) -> WyomingEndpoint:
     """The endpoint of a source spec; a malformed one raises InputError naming it."""
     problem = (
-        "expected wyoming://HOST:PORT or wyoming-listen://HOST:PORT with PORT 1..65535, "
-        "optionally ?once"
+        "expected wyoming://HOST:PORT (PORT 1..65535) or wyoming-listen://HOST:PORT (PORT "
+        "0..65535, 0 = any free port), optionally ?once"
     )
     parts = urlsplit(spec)
     try:
@@ -90,7 +90,7 @@ def parse_endpoint(spec: str) -> WyomingEndpoint:
         parts.scheme not in SCHEMES
         or not parts.hostname
         or port is None
-        or not 1 <= port <= 65535
+        or (port == 0 and parts.scheme != SCHEMES[1])  # connecting needs a real port
         or parts.path not in ("", "/")
         or parts.query not in ("", "once")
     ):
