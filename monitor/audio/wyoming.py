@@ -77,16 +77,20 @@ class WyomingEndpoint:
 
 def parse_endpoint(spec: str) -> WyomingEndpoint:
     """The endpoint of a source spec; a malformed one raises InputError naming it."""
-    problem = "expected wyoming://HOST:PORT or wyoming-listen://HOST:PORT, optionally ?once"
+    problem = (
+        "expected wyoming://HOST:PORT (PORT 1..65535) or wyoming-listen://HOST:PORT (PORT "
+        "0..65535, 0 = any free port), optionally ?once"
+    )
     parts = urlsplit(spec)
     try:
         port = parts.port
-    except ValueError:
+    except ValueError:  # beyond 65535, or not a number
         port = None
     if (
         parts.scheme not in SCHEMES
         or not parts.hostname
         or port is None
+        or (port == 0 and parts.scheme != SCHEMES[1])  # connecting needs a real port
         or parts.path not in ("", "/")
         or parts.query not in ("", "once")
     ):

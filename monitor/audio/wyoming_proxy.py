@@ -86,7 +86,9 @@ class ProxyEndpoint:
 
 def parse_proxy(spec: str) -> ProxyEndpoint:
     """The endpoint of a proxy spec; a malformed one raises InputError naming it."""
-    problem = f"expected {SCHEME}://HOST:PORT?upstream=tcp://HOST:PORT"
+    problem = (
+        f"expected {SCHEME}://HOST:PORT?upstream=tcp://HOST:PORT, the upstream's PORT 1..65535"
+    )
     parts = urlsplit(spec)
     query = parse_qs(parts.query, keep_blank_values=True)
     upstream = urlsplit(query["upstream"][0]) if list(query) == ["upstream"] else None
@@ -103,7 +105,7 @@ def parse_proxy(spec: str) -> ProxyEndpoint:
         or len(query["upstream"]) != 1
         or upstream.scheme != "tcp"
         or not upstream.hostname
-        or upstream_port is None
+        or not upstream_port  # None, or 0: no port to connect to
         or upstream.path not in ("", "/")
         or upstream.query
     ):

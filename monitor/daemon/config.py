@@ -32,7 +32,9 @@ Check = Callable[[Any], str | None]
 def _setting(default: Any, doc: str, check: Check | None = None, *, secret: bool = False) -> Any:
     """A documented field; ``check`` returns a problem string for a bad value, else None.
     A ``secret`` value is never shown in an error (the key is named, the value is not)."""
-    return field(default=default, metadata={"doc": doc, "check": check, "secret": secret})
+    return field(
+        default=default, repr=not secret, metadata={"doc": doc, "check": check, "secret": secret}
+    )
 
 
 def _positive(value: float) -> str | None:
