@@ -151,27 +151,39 @@ class SideTap:
     """The measuring side's inbox: the audio of one utterance at a time, never waited for.
 
     :meth:`offer` is called on the relay path after an event went on; it only ever calls
-    ``put_nowait``. What does not fit is dropped and counted in seconds of audio.
+    ``put_nowait``. What does not fit is dropped, counted in seconds of audio
+    (``dropped_seconds``, and in ``stats.dropped`` as frames of ``frame_ms`` until the daemon
+    counts drops in seconds), and the rest of that utterance is not measured either: a cut
+    utterance ends at its ``audio-stop`` (or, if even that found the queue full, before the
+    next utterance starts), so the daemon still closes its window there.
     """
 
-    def __init__(self, max_events: int = 512) -> None:
+    def __init__(
+        self, max_events: int = 512, *, stats: SourceStats | None = None, frame_ms: int = 30
+    ) -> None:
         self.queue: asyncio.Queue[Event | None] = asyncio.Queue(max_events)
         self.dropped_seconds = 0.0
+        self.stats = stats if stats is not None else SourceStats()
+        self._frame_seconds = frame_ms / 1000
         self._owner: object | None = None  # the connection whose utterance is measured
-        self._broken = False  # a drop inside the current utterance: resume at its next start
+        self._broken = False  # a drop inside the current utterance: the rest is not measured
+        self._end_owed = False  # a cut utterance's end is not in the queue yet
 
     def offer(self, who: object, event: Event) -> None:
         start, stop = AudioStart.is_type(event.type), AudioStop.is_type(event.type)
         if not (start or stop or AudioChunk.is_type(event.type)):
             return
         if start and self._owner in (None, who):
-            self._owner, self._broken = who, False
-        if self._owner is not who or self._broken:
-            self.dropped_seconds += _audio_seconds(event)
+            if self._end_owed and self._put(None):
+                self._end_owed = False
+            self._owner, self._broken = who, self._end_owed
+        if self._owner is not who:
+            self._drop(event)
             return
-        if not self._put(event):
-            self.dropped_seconds += _audio_seconds(event)
+        if (self._broken and not stop) or not self._put(event):
+            self._drop(event)
             self._broken = True
+            self._end_owed = self._end_owed or stop
         if stop:
             self._owner = None
 
@@ -179,7 +191,11 @@ class SideTap:
         """A connection closed: its open utterance (if measured) ends here."""
         if self._owner is who:
             self._owner = None
-            self._put(None)
+            self._end_owed = not self._put(None)
+
+    def _drop(self, event: Event) -> None:
+        self.dropped_seconds += _audio_seconds(event)
+        self.stats.dropped = round(self.dropped_seconds / self._frame_seconds)
 
     def _put(self, item: Event | None) -> bool:
         try:
@@ -370,7 +386,7 @@ class WyomingProxySource:
         self._clock = clock
         self._rng = rng or random.Random()
         self._closed: asyncio.Event | None = None
-        self.tap = SideTap(tap_events)
+        self.tap = SideTap(tap_events, stats=self.stats, frame_ms=self.frame_ms)
         self.upstream = _Upstream(self)
         self.port = endpoint.port  # the bound port once serving (differs when 0 was asked)
 
