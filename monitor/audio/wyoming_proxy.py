@@ -15,10 +15,12 @@ overlapping utterance is not measured, and counted as dropped); ``audio-stop`` e
 speaker's turn (:attr:`AudioFrame.utterance_end`).
 
 Upstream down or refusing: the client gets a Wyoming ``error`` event at once (the connect attempt
-gives up after :data:`CONNECT_SECONDS`) and its connection is closed, as a refused connection
-would be; one warning is logged, and the upstream is probed again with random capped backoff.
-While it is down, clients get the error without a new attempt; the first probe that connects
-logs one line, and clients are relayed again.
+gives up after :data:`CONNECT_SECONDS`) and then the end of the stream, as from a refused
+connection (what it still sends is read and let go, so the error is not lost to a reset); one
+warning is logged, and the upstream is probed again with random capped backoff. While it is
+down, clients get the error without a new attempt; the first probe that connects logs one line,
+and clients are relayed again. An upstream that hangs up mid-request: an ``error`` to its client
+too.
 """
 
 from __future__ import annotations
@@ -346,6 +348,8 @@ class _Relay(AsyncEventHandler):
             self.upstream.close()
             self.upstream = None
         await self._farewell(f"upstream {self.proxy.endpoint.upstream} {problem}")
+        # a client that neither sends nor hangs up (a half-open connection) is let go too
+        asyncio.get_running_loop().call_later(LINGER_SECONDS, self.writer.close)
 
     async def _farewell(self, text: str) -> None:
         """A Wyoming error, then the end of what we send (the client reads both)."""
