@@ -208,10 +208,12 @@ async def decode_frames(
     frame = RATE_HZ * frame_ms // 1000
     pending = np.zeros(0, dtype=np.int16)
     emitted = 0  # samples received so far: the stream's clock
+    in_turn = False  # audio came since the last end of a turn
     async for event in events:
         if event is None:  # a connection ended: drain the resampler
             samples = decoder.flush()
         else:
+            in_turn = in_turn or AudioStart.is_type(event.type) or AudioChunk.is_type(event.type)
             try:
                 samples = decoder.process(event)
             except ValueError as error:
@@ -220,7 +222,8 @@ async def decode_frames(
                 continue
         pending = np.concatenate([pending, samples])
         last = event is None or AudioStop.is_type(event.type)
-        ended = turns and last
+        ended = turns and last and in_turn
+        in_turn = in_turn and not last
         while pending.shape[0] >= frame or (last and pending.shape[0]):
             out, pending = pending[:frame], pending[frame:]
             stats.frames_total += 1
