@@ -97,6 +97,7 @@ class DaemonStarted:
     period_start_unix: float  # start of the current budget period
     states: Mapping[str, BudgetState]  # track alias → budget state restored from the store
     budget_bits: float  # the configured budget per speaker
+    speech_seconds: float = 0.0  # speech scored in the current period so far (the ledger's)
 
 
 @dataclass(frozen=True)
