@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from monitor.daemon.build import build_pipeline
 from monitor.daemon.budget import period_start
+from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
 from monitor.daemon.events import TrackExpired, TrackRestored
 from monitor.daemon.ledger import expired_on_restart
