@@ -141,6 +141,10 @@ class Metrics:
         self.mqtt_connected = gauge(
             "voxmeter_mqtt_connected", "1 while the MQTT broker connection is up."
         )
+        self.mqtt_enabled = gauge(
+            "voxmeter_mqtt_enabled",
+            "1 when this daemon publishes to MQTT (alerts rules on the outbox need it).",
+        )
         self.audio_device_errors = counter(
             "voxmeter_audio_device_errors", "Audio device failures since the daemon started."
         )
@@ -260,6 +264,10 @@ class PrometheusExporter:
 
     async def handle(self, event: DaemonEvent) -> None:
         self.apply(event)
+
+    def set_mqtt_enabled(self, enabled: bool) -> None:
+        """Whether an MQTT exporter drains the outbox: without one, pending alerts are normal."""
+        self.metrics.mqtt_enabled.set(1.0 if enabled else 0.0)
 
     def set_mqtt_connected(self, connected: bool) -> None:
         """Connection listener for the MQTT exporter."""
