@@ -93,8 +93,7 @@ def test_device_figures_are_republished_from_the_ledger_at_start(
                 assert json.loads(retained(sub, device) or b"")["speech_seconds"] == 42.5
                 await handle(pair, scored("member-a", speech_seconds=3.0))
                 await sub.wait(
-                    lambda: json.loads(retained(sub, device) or b"{}").get("speech_seconds")
-                    == 45.5
+                    lambda: json.loads(retained(sub, device) or b"{}").get("speech_seconds") == 45.5
                 )
                 later = scored("member-a", index=1, speech_seconds=2.0)
                 next_period = dataclasses.replace(
@@ -103,8 +102,7 @@ def test_device_figures_are_republished_from_the_ledger_at_start(
                 )
                 await handle(pair, next_period)  # a new budget period counts afresh
                 await sub.wait(
-                    lambda: json.loads(retained(sub, device) or b"{}").get("speech_seconds")
-                    == 2.0
+                    lambda: json.loads(retained(sub, device) or b"{}").get("speech_seconds") == 2.0
                 )
 
     run(scenario)
