@@ -111,22 +111,6 @@ class HomeAssistant:
             ) from error
         return json.loads(text) if text else None
 
-    def post_bytes(self, path: str, payload: bytes, headers: dict[str, str]) -> Any:
-        """POST raw bytes (the speech-to-text API takes the audio as the body)."""
-        req = urllib.request.Request(
-            f"{self.url}{path}",
-            payload,
-            {"Authorization": f"Bearer {self.token}", **headers},
-            method="POST",
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=120) as reply:
-                return json.loads(reply.read().decode())
-        except urllib.error.HTTPError as error:
-            raise HomeAssistantError(
-                f"POST {path}: HTTP {error.code} {error.read().decode()[:500]}"
-            ) from error
-
     def onboard(self) -> None:
         """Create the owner through the onboarding API and keep an access token."""
         client_id = f"{self.url}/"
