@@ -50,13 +50,20 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
-from monitor.daemon.exporters.mqtt import Topics, iso_utc, publish, topics_for
+from monitor.daemon.exporters.mqtt import (
+    Topics,
+    client_options,
+    connection_problem,
+    iso_utc,
+    publish,
+    tls_context,
+    topics_for,
+)
 from monitor.store.templates import LocalProfile
 from monitor.vocabulary import BUDGET_STATES as STATES
 
 logger = logging.getLogger(__name__)
 
-PUBLISH_TIMEOUT_SECONDS = 10.0
 ONLINE, OFFLINE = "online", "offline"
 SPEAKER_ENTITIES = ("disclosure", "budget")
 """Object-id suffixes of one speaker's entities."""
@@ -241,6 +248,7 @@ class HomeAssistantExporter:
         self.topics = topics_for(mqtt, device_id)
         self.discovery = Discovery(settings, self.topics, device_id)
         self.client_id = f"{mqtt.client_id or f'voxmeter-{device_id}'}-ha"
+        self._tls = tls_context(mqtt)
         self._store = store
         self._clock = clock
         self._rng = rng or random.Random()
@@ -334,13 +342,7 @@ class HomeAssistantExporter:
         while True:
             try:
                 async with aiomqtt.Client(
-                    s.host,
-                    s.port,
-                    username=s.username or None,
-                    password=s.password or None,
-                    identifier=self.client_id,
-                    keepalive=s.keepalive_seconds,
-                    timeout=PUBLISH_TIMEOUT_SECONDS,
+                    **client_options(s, self._tls), identifier=self.client_id
                 ) as client:
                     self.connected = True
                     ceiling = s.reconnect_min_seconds
@@ -351,7 +353,7 @@ class HomeAssistantExporter:
                     "Home Assistant discovery, MQTT broker %s:%d: %s",
                     s.host,
                     s.port,
-                    error,
+                    connection_problem(error),
                 )
             finally:
                 self.connected = False
