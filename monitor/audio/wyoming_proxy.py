@@ -45,6 +45,7 @@ from monitor.audio.frames import AudioFrame, Sleep, SourceStats, check_frame_ms
 from monitor.audio.wyoming import decode_frames
 from monitor.audio.wyoming_wire import (
     BROKEN_EVENT,
+    audio_seconds,
     bound_port,
     broken,
     encode_event,
@@ -137,16 +138,6 @@ def annotate_info(info: Event) -> Event:
     return Event(type=info.type, data=data, payload=info.payload)
 
 
-def _audio_seconds(event: Event) -> float:
-    """Seconds of audio in a chunk (0 when its format fields are unusable)."""
-    data = event.data if isinstance(event.data, dict) else {}
-    try:
-        per_second = int(data["rate"]) * int(data["width"]) * int(data["channels"])
-    except (KeyError, TypeError, ValueError):
-        return 0.0
-    return len(event.payload or b"") / per_second if per_second > 0 else 0.0
-
-
 class SideTap:
     """The measuring side's inbox: the audio of one utterance at a time, never waited for.
 
@@ -154,9 +145,9 @@ class SideTap:
     ``put_nowait``. What does not fit is dropped and counted in seconds of audio.
     """
 
-    def __init__(self, max_events: int = 512) -> None:
+    def __init__(self, max_events: int = 512, stats: SourceStats | None = None) -> None:
         self.queue: asyncio.Queue[Event | None] = asyncio.Queue(max_events)
-        self.dropped_seconds = 0.0
+        self.stats = stats if stats is not None else SourceStats()  # the source's counters
         self._owner: object | None = None  # the connection whose utterance is measured
         self._broken = False  # a drop inside the current utterance: resume at its next start
 
@@ -167,10 +158,10 @@ class SideTap:
         if start and self._owner in (None, who):
             self._owner, self._broken = who, False
         if self._owner is not who or self._broken:
-            self.dropped_seconds += _audio_seconds(event)
+            self.stats.dropped_seconds += audio_seconds(event)
             return
         if not self._put(event):
-            self.dropped_seconds += _audio_seconds(event)
+            self.stats.dropped_seconds += audio_seconds(event)
             self._broken = True
         if stop:
             self._owner = None
@@ -370,14 +361,14 @@ class WyomingProxySource:
         self._clock = clock
         self._rng = rng or random.Random()
         self._closed: asyncio.Event | None = None
-        self.tap = SideTap(tap_events)
+        self.tap = SideTap(tap_events, self.stats)
         self.upstream = _Upstream(self)
         self.port = endpoint.port  # the bound port once serving (differs when 0 was asked)
 
     @property
     def dropped_seconds(self) -> float:
         """Audio relayed but not measured (the measuring side was behind), in seconds."""
-        return self.tap.dropped_seconds
+        return self.stats.dropped_seconds
 
     def backoff_seconds(self, attempt: int) -> float:
         """Random delay before upstream probe ``attempt`` (1-based), as every source retries."""

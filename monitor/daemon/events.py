@@ -160,7 +160,7 @@ class PipelineStats:
 
     frames_total: int  # audio frames seen by the VAD since start
     frames_speech: int  # of which speech
-    frames_dropped: int  # dropped because a queue was full (oldest first)
+    dropped_seconds: float  # audio lost before the VAD or missing from its input, seconds
     audio_device_errors: int  # device failures since start (each retried)
     audio_seconds: float  # seconds of audio consumed since start
     windows: int  # windows scored since start

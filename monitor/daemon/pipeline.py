@@ -83,7 +83,7 @@ class RunSummary:
     audio_seconds: float
     frames_total: int
     frames_speech: int
-    frames_dropped: int
+    dropped_seconds: float  # audio lost (queue full, gaps, bad chunks, a second client)
     audio_device_errors: int
     last: dict[str, Figures]  # track → the figures of its last scored window
     alerts: int  # budget state changes (each one alert)
@@ -448,7 +448,7 @@ class Pipeline:
         return PipelineStats(
             frames_total=self.vad.frames_total,
             frames_speech=self.vad.frames_speech,
-            frames_dropped=self.vad.frames_dropped + source_stats.dropped + source_stats.non_finite,
+            dropped_seconds=self.vad.dropped_seconds + source_stats.dropped_seconds,
             audio_device_errors=source_stats.device_errors,
             audio_seconds=audio,
             windows=self._windows,
@@ -583,7 +583,7 @@ class Pipeline:
             audio_seconds=self.audio_seconds,
             frames_total=stats.frames_total,
             frames_speech=stats.frames_speech,
-            frames_dropped=stats.frames_dropped,
+            dropped_seconds=stats.dropped_seconds,
             audio_device_errors=stats.audio_device_errors,
             last=dict(self.last),
             alerts=self._alerts,

@@ -36,22 +36,10 @@ async def blocking(function: Any, *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, function, *args)
 
 
-def fresh_decoders_ready(monkeypatch: pytest.MonkeyPatch, count: int) -> None:
-    """Each upstream connection still gets a fresh pocketsphinx decoder, but one made in advance:
-    Home Assistant gives ``describe`` 1 s, and the upstream loads its decoder (1–2 s on a busy
-    machine) before it reads the first event."""
-    import tests.realparts.wyoming_upstreams as upstreams
-
-    made = [upstreams._decoder() for _ in range(count)]
-    build = upstreams._decoder
-    monkeypatch.setattr(upstreams, "_decoder", lambda: made.pop() if made else build())
-
-
 def test_home_assistant_transcribes_through_the_proxy(
     home_assistant: HomeAssistant,
     daemon_corpus: DaemonCorpus,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from wyoming.asr import Transcribe
 
@@ -65,7 +53,6 @@ def test_home_assistant_transcribes_through_the_proxy(
     shutil.copy(daemon_corpus.db, db)
     db.chmod(0o600)
     audio = speech(COMMAND)
-    fresh_decoders_ready(monkeypatch, 12)
 
     async def scenario() -> tuple[dict[str, Any], list[Any], str, list[bytearray], float]:
         records: list[bytearray] = []

@@ -130,6 +130,8 @@ def test_options_become_a_config_the_daemon_accepts(
             "addons",
             'p"w\\1',
         )
+        # the Mosquitto add-on without TLS: on the Supervisor's network, accepted explicitly
+        assert (loaded.mqtt.tls, loaded.mqtt.allow_plaintext_password) == (False, True)
     assert (tmp_path / "config.toml").stat().st_mode & 0o077 == 0  # it holds a password
 
 

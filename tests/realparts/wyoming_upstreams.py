@@ -64,6 +64,12 @@ def _to_16k(converter: AudioChunkConverter, event: Event) -> bytes:
     return converter.convert(AudioChunk.from_event(event)).audio
 
 
+def _decoder() -> Any:
+    from pocketsphinx import Decoder  # its en-us model ships in the wheel (0.2–2 s to load)
+
+    return Decoder(samprate=16000, loglevel="FATAL")
+
+
 class AsrHandler(AsyncEventHandler):
     """pocketsphinx, one utterance per audio-start … audio-stop. With ``timings`` (the
     benchmark), prints when each ``audio-stop`` arrived and its ``transcript`` left."""
@@ -77,9 +83,7 @@ class AsrHandler(AsyncEventHandler):
             recorder = Recorder(self.reader)
             records.append(recorder.received)
             self.reader = recorder  # type: ignore[assignment]
-        from pocketsphinx import Decoder  # its en-us model: loaded per connection, ~0.2 s
-
-        self.decoder = Decoder(samprate=16000, loglevel="FATAL")
+        self.decoder: Any = None  # loaded at the first audio-start (see handle_event)
         self.in_utterance = False
 
     async def handle_event(self, event: Event) -> bool:
@@ -88,6 +92,9 @@ class AsrHandler(AsyncEventHandler):
         elif Transcribe.is_type(event.type):
             pass  # one model, one language
         elif AudioStart.is_type(event.type):
+            if self.decoder is None:  # a fresh one per connection, made off the loop and only
+                # for audio: describe is answered at once (Home Assistant waits 1 s for it)
+                self.decoder = await asyncio.to_thread(_decoder)
             self.decoder.start_utt()
             self.in_utterance = True
         elif AudioChunk.is_type(event.type) and self.in_utterance:

@@ -70,6 +70,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mqtt-port", type=int)
     parser.add_argument("--mqtt-username", default="")
     parser.add_argument("--mqtt-password", default="")
+    parser.add_argument("--mqtt-ssl", default="false")
     args = parser.parse_args(argv)
     options = json.loads(args.options.read_text())
     mqtt = None
@@ -79,6 +80,10 @@ def main(argv: list[str]) -> int:
             "port": args.mqtt_port or 1883,
             "username": args.mqtt_username,
             "password": args.mqtt_password,
+            # The Mosquitto add-on is reached on the Supervisor's own network; without TLS its
+            # password crosses only that (the daemon still warns about it at start).
+            "tls": args.mqtt_ssl == "true",
+            "allow_plaintext_password": args.mqtt_ssl != "true",
         }
     args.config.write_text(render(config_sections(options, mqtt)))
     args.config.chmod(0o600)  # it may hold the broker's password
