@@ -46,6 +46,7 @@ from monitor.audio.frames import (
 )
 from monitor.audio.wyoming_wire import (
     BROKEN_EVENT,
+    audio_seconds,
     bound_port,
     broken,
     read_event,
@@ -217,7 +218,7 @@ async def decode_frames(
             try:
                 samples = decoder.process(event)
             except ValueError as error:
-                stats.dropped += 1
+                stats.dropped_seconds += audio_seconds(event)
                 logger.warning("%s: audio chunk dropped: %s", name, error)
                 continue
         pending = np.concatenate([pending, samples])
@@ -406,7 +407,7 @@ class WyomingSource:
         if self._owner is client:
             self._owner_seen = self._clock()
         if self._owner is not client:
-            self.stats.dropped += 1
+            self.stats.dropped_seconds += audio_seconds(event)
             client.rejected = not stop  # its session ends with its audio-stop
             return
         client.streamed = True
