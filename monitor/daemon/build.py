@@ -42,7 +42,12 @@ def make_source(config: Config) -> AudioSource:
     """The configured source; file pacing and device retry delays come from ``[audio]``."""
     audio = config.audio
     retry = Retry(audio.retry_min_seconds, audio.retry_max_seconds, audio.wait_for_device)
-    return open_source(config.daemon.source, fast=audio.pace == "fast", retry=retry)
+    return open_source(
+        config.daemon.source,
+        fast=audio.pace == "fast",
+        retry=retry,
+        zeroconf=config.wyoming.zeroconf,
+    )
 
 
 def load_calibration(config: Config, store: Store) -> CalibrationSet:
@@ -147,15 +152,16 @@ def build_pipeline(
 def run_daemon(config: Config) -> RunSummary:
     """``voxmeter run``: lock the database, open it, build the pipeline, run it to the end.
 
-    The lock (``<db>.lock``) is held until the store is closed, so a second daemon on the same
-    database is refused with one line before it prints or changes anything.
+    The lock (``flock`` on the database file, see lock.py) comes first and is released last:
+    a second daemon on the same file, by whatever path, is refused with one line before it
+    logs, opens a source, restores a track, binds a port or connects to the broker.
     """
-    configure_logging(config.logging)
     with DaemonLock(config.daemon.db):
+        configure_logging(config.logging)
         source = make_source(config)  # a bad file: one line, before anything else
         if isinstance(source, MicrophoneSource) and not source.wait_for_device:
             source.probe()  # a missing device: likewise
-        store = open_store(config.daemon.db)
+        store = open_store(config.daemon.db, create=False)
         try:
             pipeline = build_pipeline(config, store=store, source=source)
             pipeline.watchdog = ExitWatchdog(EXIT_DEADLINE_SECONDS)

@@ -256,12 +256,18 @@ class Pipeline:
         while True:
             frame = await inbox.get()
             chunks = self.vad.flush() if frame is None else self.vad.process(frame)
+            if frame is not None and frame.utterance_end:  # the turn ends: a short window
+                chunks = [*chunks, *self.vad.flush()]
+            windows = []
             for chunk in chunks:
                 # features work on the speech as it arrives, in order, on the feeder thread
                 loop.run_in_executor(feeder, self.incremental.feed, chunk.samples)
-                for window in self.windower.process(chunk):
-                    await out.put(ClosedWindow(index, window, self.clock(), self.wall_clock()))
-                    index += 1
+                windows += self.windower.process(chunk)
+            if frame is not None and frame.utterance_end:
+                windows += self.windower.close_turn()
+            for window in windows:
+                await out.put(ClosedWindow(index, window, self.clock(), self.wall_clock()))
+                index += 1
             if frame is None:
                 self.windower.reset()  # a partial last window is not scored
                 await out.put(None)
