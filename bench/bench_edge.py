@@ -13,8 +13,10 @@
 
 Each measurement is its own child process (``python -c`` with the tree's own ``bench_daemon``),
 so the two releases never share a process. Run: ``python -m bench.bench_edge`` →
-bench/results/edge.json; ``VOXMETER_BENCH_EDGE_QUICK=1`` for a short development run (one
-backend, N = 10³, a 60 s quota run). The machine's 2 cores are shared: load is recorded.
+bench/results/edge.json (``python -m bench.bench_edge features``: per-extractor CPU, whole
+window against streamed, and int8 → bench/results/edge-features.json);
+``VOXMETER_BENCH_EDGE_QUICK=1`` for a short development run (one backend, N = 10³, a 60 s
+quota run). The machine's 2 cores are shared: load is recorded.
 """
 
 from __future__ import annotations
@@ -184,7 +186,85 @@ def _old_tree(folder: Path) -> Path:
     return tree
 
 
+def bench_features() -> dict[str, Any]:
+    """CPU ms per 3 s corpus window, in this process: whole-window ``observe`` against a stream
+    fed 30 ms blocks (work while the window fills / left at its end), per extractor and runtime;
+    and ONNX Runtime's dynamic int8 quantisation of each network."""
+    from bench.common import CORPUS
+    from monitor.audio.file import read_audio
+    from monitor.features.base import open_stream
+    from monitor.features.embedding import CampplusEmbedding, EcapaEmbedding
+    from monitor.features.f0 import F0Feature
+    from monitor.features.phone import PhoneFeature
+
+    paths = sorted(CORPUS.glob("00*/*.flac"))[:16]
+    windows = [a for a in (read_audio(p)[0][:48000] for p in paths) if len(a) == 48000][:8]
+    extractors: dict[str, Any] = {
+        "f0": F0Feature(),
+        "phone": PhoneFeature(),
+        "ecapa torch": EcapaEmbedding(runtime="torch"),
+        "ecapa onnx": EcapaEmbedding(runtime="onnx"),
+        "campplus torch": CampplusEmbedding(runtime="torch"),
+        "campplus onnx": CampplusEmbedding(runtime="onnx"),
+    }
+    out: dict[str, Any] = {}
+    for name, feature in extractors.items():
+        feature.observe(windows[0], 16000)  # load
+        started = time.process_time()
+        for window in windows:
+            feature.observe(window, 16000)
+        whole = (time.process_time() - started) / len(windows)
+        fed = finished = 0.0
+        for window in windows:
+            stream = open_stream(feature, 16000)
+            started = time.process_time()
+            for i in range(0, len(window), 480):
+                stream.feed(window[i : i + 480])
+            middle = time.process_time()
+            stream.finish()
+            fed, finished = fed + middle - started, finished + time.process_time() - middle
+        out[name] = {
+            "whole_ms": round(1e3 * whole, 1),
+            "fed_while_filling_ms": round(1e3 * fed / len(windows), 1),
+            "left_at_window_end_ms": round(1e3 * finished / len(windows), 1),
+        }
+        print(f"{name}: {out[name]}", flush=True)
+    out["int8"] = _int8_timing()
+    return out
+
+
+def _int8_timing() -> dict[str, Any]:
+    """CPU ms of one 3 s window (300 frames) through each graph, float32 and dynamic int8."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from monitor.features.embedding_onnx import GRAPHS, OnnxNetwork, graph_path
+
+    feats = np.random.default_rng(0).normal(size=(300, 80)).astype(np.float32)
+    out = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for backend in GRAPHS:
+            int8 = Path(scratch) / f"{backend}.int8.onnx"
+            quantize_dynamic(graph_path(backend), int8, weight_type=QuantType.QInt8)
+            for label, path in (("float32", graph_path(backend)), ("int8", int8)):
+                network = OnnxNetwork(path)
+                network(feats)
+                started = time.process_time()
+                for _ in range(5):
+                    network(feats)
+                out[f"{backend} {label} ms"] = round(1e3 * (time.process_time() - started) / 5, 1)
+    print(f"int8: {out}", flush=True)
+    return out
+
+
 def main() -> None:
+    if sys.argv[1:] == ["features"]:
+        write_results(RESULTS_DIR / "edge-features.json", {
+            "benchmark": "edge budget: per-extractor CPU per 3 s window (issue 20)",
+            "features": bench_features(),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        })  # fmt: skip
+        return
     from bench.bench_daemon import _speech
 
     folder = Path(tempfile.mkdtemp(prefix="voxmeter-bench-edge-"))
