@@ -256,7 +256,86 @@ def _int8_timing() -> dict[str, Any]:
     return out
 
 
+def bench_int8(backend: str = "ecapa") -> dict[str, Any]:
+    """Static int8 (QDQ, Conv layers only, per-channel weights, calibrated on 32 train-split
+    windows) against the float32 graph: CPU per 3 s window and the corpus EER of test-split
+    utterance pairs (as ``bench_embedding``: 125 speakers, whole utterances after the VAD)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from bench.common import CORPUS
+    from monitor.audio.file import read_audio
+    from monitor.audio.vad import speech_only
+    from monitor.corpus import scan_corpus
+    from monitor.disclosure.baselines import eer_rocch
+    from monitor.features.embedding_onnx import OnnxNetwork, graph_path
+    from monitor.features.fbank import ecapa_fbank, kaldi_fbank
+
+    fbank = ecapa_fbank if backend == "ecapa" else kaldi_fbank
+    train = scan_corpus(CORPUS, split="train")
+    calibration = [
+        {"feats": fbank(read_audio(u.path)[0][:48000])[None]}
+        for s in list(train.speakers)[::8][:32]
+        for u in train.utterances_of(s)[:1]
+    ]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter(calibration)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.items, None)
+
+    test = scan_corpus(CORPUS, split="test")
+    feats, labels = [], []
+    for index, speaker in enumerate(test.speakers):
+        for utterance in test.utterances_of(speaker):
+            speech = speech_only(read_audio(utterance.path)[0], 16000)
+            if len(speech) >= 1600:
+                feats.append(fbank(speech))
+                labels.append(index)
+    out: dict[str, Any] = {"backend": backend, "utterances": len(feats)}
+    with tempfile.TemporaryDirectory() as scratch:
+        prepared, int8 = Path(scratch) / "pre.onnx", Path(scratch) / "int8.onnx"
+        quant_pre_process(graph_path(backend), prepared, skip_symbolic_shape=True)
+        quantize_static(
+            prepared, int8, Reader(), quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
+            op_types_to_quantize=["Conv"],
+        )  # fmt: skip
+        for label, path in (("float32", graph_path(backend)), ("int8", int8)):
+            network = OnnxNetwork(path)
+            started = time.process_time()
+            vectors = np.stack([network(f) for f in feats])
+            seconds = sum(f.shape[0] for f in feats) / 100
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            scores = vectors @ vectors.T
+            upper = np.triu_indices(len(labels), 1)
+            same = np.equal.outer(labels, labels)[upper]
+            out[label] = {
+                "cpu_per_audio_second": round((time.process_time() - started) / seconds, 4),
+                "eer_rocch_percent": round(
+                    100 * eer_rocch(scores[upper][same], scores[upper][~same]), 2
+                ),
+            }
+            print(f"int8 bench {backend} {label}: {out[label]}", flush=True)
+    return out
+
+
 def main() -> None:
+    if sys.argv[1:] == ["int8"]:
+        write_results(RESULTS_DIR / "edge-int8.json", {
+            "benchmark": "edge budget: static int8 embedding networks (issue 20)",
+            "results": [bench_int8(b) for b in ("ecapa", "campplus")],
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        })  # fmt: skip
+        return
     if sys.argv[1:] == ["features"]:
         write_results(RESULTS_DIR / "edge-features.json", {
             "benchmark": "edge budget: per-extractor CPU per 3 s window (issue 20)",
