@@ -1,7 +1,8 @@
 # Two commands do all set-up on a fresh Debian machine with Python 3.11:
 #   make demo   -- build a demo database and run the live daemon on a demo stream
 #   make test   -- lint (ruff, mypy), then the whole test suite, with the real broker, Prometheus
-#                  and PulseAudio
+#                  and PulseAudio; then the numeric-parity tests (-m parity) again under torch's
+#                  `default` and `avx2` CPU kernels
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -30,8 +31,12 @@ models: venv
 demo: system venv models
 	@bash scripts/demo.sh
 
+# The numeric-parity tests again under torch's portable and AVX2 kernels: whatever CPU runs
+# them, they must pass under every x86 kernel (tolerances relative to magnitude).
 test: system venv models lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -m parity $(PYTEST_ARGS)
+	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -m parity $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check monitor tests bench scripts

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import CORPUS, RESULTS_DIR, best_of, write_results
-from monitor.audio.sources import RATE_HZ, AudioFrame, FileSource, read_audio
+from monitor.audio.file import FileSource, read_audio
+from monitor.audio.frames import RATE_HZ, AudioFrame
 from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad, speech_only
 
 RESULTS = RESULTS_DIR / "audio.json"

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from monitor.audio.sources import FileSource, read_audio
+from monitor.audio.file import FileSource, read_audio
 from monitor.calibration.fit import (
     COMBINED,
     BucketCalibration,

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import CORPUS, RESULTS_DIR, best_of, write_results
-from monitor.audio.sources import read_audio
+from monitor.audio.file import read_audio
 from monitor.audio.vad import speech_only
 from monitor.corpus import scan_corpus
 from monitor.features.base import get_feature

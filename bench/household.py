@@ -18,7 +18,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from monitor.audio.sources import read_audio
+from monitor.audio.file import read_audio
 
 RATE_HZ = 16000
 TURN_SECONDS = (1.5, 20.0)

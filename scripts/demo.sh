@@ -57,7 +57,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from monitor.audio.sources import read_audio
+from monitor.audio.file import read_audio
 
 corpus, work, count = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 rows = list(csv.DictReader(open(corpus / "speakers.tsv"), delimiter="\t"))

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-from monitor.audio.sources import RATE_HZ, AudioFrame
+from monitor.audio.frames import RATE_HZ, AudioFrame
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from monitor.audio.sources import RATE_HZ
+from monitor.audio.frames import RATE_HZ
 from monitor.audio.vad import SpeechChunk
 
 

@@ -36,13 +36,15 @@ from wyoming.event import Event
 from wyoming.info import Describe, Info
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 
-from monitor.audio.sources import (
+from monitor.audio.frames import (
+    MAX_RATE_HZ,
+    MIN_RATE_HZ,
     RATE_HZ,
     AudioFrame,
+    Resampler,
     Sleep,
     SourceStats,
-    _check_frame_ms,
-    _Resampler,
+    check_frame_ms,
 )
 from monitor.errors import AudioDeviceError, InputError
 
@@ -128,7 +130,7 @@ class WyomingDecoder:
 
     def __init__(self) -> None:
         self._format: tuple[int, int, int] | None = None
-        self._resample: _Resampler | None = None
+        self._resample: Resampler | None = None
 
     def flush(self) -> np.ndarray:
         """The resampler's last samples; the next chunk starts a new stream."""
@@ -144,13 +146,15 @@ class WyomingDecoder:
         if not AudioChunk.is_type(event.type):
             return np.zeros(0, dtype=np.int16)
         fmt = _chunk_format(event)
-        if not 4000 <= fmt[0] <= 384000:
-            raise ValueError(f"sample rate {fmt[0]} Hz not supported (4000..384000)")
+        if not MIN_RATE_HZ <= fmt[0] <= MAX_RATE_HZ:
+            raise ValueError(
+                f"sample rate {fmt[0]} Hz not supported ({MIN_RATE_HZ}..{MAX_RATE_HZ})"
+            )
         pcm = pcm_to_float(event.payload or b"", width=fmt[1], channels=fmt[2])
         tail = np.zeros(0, dtype=np.int16)
         if fmt != self._format:
             tail = self.flush()
-            self._format, self._resample = fmt, _Resampler(fmt[0])
+            self._format, self._resample = fmt, Resampler(fmt[0])
         assert self._resample is not None
         return np.concatenate([tail, self._resample(pcm)])
 
@@ -282,7 +286,7 @@ class WyomingSource:
     ) -> None:
         self.endpoint = endpoint
         self.name = str(endpoint)
-        self.frame_ms = _check_frame_ms(frame_ms)
+        self.frame_ms = check_frame_ms(frame_ms)
         self.stats = SourceStats()
         self.backoff_initial_seconds = backoff_initial_seconds
         self.backoff_max_seconds = backoff_max_seconds

@@ -55,7 +55,8 @@ def crop_file(
     path: Path, lengths: Mapping[float, Sequence[str]], cache_dir: Path | None
 ) -> dict[float, dict[str, npt.NDArray[np.float64]]]:
     """Observations of the first ``L`` s of speech of ``path`` for each length and feature."""
-    from monitor.audio.sources import RATE_HZ, read_audio
+    from monitor.audio.file import read_audio
+    from monitor.audio.frames import RATE_HZ
     from monitor.audio.vad import speech_only
 
     speech: np.ndarray | None = None

@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from monitor.audio.sources import parse_source
+from monitor.audio.spec import parse_source
 from monitor.calibration.tracking import TrackerThresholds, tracker_thresholds
 from monitor.errors import ConfigError, InputError
 from monitor.vocabulary import EXTRACTORS, TRACKING_FEATURE, FigureKey
@@ -166,6 +166,12 @@ class FeatureSettings:
         "embedding backend: ecapa (SpeechBrain ECAPA-TDNN), campplus (CAM++) or ge2e "
         "(resemblyzer); must be the one the database was enrolled with",
         _one_of("ecapa", "campplus", "ge2e"),
+    )
+    runtime: str = _setting(
+        "auto",
+        "what runs the ECAPA / CAM++ network: onnx (ONNX Runtime, graphs exported by make "
+        "models), torch (the reference port) or auto (onnx where its graph is present)",
+        _one_of("auto", "onnx", "torch"),
     )
 
 

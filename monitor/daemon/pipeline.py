@@ -35,7 +35,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from monitor import __version__
-from monitor.audio.sources import RATE_HZ, AudioSource
+from monitor.audio.frames import RATE_HZ, AudioSource
 from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad
 from monitor.audio.windows import Windower
 from monitor.daemon.budget import BudgetMachine, period_start

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from monitor.audio.sources import RATE_HZ
+from monitor.audio.frames import RATE_HZ
 from monitor.audio.windows import SpeechWindow
 
 Embed = Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float64]]
@@ -26,9 +26,7 @@ Embed = Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float64]]
 
 def _unit_rows(rows: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    unit: npt.NDArray[np.float64] = np.divide(
-        rows, norms, out=np.zeros_like(rows), where=norms > 0
-    )
+    unit: npt.NDArray[np.float64] = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
     return unit
 
 

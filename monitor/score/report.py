@@ -24,7 +24,8 @@ from monitor.disclosure.blocks import gap_values, pooled_blocks
 from monitor.disclosure.zebra import ZebraResult, finite_scores, zebra_of_blocks
 from monitor.errors import InputError
 from monitor.jsonsafe import jsonable
-from monitor.score.files import PairScores, read_matrix_trials, read_scores_key
+from monitor.score.matrix_files import read_matrix_trials
+from monitor.score.trials import PairScores, read_scores_key
 
 if TYPE_CHECKING:
     from rich.console import Console

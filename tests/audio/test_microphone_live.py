@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from scipy.signal import correlate
 
-from monitor.audio.sources import RATE_HZ, AudioFrame, MicrophoneSource, read_audio
+from monitor.audio.file import read_audio
+from monitor.audio.frames import RATE_HZ, AudioFrame
+from monitor.audio.microphone import MicrophoneSource
 from tests.realparts.pulseaudio import PulseAudio, start_pulseaudio
 
 TIMEOUT_SECONDS = 120  # an upper bound for a loaded machine; a normal run takes ~6 s

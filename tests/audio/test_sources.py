@@ -16,18 +16,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from monitor.audio.sources import (
-    RATE_HZ,
-    AudioFrame,
-    FileSource,
-    MicrophoneSource,
-    SoundDeviceBackend,
-    SourceSpec,
-    StdinSource,
-    open_source,
-    parse_source,
-    read_audio,
-)
+from monitor.audio.file import FileSource, read_audio
+from monitor.audio.frames import RATE_HZ, AudioFrame
+from monitor.audio.microphone import MicrophoneSource, SoundDeviceBackend
+from monitor.audio.spec import SourceSpec, open_source, parse_source
+from monitor.audio.stdin import StdinSource
 from monitor.daemon.config import load_config
 from monitor.errors import AudioDeviceError, ConfigError, InputError
 
@@ -537,7 +530,7 @@ def test_stdin_source_quiet_open_pipe_does_not_hold_up_exit() -> None:
     """The reader thread is a daemon: a process stops even while stdin stays open and silent."""
     code = (
         "import asyncio\n"
-        "from monitor.audio.sources import StdinSource\n"
+        "from monitor.audio.stdin import StdinSource\n"
         "async def main():\n"
         "    source = StdinSource(16000)\n"
         "    frames = source.frames()\n"

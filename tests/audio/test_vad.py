@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import soxr
 
-from monitor.audio.sources import RATE_HZ, AudioFrame, read_audio
+from monitor.audio.file import read_audio
+from monitor.audio.frames import RATE_HZ, AudioFrame
 from monitor.audio.vad import (
     FrameVad,
     SileroVad,
@@ -189,7 +190,7 @@ def test_silero_loads_by_path_without_torch() -> None:
     code = (
         "import sys, numpy as np\n"
         "from monitor.audio.vad import SileroVad\n"
-        "from monitor.audio.sources import AudioFrame\n"
+        "from monitor.audio.frames import AudioFrame\n"
         "v = SileroVad(); v.process(AudioFrame(np.zeros(2048, np.int16), 0.0))\n"
         "print('torch' in sys.modules, 'silero_vad' in sys.modules)\n"
     )

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.audio.sources import RATE_HZ
+from monitor.audio.frames import RATE_HZ
 from monitor.audio.vad import SpeechChunk
 from monitor.audio.windows import SpeechWindow, Windower
 

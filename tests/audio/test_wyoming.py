@@ -16,7 +16,8 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
 
-from monitor.audio.sources import FileSource, open_source, read_audio
+from monitor.audio.file import FileSource, read_audio
+from monitor.audio.spec import open_source
 from monitor.audio.wyoming import (
     MAX_PAYLOAD_BYTES,
     ProtocolError,

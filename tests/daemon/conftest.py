@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from monitor.audio.sources import read_audio
+from monitor.audio.file import read_audio
 from monitor.calibration.fit import COMBINED, BucketCalibration, CalibrationSet
 from monitor.corpus import scan_corpus
 from monitor.enroll import default_cache_dir

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from monitor.audio.sources import FileSource
+from monitor.audio.file import FileSource
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
 from monitor.daemon.pipeline import Pipeline

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.daemon.lock import DaemonLock, lock_path
+from monitor.daemon.lock import DaemonLock
 from monitor.errors import StoreError
 from tests.daemon.test_stdin_runs import pcm
 from tests.realparts import stop_process
@@ -22,16 +22,42 @@ START_TIMEOUT_SECONDS = 90.0
 
 def test_a_second_lock_on_the_same_database_is_refused(tmp_path: Path) -> None:
     db = tmp_path / "voxmeter.db"
+    db.write_bytes(b"")
+    (tmp_path / "other.db").write_bytes(b"")
     with DaemonLock(db):
-        assert lock_path(db).stat().st_mode & 0o777 == 0o600
-        assert lock_path(db).read_text().strip() == str(os.getpid())
         with pytest.raises(StoreError, match=r"another voxmeter daemon .*\(pid \d+\)") as error:
             DaemonLock(db).acquire()
-        assert str(db) in str(error.value)
+        assert f"(pid {os.getpid()})" in str(error.value) and str(db) in str(error.value)
         with DaemonLock(tmp_path / "other.db"):  # another database is another lock
             pass
     with DaemonLock(db):  # released with its owner
         pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db", "voxmeter.db"]  # no file
+
+
+def test_the_lock_is_the_files_whatever_names_it(tmp_path: Path, monkeypatch) -> None:
+    db = tmp_path / "voxmeter.db"
+    db.write_bytes(b"")
+    (tmp_path / "via-symlink.db").symlink_to(db)
+    os.link(db, tmp_path / "via-hardlink.db")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    with DaemonLock(db):
+        for other in ("../via-symlink.db", "../via-hardlink.db", "../voxmeter.db"):
+            with pytest.raises(StoreError, match="another voxmeter daemon"):
+                DaemonLock(other).acquire()
+
+
+def test_a_missing_or_special_database_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match=r"missing\.db: no such database"):
+        DaemonLock(tmp_path / "missing.db").acquire()
+    with pytest.raises(StoreError, match="is a directory"):
+        DaemonLock(tmp_path).acquire()
+    fifo = tmp_path / "fifo.db"
+    os.mkfifo(fifo)
+    with pytest.raises(StoreError, match="not a regular file"):  # and it does not wait
+        DaemonLock(fifo).acquire()
+    assert not (tmp_path / "missing.db").exists()
 
 
 COMMAND = [

@@ -106,8 +106,10 @@ def test_home_assistant_empties_the_retired_tracks_entities(
                 await sub.wait(lambda: sum("unknown-2" in k for k in configs(sub)) == 2)
                 await handle(pair, MERGED)
                 await sub.wait(
-                    lambda: [k for k, v in configs(sub).items() if v is None and "unknown-2" in k]
-                    and sum(v is None for v in configs(sub).values()) == 2
+                    lambda: (
+                        [k for k, v in configs(sub).items() if v is None and "unknown-2" in k]
+                        and sum(v is None for v in configs(sub).values()) == 2
+                    )
                 )
                 kept = [k for k, v in configs(sub).items() if v is not None and "unknown-1" in k]
                 assert len(kept) == 2  # the survivor's entities stay

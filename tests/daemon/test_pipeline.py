@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.audio.sources import MicrophoneSource, read_audio
+from monitor.audio.file import read_audio
+from monitor.audio.microphone import MicrophoneSource
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
 from monitor.daemon.events import (

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.audio.sources import StdinSource
+from monitor.audio.stdin import StdinSource
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import PrometheusSettings, load_config
 from monitor.daemon.events import Disclosure, TrackRestored, WindowScored

@@ -25,7 +25,7 @@ import aiomqtt
 import pytest
 import soundfile as sf
 
-from monitor.audio.sources import StdinSource
+from monitor.audio.stdin import StdinSource
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
 from monitor.store.database import open_store

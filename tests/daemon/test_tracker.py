@@ -152,7 +152,11 @@ def fitted(**overrides: object) -> TrackerThresholds:
 def fitted_tracker(profiles: list[LocalProfile], **overrides: object) -> SpeakerTracker:
     settings = TrackerSettings(merge_seconds=6.0)
     return SpeakerTracker(
-        profiles, settings, thresholds=fitted(**overrides), clock=FakeClock(), wall_clock=FakeClock()
+        profiles,
+        settings,
+        thresholds=fitted(**overrides),
+        clock=FakeClock(),
+        wall_clock=FakeClock(),
     )
 
 

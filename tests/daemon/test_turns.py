@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monitor.audio.sources import RATE_HZ
+from monitor.audio.frames import RATE_HZ
 from monitor.audio.windows import SpeechWindow
 from monitor.daemon.turns import TurnSplitter
 

@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 import soxr
 
-from monitor.audio.sources import read_audio
+from monitor.audio.file import read_audio
 from monitor.audio.wyoming import WyomingSource
 from monitor.daemon.budget import period_start
 from monitor.daemon.build import build_pipeline

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from monitor.audio.sources import RATE_HZ, read_audio, read_audio_blocks
+from monitor.audio.file import read_audio, read_audio_blocks
+from monitor.audio.frames import RATE_HZ
 from monitor.features.base import FEATURE_NAMES, get_feature
 from monitor.features.extract import extract_file
 

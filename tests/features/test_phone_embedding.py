@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soxr
 
-from monitor.audio.sources import read_audio
+from monitor.audio.file import read_audio
 from monitor.features import phone
 from monitor.features.embedding import GE2EEmbedding
 from monitor.features.phone import CMU_PHONES, PhoneFeature

@@ -378,7 +378,7 @@ def _frame_counts(stats: PipelineStats | None) -> dict[str, int]:
 
 def _count_pending(db_path: Path) -> int:
     """Outbox rows not yet acknowledged, on a connection of the calling (scrape) thread."""
-    with open_store(db_path, create=False) as store:
+    with open_store(db_path, read_only=True) as store:
         return store.pending_count()
 
 

@@ -1,0 +1,94 @@
+"""The one parser of an audio source's spelling (command line and config), and the factory that
+opens the source it names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from monitor.audio.file import FileSource
+from monitor.audio.frames import RATE_HZ, AudioSource
+from monitor.audio.microphone import MicrophoneSource
+from monitor.audio.stdin import StdinSource
+from monitor.audio.wyoming import WyomingSource, parse_endpoint
+from monitor.errors import InputError
+
+SOURCE_SPELLINGS = (
+    "mic, mic:DEVICE, file:PATH[?fast], stdin, stdin:RATE[:CHANNELS], "
+    "wyoming://HOST:PORT or wyoming-listen://HOST:PORT"
+)
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A parsed source spelling (see :func:`parse_source`); only the fields of its kind matter."""
+
+    kind: Literal["mic", "file", "stdin", "wyoming"]
+    text: str  # as given
+    device: str | int | None = None  # mic: name or index; None = default input
+    path: str = ""  # file
+    fast: bool = False  # file: ``?fast``, not paced in real time
+    rate_hz: int = RATE_HZ  # stdin
+    channels: int = 1  # stdin
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How a microphone or Wyoming source retries a missing or failing device."""
+
+    initial_seconds: float
+    max_seconds: float
+    wait_for_device: bool  # False: a device missing at start is an error
+
+
+def parse_source(spec: str) -> SourceSpec:
+    """The one parser of a source's command-line and config spelling.
+
+    ``mic`` (default input), ``mic:NAME`` or ``mic:INDEX``; ``file:PATH`` (paced in real time),
+    ``file:PATH?fast`` (as fast as possible); ``stdin`` (16 kHz), ``stdin:RATE`` or
+    ``stdin:RATE:CHANNELS`` (raw s16le PCM); ``wyoming://HOST:PORT`` (a Wyoming microphone
+    service) or ``wyoming-listen://HOST:PORT`` (Wyoming clients stream to us), ``?once`` to end
+    with the first connection (monitor/audio/wyoming.py). A bad one raises InputError.
+    """
+    kind, _, arg = spec.partition(":")
+    if kind == "mic":
+        device: str | int | None = (int(arg) if arg.isdigit() else arg) if arg else None
+        return SourceSpec("mic", spec, device=device)
+    if kind == "file" and arg:
+        fast = arg.endswith("?fast")
+        return SourceSpec("file", spec, path=arg.removesuffix("?fast"), fast=fast)
+    if kind == "stdin":
+        parts = arg.split(":") if arg else []
+        if len(parts) <= 2 and all(p.isdigit() for p in parts):
+            rate = int(parts[0]) if parts else RATE_HZ
+            channels = int(parts[1]) if len(parts) == 2 else 1
+            return SourceSpec("stdin", spec, rate_hz=rate, channels=channels)
+        raise InputError("stdin", f"bad stream spec {spec!r} (expected stdin[:RATE[:CHANNELS]])")
+    if kind in ("wyoming", "wyoming-listen"):
+        parse_endpoint(spec)  # checked now; WyomingSource keeps the parsed endpoint
+        return SourceSpec("wyoming", spec)
+    raise InputError("source", f"unknown audio source {spec!r} (must be {SOURCE_SPELLINGS})")
+
+
+def open_source(
+    spec: str | SourceSpec, *, fast: bool = False, retry: Retry | None = None
+) -> AudioSource:
+    """Build a source from its spelling; ``fast`` also unpaces files, ``retry`` (default: each
+    source's own) sets a microphone's or Wyoming source's retries."""
+    parsed = parse_source(spec) if isinstance(spec, str) else spec
+    retries: dict[str, Any] = {}
+    if retry is not None:
+        retries = {
+            "backoff_initial_seconds": retry.initial_seconds,
+            "backoff_max_seconds": retry.max_seconds,
+            "wait_for_device": retry.wait_for_device,
+        }
+    match parsed.kind:
+        case "mic":
+            return MicrophoneSource(parsed.device, **retries)
+        case "file":
+            return FileSource(parsed.path, realtime=not (parsed.fast or fast))
+        case "stdin":
+            return StdinSource(parsed.rate_hz, channels=parsed.channels)
+        case "wyoming":
+            return WyomingSource(parse_endpoint(parsed.text), **retries)
