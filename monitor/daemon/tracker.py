@@ -13,9 +13,10 @@ close enough to a profile that it may be the member (``ambiguous``) and one shor
 ``min_open_seconds``; they are skipped (their seconds counted). An unknown track's centroid is
 the seconds-weighted mean of its windows (re-normalised, as features pool embeddings); when two
 tracks of enough speech come within the merge cosine, the smaller is merged into the larger
-(:class:`TrackExpired` with ``merged_into``), so one voice's evidence pools in one track. Unknown tracks idle for
-``track_idle_seconds`` expire; so does the least recently heard one when more than
-``max_unknown_tracks`` exist. The clock is a constructor argument so tests drive expiry.
+(:class:`TrackExpired` with ``merged_into``), so one voice's evidence pools in one track.
+Unknown tracks idle for ``track_idle_seconds`` expire; so does the least recently heard one when
+more than ``max_unknown_tracks`` exist. The clock is a constructor argument so tests drive
+expiry.
 """
 
 from __future__ import annotations
