@@ -676,7 +676,9 @@ def _crops(
             lengths[seconds] = list(features)
     if "embedding" in features:
         for seconds in TRACKING_LENGTHS:
-            lengths.setdefault(seconds, []).extend([] if seconds in lengths else ["embedding"])
+            wanted = lengths.setdefault(seconds, [])
+            if "embedding" not in wanted:
+                wanted.append("embedding")
     lengths = {k: v for k, v in lengths.items() if v}
     if not lengths:
         return {}
