@@ -32,11 +32,13 @@ from bench.common import CORPUS, RESULTS_DIR, write_results
 from monitor.corpus import scan_corpus
 from monitor.features.extract import BLOCK_SECONDS, PIECE_SECONDS
 
-RESULTS = RESULTS_DIR / "long_file.json"
 LENGTHS_SECONDS = tuple(
     float(s) for s in os.environ.get("VOXMETER_BENCH_LONG_SECONDS", "600,3600,7200").split(",")
 )
 FORMATS = tuple(os.environ.get("VOXMETER_BENCH_LONG_FORMATS", "flac,wav").split(","))
+RESULTS = RESULTS_DIR / (
+    "long_file.json" if FORMATS == ("flac", "wav") else f"long_file-{'-'.join(FORMATS)}.json"
+)
 TARGET_PEAK_BYTES = 1e9
 RATE = 16000
 
@@ -96,7 +98,9 @@ def _print_run(audio_format: str, seconds: float, result: dict[str, Any]) -> Non
 
 
 def main() -> None:
-    runs = []
+    """Each format at each length; the results file is rewritten after every run (a 2-hour run
+    takes most of an hour on a loaded machine)."""
+    runs: list[dict[str, Any]] = []
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="voxmeter-long-") as folder:
         for audio_format in FORMATS:
@@ -106,8 +110,15 @@ def main() -> None:
                 file_bytes = path.stat().st_size
                 result = measure(path, Path(folder))
                 path.unlink()
-                runs.append({"format": audio_format, "file_bytes": file_bytes, **result})
+                runs.append(
+                    {"format": audio_format, "file_bytes": file_bytes, **result}
+                    | {"load_average_after": os.getloadavg()}
+                )
                 _print_run(audio_format, seconds, result)
+                _write(runs, load_before)
+
+
+def _write(runs: list[dict[str, Any]], load_before: tuple[float, float, float]) -> None:
     peaks = [r["peak_rss_bytes"] for r in runs]
     write_results(
         RESULTS,
@@ -122,7 +133,6 @@ def main() -> None:
             "largest_over_smallest_peak": max(peaks) / min(peaks),
             "machine": platform.platform(),
             "load_average_before": load_before,
-            "load_average_after": os.getloadavg(),
         },
     )
 

@@ -20,6 +20,8 @@ from monitor.errors import InputError
 
 MAX_CONFIG_BYTES = 1 << 20
 """A config.toml is a few kilobytes; anything over 1 MiB is not one."""
+MAX_JSON_BYTES = 1 << 24
+"""A calibration JSON is a few kilobytes per feature; 16 MiB is far more than any holds."""
 MAX_LINE_BYTES = 1 << 16
 """A line of a score or key file (two names and a number) is under 100 bytes; 64 KiB is none."""
 
@@ -37,7 +39,7 @@ def _kind_problem(mode: int) -> str | None:
         return None
     if stat.S_ISDIR(mode):
         return "is a directory, not a file"
-    return f"not a regular file ({_KINDS.get(stat.S_IFMT(mode), 'a special file')})"
+    return f"not a regular file: {_KINDS.get(stat.S_IFMT(mode), 'a special file')}"
 
 
 def _stat_problem(error: OSError) -> str:
@@ -69,17 +71,19 @@ def read_bytes(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
     """The whole of a regular file of at most ``max_bytes``, opened without blocking (a FIFO is
     refused, not waited on) and checked as opened; a file that grows past the limit while it is
     read is refused too."""
+    regular_file(path, max_bytes=max_bytes)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except IsADirectoryError:
         raise InputError(str(path), "is a directory, not a file") from None
     except OSError as error:
         raise InputError(str(path), _stat_problem(error)) from None
+    info = os.fstat(fd)
+    problem = _kind_problem(info.st_mode)
+    if problem is not None:
+        os.close(fd)
+        raise InputError(str(path), problem)
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        problem = _kind_problem(info.st_mode)
-        if problem is not None:
-            raise InputError(str(path), problem)
         try:
             data = handle.read(max_bytes + 1)
         except OSError as error:

@@ -42,7 +42,12 @@ def make_source(config: Config) -> AudioSource:
     """The configured source; file pacing and device retry delays come from ``[audio]``."""
     audio = config.audio
     retry = Retry(audio.retry_min_seconds, audio.retry_max_seconds, audio.wait_for_device)
-    return open_source(config.daemon.source, fast=audio.pace == "fast", retry=retry)
+    return open_source(
+        config.daemon.source,
+        fast=audio.pace == "fast",
+        retry=retry,
+        zeroconf=config.wyoming.zeroconf,
+    )
 
 
 def load_calibration(config: Config, store: Store) -> CalibrationSet:

@@ -55,6 +55,7 @@ from monitor.daemon.events import (
 )
 from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
 from monitor.daemon.exporters.mqtt import topics_for
+from monitor.daemon.incremental import IncrementalWindows
 from monitor.daemon.ledger import LedgerWriter, restored_track
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
@@ -132,6 +133,10 @@ class Pipeline:
             min_window_seconds=audio.min_window_seconds,
         )
         self.window_features = WindowFeatures(self.features)
+        self.incremental = IncrementalWindows(
+            self.features, max_samples=self.windower.window_samples
+        )
+        self._feed_counted = 0.0  # incremental.feed_seconds already in _busy
         thresholds = tracker_thresholds_for(config, scorer.calibration)
         self.turns = TurnSplitter(
             self._embed, change_cosine=thresholds.change if thresholds else -1.0
@@ -261,17 +266,24 @@ class Pipeline:
         """The tracking embedding of a piece of speech (the turn splitter's parts)."""
         return self.features[EMBEDDING].observe(samples, RATE_HZ).values
 
-    async def _vad_stage(self, executor: ThreadPoolExecutor) -> None:
-        """Frames → speech → windows that hold one voice: cut at a turn pause by the windower,
-        then at a change of speaker found on the embeddings of their parts (in the executor)."""
+    async def _vad_stage(self, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor) -> None:
+        """Frames → speech → windows that hold one voice: cut at a turn pause or an utterance's
+        end by the windower, then at a change of speaker found on the embeddings of their parts
+        (in the executor); the speech also goes, as it arrives, to the incremental features."""
         inbox, out = self.queues["frames"], self.queues["windows"]
         loop = asyncio.get_running_loop()
         index = 0
         while True:
             frame = await inbox.get()
             chunks = self.vad.flush() if frame is None else self.vad.process(frame)
-            windows = [w for chunk in chunks for w in self.windower.process(chunk)]
-            if frame is None:  # the last turn ends with the stream
+            if frame is not None and frame.utterance_end:  # the turn ends: a short window
+                chunks = [*chunks, *self.vad.flush()]
+            windows = []
+            for chunk in chunks:
+                # features work on the speech as it arrives, in order, on the feeder thread
+                loop.run_in_executor(feeder, self.incremental.feed, chunk.samples)
+                windows += self.windower.process(chunk)
+            if frame is None or frame.utterance_end:  # the turn ends with the utterance/stream
                 windows += self.windower.close_turn(self.windower.min_window_seconds)
             for window in windows:
                 pieces = await loop.run_in_executor(executor, self.turns.split, window)
@@ -286,7 +298,9 @@ class Pipeline:
                 await out.put(None)
                 return
 
-    async def _feature_stage(self, executor: ThreadPoolExecutor) -> None:
+    async def _feature_stage(
+        self, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor
+    ) -> None:
         inbox, out = self.queues["windows"], self.queues["features"]
         loop = asyncio.get_running_loop()
         while True:
@@ -297,15 +311,18 @@ class Pipeline:
             assert isinstance(item, ClosedWindow)
             window = item.window
             started = self.clock()
-            names = list(self.features)
+            # after every chunk fed before the window closed (the feeder keeps order)
+            streams = await loop.run_in_executor(feeder, self.incremental.take, window.samples)
+            names = list(streams)
             observations = await asyncio.gather(
-                *(
-                    loop.run_in_executor(executor, self.window_features.observe, n, window.samples)
-                    for n in names
-                )
+                *(loop.run_in_executor(executor, streams[n].finish) for n in names)
             )
             spent = self.clock() - started
-            self._busy["features"] += spent
+            fed, self._feed_counted = (
+                self.incremental.feed_seconds - self._feed_counted,
+                (self.incremental.feed_seconds),
+            )
+            self._busy["features"] += spent + fed
             await out.put(
                 FeatureWindow(
                     index=item.index,
@@ -484,9 +501,12 @@ class Pipeline:
         executor = ThreadPoolExecutor(
             max_workers=self.config.features.workers, thread_name_prefix="voxmeter-work"
         )
+        # one thread: chunks are fed to the streams in order, and a window taken after them
+        feeder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="voxmeter-feed")
         started_unix = self.wall_clock()
         self._check_budget()
         await loop.run_in_executor(executor, self.window_features.warm_up)
+        await loop.run_in_executor(feeder, self.incremental.warm_up)
         startup = self.restore()
         opening = DaemonStarted(
             device_id=self.device_id,
@@ -504,8 +524,8 @@ class Pipeline:
             async with asyncio.TaskGroup() as group:
                 stages: list[tuple[str, Any]] = [
                     ("source", self._source_stage()),
-                    ("vad", self._vad_stage(executor)),
-                    ("features", self._feature_stage(executor)),
+                    ("vad", self._vad_stage(executor, feeder)),
+                    ("features", self._feature_stage(executor, feeder)),
                     ("tracker", self._tracker_stage()),
                     ("scorer", self._scorer_stage(executor)),
                     ("ledger", self._ledger_stage()),
@@ -527,6 +547,7 @@ class Pipeline:
                 loop.remove_signal_handler(signum)
             self.source.close()
             executor.shutdown(wait=False, cancel_futures=True)
+            feeder.shutdown(wait=False, cancel_futures=True)
         # events still queued (a window scored just before the stop), then the goodbye
         queued = self.queues["events"]
         final: list[DaemonEvent] = []

@@ -12,6 +12,7 @@ each area lives in its own module as a mixin over :class:`~monitor.store.base.Da
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import stat
@@ -70,12 +71,44 @@ def _opening_error(path: Path, error: sqlite3.Error, busy_timeout_seconds: float
         return StoreError(f"{path}: not an SQLite database ({error})")
     if "malformed" in text:
         return StoreError(damaged_message(path, text))
+    name = str(getattr(error, "sqlite_errorname", ""))
+    if name.startswith(("SQLITE_FULL", "SQLITE_IOERR")) and _disk_full(path):
+        return StoreError(
+            f"{path}: cannot open database: the disk holding it is full; nothing was changed: "
+            "free some space, then try again"
+        )
     if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
         return StoreError(
             f"{path}: cannot open database ({error}): the file or its folder is read-only, "
             "and SQLite's WAL needs to write both"
         )
     return StoreError(f"{path}: cannot open database: {error}")
+
+
+def _disk_full(path: Path) -> bool:
+    """Less than one 16 KiB page free where the database lives (SQLite's errors say only
+    "disk I/O error" when its shared-memory file cannot grow)."""
+    try:
+        status = os.statvfs(path.absolute().parent)
+    except OSError:
+        return False
+    return status.f_bavail * status.f_frsize < 16384
+
+
+def _remove_new_sidecars(path: Path, existed: set[str]) -> None:
+    """After a failed open, remove the ``-wal``/``-shm`` SQLite just made (an empty log only):
+    a refused start leaves the folder as it found it."""
+    wal, shm = sidecar(path, "-wal"), sidecar(path, "-shm")
+    if "-wal" in existed or (wal.exists() and wal.stat().st_size > 0):
+        return
+    for suffix, side in (("-wal", wal), ("-shm", shm)):
+        if suffix not in existed:
+            with contextlib.suppress(FileNotFoundError):
+                side.unlink()
+
+
+def _sidecars(path: Path) -> set[str]:
+    return {suffix for suffix in ("-wal", "-shm") if sidecar(path, suffix).exists()}
 
 
 def quick_check(conn: sqlite3.Connection, path: Path) -> None:
@@ -131,6 +164,7 @@ def connect(
     """
     path = Path(path)
     new = _new_file(path, create)
+    existed = _sidecars(path)
     try:
         conn = sqlite3.connect(
             path, timeout=busy_timeout_seconds, isolation_level=None, check_same_thread=False
@@ -153,9 +187,11 @@ def connect(
         conn.execute("PRAGMA synchronous = NORMAL")  # durable at checkpoints; safe in WAL
     except sqlite3.Error as error:
         conn.close()
+        _remove_new_sidecars(path, existed)
         raise _opening_error(path, error, busy_timeout_seconds) from error
     except BaseException:
         conn.close()
+        _remove_new_sidecars(path, existed)
         raise
     tighten_modes(path)  # an existing 0644 database is made private too
     return path, conn
@@ -181,6 +217,7 @@ def connect_read_only(
             f"{path}: empty file, not a voxmeter database (create one with `voxmeter enroll`)"
         )
     log = sidecar(path, "-wal")
+    existed = _sidecars(path)
     if writable(path, status):
         tighten_modes(path)
         target, uri = str(path), False
@@ -203,6 +240,7 @@ def connect_read_only(
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as error:
         conn.close()
+        _remove_new_sidecars(path, existed)
         raise _opening_error(path, error, busy_timeout_seconds) from error
     return path, conn
 
