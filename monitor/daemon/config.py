@@ -246,6 +246,12 @@ class TrackerSettings:
     merge_seconds: float = _setting(
         6.0, "unknown-N tracks merge only when each holds this much speech", _positive
     )
+    min_open_seconds: float = _setting(
+        2.0,
+        "a window with less speech may join a track but never opens one (too short to know "
+        "a new voice from a known one)",
+        _non_negative,
+    )
     track_idle_seconds: float = _setting(
         300.0, "an unknown-N track with no window for this long expires", _positive
     )
