@@ -1,12 +1,7 @@
 """Trial protocol (paper 000 eq. 6) and calibrations per feature and evidence length (§13)."""
 
-from monitor.calibration.fit import (
-    COMBINED,
-    BucketCalibration,
-    CalibrationSet,
-    fuse_scores,
-    load_default,
-)
+from monitor.calibration.buckets import COMBINED, BucketCalibration, CalibrationSet, load_default
+from monitor.calibration.fusion import fuse_scores
 from monitor.calibration.protocol import (
     SpeakerUtterances,
     Trials,

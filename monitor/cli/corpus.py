@@ -61,7 +61,7 @@ def enroll_command(
     """Build one template per speaker and feature from a corpus (replacing old templates)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from monitor.cluster import shared_scheduler
+    from monitor.blocks.workers import shared_scheduler
     from monitor.corpus import check_speaker_names, scan_corpus
     from monitor.enroll import default_cache_dir, enroll_corpus
     from monitor.features.base import FEATURE_NAMES
@@ -210,7 +210,7 @@ def _feature_list(text: str) -> tuple[str, ...]:
 
 
 def _check_loss(loss: str) -> str:
-    from monitor.calibration.fit import LOSSES
+    from monitor.calibration.buckets import LOSSES
 
     if loss not in LOSSES:
         raise VoxmeterError(f"--loss {loss!r}: expected one of {', '.join(LOSSES)}")
@@ -400,8 +400,8 @@ def evaluate_command(
     embedding: EmbeddingOption = None,
 ) -> None:
     """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
-    from monitor.calibration.fit import CalibrationSet, default_path
-    from monitor.cluster import shared_scheduler
+    from monitor.blocks.workers import shared_scheduler
+    from monitor.calibration.buckets import CalibrationSet, default_path
     from monitor.enroll import default_cache_dir
     from monitor.errors import InputError
     from monitor.evaluate import evaluate_corpus

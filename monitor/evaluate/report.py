@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from monitor.calibration.fit import COMBINED, LOSSES
-from monitor.evaluate.audit import Audit, FeatureAudit, SettingAudit, composition_curves
+from monitor.calibration.buckets import COMBINED, LOSSES
+from monitor.evaluate.results import Audit, FeatureAudit, SettingAudit, composition_curves
 from monitor.jsonsafe import jsonable
 
 PROTOCOL_NAME = "paper 000 eq. 6: per speaker, test and template blocks of consecutive utterances"

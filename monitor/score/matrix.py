@@ -106,7 +106,7 @@ def rows_report(
     fit_on_eval: Callable[[], LidCalibration] | None = None,
 ) -> ScoreReport:
     """:func:`matrix_report` of a matrix visited in row blocks, in memory or on Dask workers
-    (:class:`monitor.cluster.DaskRows`); the figures do not depend on where the rows are.
+    (:class:`monitor.blocks.workers.DaskRows`); the figures do not depend on where the rows are.
     ``fit_on_eval`` fits the LID calibration on the whole matrix when neither a dev matrix nor
     a weight and bias is given (a matrix spread over workers needs one of them)."""
     if fit_loss not in FIT_LOSSES:

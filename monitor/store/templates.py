@@ -27,7 +27,7 @@ from monitor.features.base import (
 from monitor.store.base import Database, blob_vector, dumps, utc_now, vector_blob
 
 if TYPE_CHECKING:
-    from monitor.calibration.fit import CalibrationSet
+    from monitor.calibration.buckets import CalibrationSet
 
 __all__ = [
     "LOCAL_PROFILE_FEATURE",
@@ -503,7 +503,7 @@ class TemplatesMixin(Database):
         daemon then falls back to ``CalibrationSet.load_default()``)."""
         # the store sits below calibration (which reads features and templates): a top-level
         # import would be upward; only loading a stored calibration needs it
-        from monitor.calibration.fit import CalibrationSet
+        from monitor.calibration.buckets import CalibrationSet
 
         record = self.calibration_record(name)
         if record is None:

@@ -17,11 +17,13 @@ from typer.testing import CliRunner
 
 import monitor.calibration.protocol as protocol
 import monitor.disclosure.lid as lid_module
-from monitor.calibration.cluster import fit_on_workers
-from monitor.calibration.fit import COMBINED, CalibrationSet, calibrate_speakers, fit_trials
+from monitor.blocks.workers import DaskRows
+from monitor.calibration.bucket_fit import fit_trials
+from monitor.calibration.buckets import COMBINED, CalibrationSet
+from monitor.calibration.fit import calibrate_speakers
+from monitor.calibration.fit_rows import fit_on_workers
 from monitor.calibration.protocol import pool_trials, scored_trials
 from monitor.cli import app
-from monitor.cluster import DaskRows
 from tests.calibration.synthetic import synthetic_speakers
 from tests.evaluate.test_cli_end_to_end import link_subset
 

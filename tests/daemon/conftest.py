@@ -18,7 +18,7 @@ import pytest
 import soundfile as sf
 
 from monitor.audio.file import read_audio
-from monitor.calibration.fit import COMBINED, BucketCalibration, CalibrationSet
+from monitor.calibration.buckets import COMBINED, BucketCalibration, CalibrationSet
 from monitor.corpus import scan_corpus
 from monitor.enroll import default_cache_dir
 from monitor.features.base import FEATURE_NAMES, get_feature

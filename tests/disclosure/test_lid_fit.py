@@ -13,8 +13,8 @@ import pytest
 from scipy.optimize import minimize
 from scipy.special import expit
 
+from monitor.blocks.synthetic import SyntheticMatrix
 from monitor.calibration.protocol import score_trials
-from monitor.cluster import SyntheticMatrix
 from monitor.disclosure import lid as lid_module
 from monitor.disclosure import ranks
 from monitor.disclosure.lid import (
