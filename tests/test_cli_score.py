@@ -229,7 +229,8 @@ def _error_line(result) -> str:
             ("--matrix", "B.npy", "--truth", "T.npy"),
             "B.npy: not a readable .npy array",
         ),
-        ({}, ("--matrix", ".", "--truth", "T.npy"), "unsupported file type"),
+        ({}, ("--matrix", ".", "--truth", "T.npy"), ".: is a directory, not a file"),
+        ({"m.json": "{}"}, ("--matrix", "m.json", "--truth", "T.npy"), "unsupported file type"),
         (
             {},
             (

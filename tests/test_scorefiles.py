@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from monitor.errors import InputError
-from monitor.score.files import read_matrix, read_matrix_trials, read_scores_key, read_truth
+from monitor.score.matrix_files import read_matrix, read_matrix_trials, read_truth
+from monitor.score.trials import read_scores_key
 
 
 def write(path: Path, text: str) -> Path:
@@ -171,9 +172,9 @@ def _reference_join(scores: str, key: str) -> tuple[list[float], list[float]]:
 def test_streamed_join_matches_the_line_parser(tmp_path, monkeypatch, block_bytes, separator):
     # Small blocks put chunk boundaries everywhere; tabs and mixed whitespace take the other
     # delimiter and the line-by-line path; blank lines and unkeyed scores are sprinkled in.
-    import monitor.score.files as scorefiles
+    import monitor.score.trial_text as trial_text
 
-    monkeypatch.setattr(scorefiles, "_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(trial_text, "_BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(7)
     n = 500
     pairs = [(f"e{rng.integers(20)}", f"t{i}") for i in range(n)]
@@ -213,9 +214,9 @@ def test_streamed_join_matches_the_line_parser(tmp_path, monkeypatch, block_byte
 def test_errors_far_into_a_streamed_file_name_the_line(
     tmp_path, monkeypatch, scores, where, problem
 ):
-    import monitor.score.files as scorefiles
+    import monitor.score.trial_text as trial_text
 
-    monkeypatch.setattr(scorefiles, "_BLOCK_BYTES", 64)
+    monkeypatch.setattr(trial_text, "_BLOCK_BYTES", 64)
     s = write(tmp_path / "s.txt", scores)
     k = write(tmp_path / "k.txt", "a b target\nb c nontarget\n")
     with pytest.raises(InputError) as info:
@@ -234,12 +235,12 @@ def test_a_file_that_is_not_utf8_is_named(tmp_path):
 def test_pairs_that_share_a_hash_are_told_apart(tmp_path, monkeypatch):
     # A hash with only 997 values: key pairs collide at some seeds (another seed is taken) and
     # thousands of unkeyed score pairs share a key pair's hash (the strings tell them apart).
-    import monitor.score.files as scorefiles
+    import monitor.score.trials as trials
 
-    strong = scorefiles._pair_hashes
+    strong = trials.pair_hashes
     monkeypatch.setattr(
-        scorefiles,
-        "_pair_hashes",
+        trials,
+        "pair_hashes",
         lambda pairs, seed: strong(pairs, seed) % np.uint64(997),
     )
     key_lines = [f"e{i} t{i} {'target' if i % 2 else 'nontarget'}" for i in range(30)]
@@ -256,9 +257,9 @@ def test_pairs_that_share_a_hash_are_told_apart(tmp_path, monkeypatch):
 def test_key_chunks_with_longer_names_or_shorter_lines_later(tmp_path, monkeypatch):
     # Tiny blocks: the first chunks have long lines (few rows guessed for the file), later
     # ones short lines (the key block grows) and then longer names (the key block widens).
-    import monitor.score.files as scorefiles
+    import monitor.score.trial_text as trial_text
 
-    monkeypatch.setattr(scorefiles, "_BLOCK_BYTES", 256)
+    monkeypatch.setattr(trial_text, "_BLOCK_BYTES", 256)
     names = [(f"enroll-{'x' * 30}-{i}", f"trial-{'y' * 30}-{i}") for i in range(20)]
     names += [(f"e{i}", f"t{i}") for i in range(3000)]
     names += [(f"e{i}-{'z' * 70}", f"t{i}-{'w' * 90}") for i in range(40)]

@@ -47,6 +47,9 @@ class AudioFrame:
     start_seconds: float
     """Seconds since the source started (gaps after a device loss or drop are kept)."""
     rate_hz: int = RATE_HZ
+    utterance_end: bool = False
+    """The speaker's turn ends after this frame (a Wyoming ``audio-stop`` through the proxy):
+    the daemon closes the window there instead of waiting for more speech. May be empty."""
 
     @property
     def duration_seconds(self) -> float:

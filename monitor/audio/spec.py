@@ -11,11 +11,13 @@ from monitor.audio.frames import RATE_HZ, AudioSource
 from monitor.audio.microphone import MicrophoneSource
 from monitor.audio.stdin import StdinSource
 from monitor.audio.wyoming import WyomingSource, parse_endpoint
+from monitor.audio.wyoming_proxy import WyomingProxySource, parse_proxy
 from monitor.errors import InputError
 
 SOURCE_SPELLINGS = (
     "mic, mic:DEVICE, file:PATH[?fast], stdin, stdin:RATE[:CHANNELS], "
-    "wyoming://HOST:PORT or wyoming-listen://HOST:PORT"
+    "wyoming://HOST:PORT, wyoming-listen://HOST:PORT or "
+    "wyoming-proxy://HOST:PORT?upstream=tcp://HOST:PORT"
 )
 
 
@@ -23,7 +25,7 @@ SOURCE_SPELLINGS = (
 class SourceSpec:
     """A parsed source spelling (see :func:`parse_source`); only the fields of its kind matter."""
 
-    kind: Literal["mic", "file", "stdin", "wyoming"]
+    kind: Literal["mic", "file", "stdin", "wyoming", "wyoming-proxy"]
     text: str  # as given
     device: str | int | None = None  # mic: name or index; None = default input
     path: str = ""  # file
@@ -48,7 +50,9 @@ def parse_source(spec: str) -> SourceSpec:
     ``file:PATH?fast`` (as fast as possible); ``stdin`` (16 kHz), ``stdin:RATE`` or
     ``stdin:RATE:CHANNELS`` (raw s16le PCM); ``wyoming://HOST:PORT`` (a Wyoming microphone
     service) or ``wyoming-listen://HOST:PORT`` (Wyoming clients stream to us), ``?once`` to end
-    with the first connection (monitor/audio/wyoming.py). A bad one raises InputError.
+    with the first connection (monitor/audio/wyoming.py);
+    ``wyoming-proxy://HOST:PORT?upstream=tcp://HOST:PORT`` (we relay a Wyoming service and
+    measure what passes, monitor/audio/wyoming_proxy.py). A bad one raises InputError.
     """
     kind, _, arg = spec.partition(":")
     if kind == "mic":
@@ -67,14 +71,22 @@ def parse_source(spec: str) -> SourceSpec:
     if kind in ("wyoming", "wyoming-listen"):
         parse_endpoint(spec)  # checked now; WyomingSource keeps the parsed endpoint
         return SourceSpec("wyoming", spec)
+    if kind == "wyoming-proxy":
+        parse_proxy(spec)
+        return SourceSpec("wyoming-proxy", spec)
     raise InputError("source", f"unknown audio source {spec!r} (must be {SOURCE_SPELLINGS})")
 
 
 def open_source(
-    spec: str | SourceSpec, *, fast: bool = False, retry: Retry | None = None
+    spec: str | SourceSpec,
+    *,
+    fast: bool = False,
+    retry: Retry | None = None,
+    zeroconf: bool = False,
 ) -> AudioSource:
     """Build a source from its spelling; ``fast`` also unpaces files, ``retry`` (default: each
-    source's own) sets a microphone's or Wyoming source's retries."""
+    source's own) sets a microphone's or Wyoming source's retries, ``zeroconf`` announces a
+    Wyoming server of ours (``wyoming-listen``, ``wyoming-proxy``) on mDNS."""
     parsed = parse_source(spec) if isinstance(spec, str) else spec
     retries: dict[str, Any] = {}
     if retry is not None:
@@ -91,4 +103,9 @@ def open_source(
         case "stdin":
             return StdinSource(parsed.rate_hz, channels=parsed.channels)
         case "wyoming":
-            return WyomingSource(parse_endpoint(parsed.text), **retries)
+            endpoint = parse_endpoint(parsed.text)
+            announce = zeroconf and endpoint.listen
+            return WyomingSource(endpoint, zeroconf=announce, **retries)
+        case "wyoming-proxy":
+            retries.pop("wait_for_device", None)  # an upstream down at start is an outage too
+            return WyomingProxySource(parse_proxy(parsed.text), zeroconf=zeroconf, **retries)

@@ -70,6 +70,11 @@ class Windower:
             return []
         return [self._cut(held)]
 
+    def close_turn(self, min_seconds: float = 1.0) -> list[SpeechWindow]:
+        """A speaker's turn ended (an assistant command is 1–3 s): the held speech as one short
+        window when it has ≥ ``min_seconds``, else dropped (it counted in speech seconds only)."""
+        return self.flush(min_seconds=min_seconds)
+
     def _cut(self, n: int) -> SpeechWindow:
         lengths = np.array([p.shape[0] for p in self._pieces])
         ends = np.cumsum(lengths)

@@ -20,22 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.audio import AudioChunk, AudioFormat, AudioStart, AudioStop
 from wyoming.event import Event
-from wyoming.info import Describe, Info
+from wyoming.info import Attribution, Describe, Info, SndProgram
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 
+from monitor import __version__
 from monitor.audio.frames import (
     MAX_RATE_HZ,
     MIN_RATE_HZ,
@@ -46,6 +44,14 @@ from monitor.audio.frames import (
     SourceStats,
     check_frame_ms,
 )
+from monitor.audio.wyoming_wire import (
+    BROKEN_EVENT,
+    bound_port,
+    broken,
+    read_event,
+    reason,
+)
+from monitor.audio.zeroconf import Announcement
 from monitor.errors import AudioDeviceError, InputError
 
 logger = logging.getLogger(__name__)
@@ -159,71 +165,67 @@ class WyomingDecoder:
         return np.concatenate([tail, self._resample(pcm)])
 
 
-def _reason(error: OSError) -> str:
-    """``Connection refused``, not asyncio's ``Connect call failed ('127.0.0.1', 1)``."""
-    return os.strerror(error.errno) if error.errno else str(error)
+def listen_info() -> Info:
+    """What ``wyoming-listen`` is, for ``describe``: a sound sink — it takes ``audio-start``,
+    ``audio-chunk`` and ``audio-stop`` as a Wyoming sound service does, and measures instead of
+    playing. Home Assistant's integration adds asr, tts, wake, handle, intent and satellite
+    services only, so it declines this one (``no_services``), truthfully: to be part of its
+    voice pipeline, voxmeter relays a real service (``wyoming-proxy``)."""
+    return Info(
+        snd=[
+            SndProgram(
+                name="voxmeter",
+                description=(
+                    "measures how much the audio streamed to it discloses about who speaks; "
+                    "plays nothing, answers nothing"
+                ),
+                attribution=Attribution(name="voxmeter", url=""),
+                installed=True,
+                version=__version__,
+                snd_format=AudioFormat(rate=RATE_HZ, width=2, channels=1),
+            )
+        ]
+    )
 
 
-MAX_DATA_BYTES = 1 << 20
-"""Largest JSON data part of an event accepted (audio formats and info need a few hundred)."""
-MAX_PAYLOAD_BYTES = 16 << 20
-"""Largest audio payload of one event: 10 s of 8-channel 48 kHz 32-bit PCM is 15.4 MB; a peer
-that announces more would otherwise have every byte buffered until it arrives."""
-
-
-class ProtocolError(ValueError):
-    """A Wyoming peer sent something that is not a well-formed event."""
-
-
-_BROKEN_EVENT = (ProtocolError, ValueError, EOFError)
-"""A peer that breaks the protocol: see :func:`read_event`; EOFError is asyncio's
-IncompleteReadError (cut off in the middle of an event)."""
-
-
-def _length(header: dict[str, Any], key: str, limit: int) -> int:
-    value = header.get(key) or 0
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
-        raise ProtocolError(f"event {key} {value!r} is not a byte count in 0..{limit}")
-    return value
-
-
-async def read_event(reader: asyncio.StreamReader) -> Event | None:
-    """The next event, or None at the end of the stream: the ``wyoming`` package's
-    ``async_read_event`` with limits. A malformed header (not JSON, no type, lengths that are not
-    counts or exceed :data:`MAX_DATA_BYTES` / :data:`MAX_PAYLOAD_BYTES`) raises ProtocolError, a
-    header line over 64 KiB ValueError, a stream cut mid-event IncompleteReadError — where the
-    package reads garbage as a clean end and buffers any announced payload."""
-    line = await reader.readline()
-    if not line:
-        return None
-    try:
-        header = json.loads(line)
-    except ValueError as error:
-        raise ProtocolError(f"event header is not JSON ({line[:40]!r})") from error
-    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
-        raise ProtocolError("event without a type")
-    data = header.get("data") or {}
-    if not isinstance(data, dict):
-        raise ProtocolError("event data is not a JSON object")
-    data_length = _length(header, "data_length", MAX_DATA_BYTES)
-    payload_length = _length(header, "payload_length", MAX_PAYLOAD_BYTES)
-    if data_length:
-        try:
-            extra = json.loads(await reader.readexactly(data_length))
-        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
-            raise ProtocolError("event data is not JSON") from error
-        if not isinstance(extra, dict):
-            raise ProtocolError("event data is not a JSON object")
-        data = {**data, **extra}
-    payload = await reader.readexactly(payload_length) if payload_length else None
-    return Event(type=header["type"], data=data, payload=payload)
-
-
-def _broken(error: Exception) -> str:
-    """One line for a broken event, without the package's internals."""
-    if isinstance(error, asyncio.IncompleteReadError):
-        return f"connection cut in the middle of an event ({len(error.partial)} bytes of it read)"
-    return f"malformed event ({error})"
+async def decode_frames(
+    events: AsyncIterator[Event | None],
+    frame_ms: int,
+    stats: SourceStats,
+    name: str,
+    *,
+    turns: bool = False,
+) -> AsyncIterator[AudioFrame]:
+    """Frames of ``frame_ms`` on one timeline from the audio of ``events`` (None: a connection
+    ended, drain the resampler). Stream time counts the audio received. With ``turns``, the
+    last frame of each ``audio-stop`` (or ended connection) carries ``utterance_end`` — an empty
+    frame when no samples are left — so the daemon closes the speaker's window there."""
+    decoder = WyomingDecoder()
+    frame = RATE_HZ * frame_ms // 1000
+    pending = np.zeros(0, dtype=np.int16)
+    emitted = 0  # samples received so far: the stream's clock
+    async for event in events:
+        if event is None:  # a connection ended: drain the resampler
+            samples = decoder.flush()
+        else:
+            try:
+                samples = decoder.process(event)
+            except ValueError as error:
+                stats.dropped += 1
+                logger.warning("%s: audio chunk dropped: %s", name, error)
+                continue
+        pending = np.concatenate([pending, samples])
+        last = event is None or AudioStop.is_type(event.type)
+        ended = turns and last
+        while pending.shape[0] >= frame or (last and pending.shape[0]):
+            out, pending = pending[:frame], pending[frame:]
+            stats.frames_total += 1
+            end = ended and pending.shape[0] == 0
+            yield AudioFrame(out, emitted / RATE_HZ, utterance_end=end)
+            emitted += out.shape[0]
+            ended = ended and not end
+        if ended:  # nothing left to carry the mark
+            yield AudioFrame(np.zeros(0, dtype=np.int16), emitted / RATE_HZ, utterance_end=True)
 
 
 _END = object()
@@ -241,7 +243,7 @@ class _Listener(AsyncEventHandler):
 
     async def handle_event(self, event: Event) -> bool:
         if Describe.is_type(event.type):
-            await self.write_event(Info().event())
+            await self.write_event(listen_info().event())
             return True
         await self.source._from_client(self, event)
         return True
@@ -254,10 +256,10 @@ class _Listener(AsyncEventHandler):
             while (event := await read_event(self.reader)) is not None:
                 if not await self.handle_event(event):
                     break
-        except _BROKEN_EVENT as error:
-            logger.warning("%s: client dropped: %s", self.source.name, _broken(error))
+        except BROKEN_EVENT as error:
+            logger.warning("%s: client dropped: %s", self.source.name, broken(error))
         except OSError as error:  # reset by the peer
-            logger.warning("%s: client lost: %s", self.source.name, _reason(error))
+            logger.warning("%s: client lost: %s", self.source.name, reason(error))
         finally:
             await self.disconnect()
             self.writer.close()
@@ -280,6 +282,7 @@ class WyomingSource:
         queue_events: int = 64,
         owner_idle_seconds: float = 5.0,
         idle_seconds: float = 30.0,
+        zeroconf: bool = False,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
@@ -301,6 +304,8 @@ class WyomingSource:
         self._owner: _Listener | None = None
         self._owner_seen = 0.0  # clock reading of the streaming client's last event
         self._closed = False
+        self.zeroconf = zeroconf  # announce a wyoming-listen server on mDNS
+        self.port = endpoint.port  # the bound port once listening (differs when 0 was asked)
 
     def close(self) -> None:
         self._closed = True
@@ -312,27 +317,8 @@ class WyomingSource:
 
     async def frames(self) -> AsyncIterator[AudioFrame]:
         events = self._serve() if self.endpoint.listen else self._connect()
-        decoder = WyomingDecoder()
-        frame = RATE_HZ * self.frame_ms // 1000
-        pending = np.zeros(0, dtype=np.int16)
-        emitted = 0  # samples received so far: the stream's clock
-        async for event in events:
-            if event is None:  # a connection ended: drain the resampler
-                samples = decoder.flush()
-            else:
-                try:
-                    samples = decoder.process(event)
-                except ValueError as error:
-                    self.stats.dropped += 1
-                    logger.warning("%s: audio chunk dropped: %s", self.name, error)
-                    continue
-            pending = np.concatenate([pending, samples])
-            last = event is None or AudioStop.is_type(event.type)
-            while pending.shape[0] >= frame or (last and pending.shape[0]):
-                out, pending = pending[:frame], pending[frame:]
-                self.stats.frames_total += 1
-                yield AudioFrame(out, emitted / RATE_HZ)
-                emitted += out.shape[0]
+        async for frame in decode_frames(events, self.frame_ms, self.stats, self.name):
+            yield frame
 
     def backoff_seconds(self, attempt: int) -> float:
         """Random delay before retry ``attempt`` (1-based), as the microphone source does."""
@@ -358,10 +344,10 @@ class WyomingSource:
                 problem = "connection closed"
             except TimeoutError:  # before OSError, of which it is a subclass
                 problem = f"no event for {self.idle_seconds:g} s (a half-open connection?)"
-            except _BROKEN_EVENT as error:  # the service is not gone: reconnect, as after a close
-                problem = _broken(error)
+            except BROKEN_EVENT as error:  # the service is not gone: reconnect, as after a close
+                problem = broken(error)
             except OSError as error:
-                problem = _reason(error)
+                problem = reason(error)
                 if not (connected_once or self.wait_for_device):  # a typo, not an outage
                     raise AudioDeviceError(f"{self.name}: cannot connect ({problem})") from error
             yield None
@@ -387,12 +373,18 @@ class WyomingSource:
         try:
             await server.start(lambda reader, writer: _Listener(self, reader, writer))
         except OSError as error:
-            raise AudioDeviceError(f"{self.name}: cannot listen ({_reason(error)})") from error
+            raise AudioDeviceError(f"{self.name}: cannot listen ({reason(error)})") from error
+        self.port = bound_port(server)
+        announcement = Announcement(self.port, self.endpoint.host) if self.zeroconf else None
+        if announcement is not None:
+            await announcement.start()
         logger.info("listening for Wyoming audio on %s", self.name)
         try:
             while (item := await self._queue.get()) is not _END:
                 yield item  # type: ignore[misc]
         finally:
+            if announcement is not None:
+                await announcement.stop()
             await server.stop()
 
     async def _from_client(self, client: _Listener, event: Event) -> None:

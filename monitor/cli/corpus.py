@@ -406,6 +406,7 @@ def evaluate_command(
     from monitor.errors import InputError
     from monitor.evaluate import evaluate_corpus
     from monitor.outputs import check_output_folder
+    from monitor.userfiles import MAX_JSON_BYTES, regular_file
 
     select_embedding(embedding)
     shipped = default_path()
@@ -418,7 +419,7 @@ def evaluate_command(
     calibration_path = calibration if calibration is not None else shipped
     loaded = None
     if calibration is not None or lid_from == "calibration" or shipped.is_file():
-        loaded = CalibrationSet.load(calibration_path)
+        loaded = CalibrationSet.load(regular_file(calibration_path, max_bytes=MAX_JSON_BYTES))
         if "embedding" in names:
             loaded.check_embedding_backend(str(calibration_path))
     check_output_folder(out, "--out")

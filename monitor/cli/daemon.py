@@ -195,7 +195,7 @@ def status_command(
     )
     if not console.is_terminal:
         console.width = max(console.width, 140)
-    with open_store(settings.daemon.db, create=False) as store:
+    with open_store(settings.daemon.db, read_only=True) as store:
         if as_json:
             console.print_json(json.dumps([row.to_json() for row in status(store)]))
             return

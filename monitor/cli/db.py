@@ -69,7 +69,7 @@ def db_list_command(
     from monitor.store import open_store
 
     path = db_path(db)
-    with open_store(path, create=False) as store:
+    with open_store(path, read_only=True) as store:
         identities = store.identities()
     if as_json:
         typer.echo(json.dumps([_identity_json(i) for i in identities]))
@@ -98,7 +98,7 @@ def db_show_command(
     """Show one identity: metadata, templates (dimension, seconds, updated), local profiles."""
     from monitor.store import open_store
 
-    with open_store(db_path(db), create=False) as store:
+    with open_store(db_path(db), read_only=True) as store:
         identity = store.identity(_stored_alias(store, alias))
     document = _identity_json(identity)
     if as_json:
@@ -149,6 +149,63 @@ def db_remove_command(
         f"removed {printable(alias)} from {path} ({len(identity.templates)} templates"
         f"{profiles if identity.local_profiles else ''}) and {entries} feature cache entries "
         f"from {cache_dir}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@db_app.command("check")
+@user_errors
+def db_check_command(
+    db: Annotated[Path | None, typer.Option("--db", help=DB_HELP)] = None,
+) -> None:
+    """Check the database for damage (SQLite's full integrity_check); it is only read."""
+    from monitor.errors import StoreError
+    from monitor.store.repair import check
+
+    path = db_path(db)
+    result = check(path)
+    if result.problems:
+        more = f" (and {len(result.problems) - 1} more)" if len(result.problems) > 1 else ""
+        raise StoreError(
+            f"{path}: damaged: {result.problems[0]}{more}; copy what is readable into a new "
+            f"file with `voxmeter db recover --db {path} NEW.db`, or restore a backup"
+        )
+    console.print(
+        f"{path}: ok (integrity_check passed; schema version {result.schema_version}, "
+        f"{result.identities} identities)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@db_app.command("recover")
+@user_errors
+def db_recover_command(
+    out: Annotated[Path, typer.Argument(help="The new database to write (must not exist).")],
+    db: Annotated[Path | None, typer.Option("--db", help=DB_HELP)] = None,
+) -> None:
+    """Copy every readable row of a damaged database into a new file; the original is only
+    read. Check the result with `voxmeter db list --db OUT` before using it."""
+    from monitor.store import open_store
+    from monitor.store.repair import recover
+
+    path = db_path(db)
+    recovery = recover(path, out)
+    with open_store(out, create=False) as store:  # migrates it and checks it again
+        version = store.schema_version
+    rows = ", ".join(f"{table} {count}" for table, count in recovery.rows.items())
+    lost = (
+        f"; rows lost in unreadable pages of {', '.join(recovery.damaged_tables)}"
+        if recovery.damaged_tables
+        else "; no unreadable rows"
+    )
+    orphans = f"; {recovery.orphans_dropped} rows of lost parents dropped"
+    console.print(
+        f"recovered {path} into {out} (schema version {version}): {rows}{lost}"
+        f"{orphans if recovery.orphans_dropped else ''}; {path} is unchanged",
         markup=False,
         highlight=False,
         soft_wrap=True,

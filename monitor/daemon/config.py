@@ -9,6 +9,7 @@ wrong type or bad value raises :class:`~monitor.errors.ConfigError` naming the k
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import tomllib
@@ -21,14 +22,16 @@ from typing import Any
 
 from monitor.audio.spec import parse_source
 from monitor.errors import ConfigError, InputError
+from monitor.userfiles import MAX_CONFIG_BYTES, read_bytes
 from monitor.vocabulary import EXTRACTORS, TRACKING_FEATURE, FigureKey
 
 Check = Callable[[Any], str | None]
 
 
-def _setting(default: Any, doc: str, check: Check | None = None) -> Any:
-    """A documented field; ``check`` returns a problem string for a bad value, else None."""
-    return field(default=default, metadata={"doc": doc, "check": check})
+def _setting(default: Any, doc: str, check: Check | None = None, *, secret: bool = False) -> Any:
+    """A documented field; ``check`` returns a problem string for a bad value, else None.
+    A ``secret`` value is never shown in an error (the key is named, the value is not)."""
+    return field(default=default, metadata={"doc": doc, "check": check, "secret": secret})
 
 
 def _positive(value: float) -> str | None:
@@ -57,7 +60,13 @@ def _one_of(*choices: str) -> Check:
 
 
 def _port(value: int) -> str | None:
-    return None if 0 <= value <= 65535 else "must be a TCP port 0..65535"
+    """A port to connect to: 0 is no port."""
+    return None if 1 <= value <= 65535 else "must be a TCP port 1..65535"
+
+
+def _listen_port(value: int) -> str | None:
+    """A port to listen on: 0 asks the kernel for any free one."""
+    return None if 0 <= value <= 65535 else "must be a TCP port 1..65535 (or 0 = any free port)"
 
 
 def _source(value: str) -> str | None:
@@ -142,6 +151,15 @@ class AudioSettings:
 
 
 @dataclass(frozen=True)
+class WyomingSettings:
+    """Wyoming servers of ours (``wyoming-listen``, ``wyoming-proxy`` sources)."""
+
+    zeroconf: bool = _setting(
+        True, "announce them on mDNS as _wyoming._tcp.local. (Home Assistant discovers them)"
+    )
+
+
+@dataclass(frozen=True)
 class FeatureSettings:
     """Which extractors run on every window."""
 
@@ -154,6 +172,12 @@ class FeatureSettings:
         "embedding backend: ecapa (SpeechBrain ECAPA-TDNN), campplus (CAM++) or ge2e "
         "(resemblyzer); must be the one the database was enrolled with",
         _one_of("ecapa", "campplus", "ge2e"),
+    )
+    runtime: str = _setting(
+        "auto",
+        "what runs the ECAPA / CAM++ network: onnx (ONNX Runtime, graphs exported by make "
+        "models), torch (the reference port) or auto (onnx where its graph is present)",
+        _one_of("auto", "onnx", "torch"),
     )
 
 
@@ -247,7 +271,7 @@ class PrometheusSettings:
     host: str = _setting(
         "127.0.0.1", "address to listen on; anything but loopback is warned about at start"
     )
-    port: int = _setting(39217, "TCP port; 0 = any free port", _port)
+    port: int = _setting(39217, "TCP port; 0 = any free port", _listen_port)
     certfile: str = _setting("", "TLS certificate (PEM); empty = plain HTTP")
     keyfile: str = _setting("", "TLS private key (PEM) for certfile")
     client_cafile: str = _setting("", "CA file to verify client certificates; empty = none")
@@ -266,7 +290,18 @@ class MqttSettings:
     )
     client_id: str = _setting("", "MQTT client id; empty = voxmeter-<device_id>")
     username: str = _setting("", "broker user; empty = anonymous")
-    password: str = _setting("", "broker password")
+    password: str = _setting("", "broker password (never shown in messages)", secret=True)
+    allow_plaintext_password: bool = _setting(
+        False,
+        "send the password without TLS to a broker that is not on loopback (warned at start)",
+    )
+    tls: bool = _setting(False, "connect over TLS (brokers usually listen on 8883 for it)")
+    cafile: str = _setting(
+        "", "CA certificates (PEM) the broker's certificate must chain to; empty = the system's"
+    )
+    certfile: str = _setting("", "client certificate (PEM) for brokers that ask for one")
+    keyfile: str = _setting("", "private key (PEM) of certfile; empty = in certfile")
+    verify_hostname: bool = _setting(True, "the broker's certificate must name mqtt.host")
     keepalive_seconds: int = _setting(30, "MQTT keepalive", _positive)
     qos: int = _setting(
         1, "QoS of alerts and states", lambda v: None if v in (0, 1, 2) else "must be 0, 1 or 2"
@@ -302,6 +337,7 @@ class Config:
 
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
     audio: AudioSettings = field(default_factory=AudioSettings)
+    wyoming: WyomingSettings = field(default_factory=WyomingSettings)
     features: FeatureSettings = field(default_factory=FeatureSettings)
     tracker: TrackerSettings = field(default_factory=TrackerSettings)
     scorer: ScorerSettings = field(default_factory=ScorerSettings)
@@ -322,7 +358,7 @@ def _type_name(kind: Any) -> str:
     )
 
 
-def _coerce(key: str, kind: Any, value: Any) -> Any:
+def _coerce(key: str, kind: Any, value: Any, *, secret: bool = False) -> Any:
     """``value`` as ``kind`` (ints accepted for floats; bools never pass as numbers)."""
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
@@ -331,7 +367,14 @@ def _coerce(key: str, kind: Any, value: Any) -> Any:
             return tuple(value)
     elif isinstance(value, kind) and not (kind is not bool and isinstance(value, bool)):
         return value
-    raise ConfigError(key, f"must be {_type_name(kind)}, got {value!r}")
+    got = f"got {_toml_type(value)}" if secret else f"got {value!r}"
+    raise ConfigError(key, f"must be {_type_name(kind)}, {got}")
+
+
+def _toml_type(value: Any) -> str:
+    """What a secret's wrong value is, without showing it."""
+    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    return kinds.get(type(value), "a list" if isinstance(value, list) else "a table")
 
 
 def _apply(section_name: str, current: Any, values: Mapping[str, Any]) -> Any:
@@ -342,11 +385,12 @@ def _apply(section_name: str, current: Any, values: Mapping[str, Any]) -> Any:
         key = f"{section_name}.{name}"
         if name not in known:
             raise ConfigError(key, "unknown key")
-        value = _coerce(key, hints[name], raw)
+        secret = known[name].metadata.get("secret", False)
+        value = _coerce(key, hints[name], raw, secret=secret)
         check: Check | None = known[name].metadata.get("check")
         problem = check(value) if check else None
         if problem:
-            raise ConfigError(key, f"{problem}, got {value!r}")
+            raise ConfigError(key, problem if secret else f"{problem}, got {value!r}")
         changes[name] = value
     return replace(current, **changes)
 
@@ -370,11 +414,10 @@ def load_config(path: Path | None = None, overrides: Sequence[str] = ()) -> Conf
     """Settings from ``path`` (a config.toml; None = defaults) then ``--set`` overrides."""
     tables: dict[str, dict[str, Any]] = {}
     if path is not None:
-        try:
-            with open(path, "rb") as handle:
-                document = tomllib.load(handle)
-        except OSError as exc:
-            raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from exc
+        try:  # a regular file of at most 1 MiB: /dev/zero or a FIFO is refused, not read
+            document = tomllib.loads(read_bytes(path, max_bytes=MAX_CONFIG_BYTES).decode())
+        except RecursionError:
+            raise InputError(str(path), "not valid TOML: nested too deeply") from None
         except tomllib.TOMLDecodeError as exc:
             raise InputError(str(path), f"not valid TOML: {exc}") from exc
         except UnicodeDecodeError as exc:  # TOML is UTF-8 only
@@ -416,6 +459,39 @@ def _check_together(config: Config) -> None:
         raise ConfigError("budget.hysteresis_bits", "must be below the warning threshold")
     if config.homeassistant.discovery and not config.mqtt.enabled:
         raise ConfigError("homeassistant.discovery", "needs mqtt.enabled = true (same broker)")
+    _check_mqtt_tls(config.mqtt)
+
+
+def _check_mqtt_tls(mqtt: MqttSettings) -> None:
+    """TLS files only with TLS; a password crosses the network in clear text only when asked."""
+    for key in ("cafile", "certfile", "keyfile"):
+        if getattr(mqtt, key) and not mqtt.tls:
+            raise ConfigError(f"mqtt.{key}", "needs mqtt.tls = true")
+    if mqtt.keyfile and not mqtt.certfile:
+        raise ConfigError("mqtt.keyfile", "needs mqtt.certfile (the certificate of that key)")
+    if (
+        mqtt.enabled
+        and mqtt.password
+        and not mqtt.tls
+        and not is_loopback(mqtt.host)
+        and not mqtt.allow_plaintext_password
+    ):
+        raise ConfigError(
+            "mqtt.password",
+            f"would cross the network in clear text to {mqtt.host}: set mqtt.tls = true "
+            "(or mqtt.allow_plaintext_password = true to accept that)",
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine only (``localhost`` or a loopback address; any other
+    name or address, ``0.0.0.0`` and ``::`` included, is reachable from outside)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def documented_defaults() -> dict[str, dict[str, tuple[Any, str]]]:

@@ -55,6 +55,7 @@ from monitor.daemon.events import (
 )
 from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
 from monitor.daemon.exporters.mqtt import topics_for
+from monitor.daemon.incremental import IncrementalWindows
 from monitor.daemon.ledger import LedgerWriter, restored_track
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
@@ -127,6 +128,10 @@ class Pipeline:
         self.vad = vad
         self.windower = Windower(audio.window_seconds)
         self.window_features = WindowFeatures(self.features)
+        self.incremental = IncrementalWindows(
+            self.features, max_samples=self.windower.window_samples
+        )
+        self._feed_counted = 0.0  # incremental.feed_seconds already in _busy
         self.tracker = SpeakerTracker(
             profiles, tracker_settings(config), clock=clock, wall_clock=wall_clock
         )
@@ -244,22 +249,33 @@ class Pipeline:
             await out.put(frame)
         await out.put(None)
 
-    async def _vad_stage(self) -> None:
+    async def _vad_stage(self, feeder: ThreadPoolExecutor) -> None:
         inbox, out = self.queues["frames"], self.queues["windows"]
+        loop = asyncio.get_running_loop()
         index = 0
         while True:
             frame = await inbox.get()
             chunks = self.vad.flush() if frame is None else self.vad.process(frame)
+            if frame is not None and frame.utterance_end:  # the turn ends: a short window
+                chunks = [*chunks, *self.vad.flush()]
+            windows = []
             for chunk in chunks:
-                for window in self.windower.process(chunk):
-                    await out.put(ClosedWindow(index, window, self.clock(), self.wall_clock()))
-                    index += 1
+                # features work on the speech as it arrives, in order, on the feeder thread
+                loop.run_in_executor(feeder, self.incremental.feed, chunk.samples)
+                windows += self.windower.process(chunk)
+            if frame is not None and frame.utterance_end:
+                windows += self.windower.close_turn()
+            for window in windows:
+                await out.put(ClosedWindow(index, window, self.clock(), self.wall_clock()))
+                index += 1
             if frame is None:
                 self.windower.reset()  # a partial last window is not scored
                 await out.put(None)
                 return
 
-    async def _feature_stage(self, executor: ThreadPoolExecutor) -> None:
+    async def _feature_stage(
+        self, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor
+    ) -> None:
         inbox, out = self.queues["windows"], self.queues["features"]
         loop = asyncio.get_running_loop()
         while True:
@@ -270,15 +286,18 @@ class Pipeline:
             assert isinstance(item, ClosedWindow)
             window = item.window
             started = self.clock()
-            names = list(self.features)
+            # after every chunk fed before the window closed (the feeder keeps order)
+            streams = await loop.run_in_executor(feeder, self.incremental.take, window.samples)
+            names = list(streams)
             observations = await asyncio.gather(
-                *(
-                    loop.run_in_executor(executor, self.window_features.observe, n, window.samples)
-                    for n in names
-                )
+                *(loop.run_in_executor(executor, streams[n].finish) for n in names)
             )
             spent = self.clock() - started
-            self._busy["features"] += spent
+            fed, self._feed_counted = (
+                self.incremental.feed_seconds - self._feed_counted,
+                (self.incremental.feed_seconds),
+            )
+            self._busy["features"] += spent + fed
             await out.put(
                 FeatureWindow(
                     index=item.index,
@@ -450,9 +469,12 @@ class Pipeline:
         executor = ThreadPoolExecutor(
             max_workers=self.config.features.workers, thread_name_prefix="voxmeter-work"
         )
+        # one thread: chunks are fed to the streams in order, and a window taken after them
+        feeder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="voxmeter-feed")
         started_unix = self.wall_clock()
         self._check_budget()
         await loop.run_in_executor(executor, self.window_features.warm_up)
+        await loop.run_in_executor(feeder, self.incremental.warm_up)
         startup = self.restore()
         opening = DaemonStarted(
             device_id=self.device_id,
@@ -470,8 +492,8 @@ class Pipeline:
             async with asyncio.TaskGroup() as group:
                 stages: list[tuple[str, Any]] = [
                     ("source", self._source_stage()),
-                    ("vad", self._vad_stage()),
-                    ("features", self._feature_stage(executor)),
+                    ("vad", self._vad_stage(feeder)),
+                    ("features", self._feature_stage(executor, feeder)),
                     ("tracker", self._tracker_stage()),
                     ("scorer", self._scorer_stage(executor)),
                     ("ledger", self._ledger_stage()),
@@ -493,6 +515,7 @@ class Pipeline:
                 loop.remove_signal_handler(signum)
             self.source.close()
             executor.shutdown(wait=False, cancel_futures=True)
+            feeder.shutdown(wait=False, cancel_futures=True)
         # events still queued (a window scored just before the stop), then the goodbye
         queued = self.queues["events"]
         final: list[DaemonEvent] = []

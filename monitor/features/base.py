@@ -38,6 +38,9 @@ EMBEDDING_BACKENDS: dict[str, str] = {
 DEFAULT_EMBEDDING = "ecapa"
 EMBEDDING_ENV = "VOXMETER_EMBEDDING"
 """Carries the selected backend to worker processes (spawned children inherit it)."""
+RUNTIME_ENV = "VOXMETER_EMBEDDING_RUNTIME"
+"""Carries the embedding runtime (auto, onnx, torch: :mod:`monitor.features.embedding_onnx`)."""
+DEFAULT_RUNTIME = "auto"
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,39 @@ class Feature(Protocol):
         ...
 
 
+class FeatureStream(Protocol):
+    """One window's observation computed while the window fills: :meth:`feed` blocks of
+    16 kHz float32 speech as they arrive, :meth:`finish` once at the window's end. The result
+    equals ``observe`` of the concatenated blocks (tests hold each extractor to it)."""
+
+    def feed(self, audio: np.ndarray) -> None: ...
+
+    def finish(self) -> Observation: ...
+
+
+class BufferedStream:
+    """The stream of a feature that cannot work ahead: it keeps the blocks, observes at the end."""
+
+    def __init__(self, feature: Feature, rate: int) -> None:
+        self.feature, self.rate = feature, rate
+        self._blocks: list[np.ndarray] = []
+
+    def feed(self, audio: np.ndarray) -> None:
+        self._blocks.append(np.asarray(audio, dtype=np.float32))
+
+    def finish(self) -> Observation:
+        audio = np.concatenate(self._blocks) if self._blocks else np.zeros(0, np.float32)
+        return self.feature.observe(audio, self.rate)
+
+
+def open_stream(feature: Feature, rate: int) -> FeatureStream:
+    """A stream of ``feature``: its own if it can work ahead (an optional ``stream(rate)``
+    method returning one, or None where it cannot), else a :class:`BufferedStream`."""
+    opener = getattr(feature, "stream", None)
+    stream = opener(rate) if opener is not None else None
+    return stream if stream is not None else BufferedStream(feature, rate)
+
+
 _INSTANCES: dict[str, Feature] = {}
 
 
@@ -143,6 +179,21 @@ def set_embedding_backend(backend: str) -> None:
     """Select the backend behind ``get_feature("embedding")`` in this process and in the
     worker processes it starts from now on (through :data:`EMBEDDING_ENV`)."""
     os.environ[EMBEDDING_ENV] = _check_backend(backend)
+
+
+def embedding_runtime() -> str:
+    """The process's embedding runtime: the last :func:`set_embedding_runtime`, else auto."""
+    return os.environ.get(RUNTIME_ENV) or DEFAULT_RUNTIME
+
+
+def set_embedding_runtime(runtime: str) -> None:
+    """Run the embedding network on ``runtime`` (auto, onnx, torch) here and in the worker
+    processes started from now on."""
+    from monitor.features.embedding_onnx import RUNTIMES
+
+    if runtime not in RUNTIMES:
+        raise ValueError(f"unknown embedding runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
+    os.environ[RUNTIME_ENV] = runtime
 
 
 def _factory(spec: str) -> Any:
@@ -167,10 +218,10 @@ def get_feature(name: str) -> Feature:
     """The (process-wide, lazily built) extractor called ``name``; for ``embedding``, the one
     of the selected backend (:func:`embedding_backend`)."""
     if name == "embedding":
-        backend = embedding_backend()
-        key = f"embedding:{backend}"
+        backend, runtime = embedding_backend(), embedding_runtime()
+        key = f"embedding:{backend}:{runtime}"
         if key not in _INSTANCES:
-            _INSTANCES[key] = embedding_class(backend)()
+            _INSTANCES[key] = embedding_class(backend)(runtime=runtime)
         return _INSTANCES[key]
     if name not in _FACTORIES:
         raise ValueError(f"unknown feature {name!r}; known: {', '.join(FEATURE_NAMES)}")

@@ -22,6 +22,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from monitor.features.base import Observation, TemplateBatch, check_batch
+from monitor.features.embedding_onnx import OnnxNetwork, graph_path, use_onnx
+from monitor.features.fbank import (
+    EcapaFbankStream,
+    FbankStream,
+    KaldiFbankStream,
+    ecapa_fbank,
+    kaldi_fbank,
+)
 from monitor.features.similarity import cosine
 from monitor.features.weights import weights_path
 from monitor.vocabulary import SimilarityKind
@@ -35,9 +43,12 @@ class UnitEmbedding:
     """What every backend shares: resampling, the 0.1 s floor, one lock around the model,
     seconds-weighted pooling of unit vectors and cosine scoring.
 
-    ``threads`` sets torch's (process-wide) intra-op threads when the model loads. The default
-    1 is the single-core target of DESIGN Part C and avoids OpenMP spinning on a busy device
-    (two threads on two shared cores ran 10x slower here); ``None`` leaves torch's setting.
+    ``threads`` sets the network's intra-op threads when the model loads (torch's is
+    process-wide). The default 1 is the single-core target of DESIGN Part C and avoids OpenMP
+    spinning on a busy device (two threads on two shared cores ran 10x slower here); ``None``
+    leaves the runtime's setting. ``runtime`` (auto, onnx, torch) picks what runs ECAPA and
+    CAM++: ONNX Runtime on numpy filterbanks, or the torch port (the reference); see
+    :mod:`monitor.features.embedding_onnx`.
     """
 
     name = "embedding"
@@ -46,21 +57,33 @@ class UnitEmbedding:
     version: ClassVar[str]
     similarity_kind: SimilarityKind = "embedding"  # cosine (the daemon's scorer reads this)
 
-    def __init__(self, *, threads: int | None = 1) -> None:
+    def __init__(self, *, threads: int | None = 1, runtime: str = "auto") -> None:
         self.threads = threads
+        self.onnx = use_onnx(self.backend, runtime)
         self._model: Any = None
         self._lock = threading.Lock()
 
     def _build(self) -> Any:
-        """Load the backend's model (called once, under the lock)."""
+        """Load the backend's torch model (called once, under the lock)."""
         raise NotImplementedError
 
     def _vector(self, model: Any, signal: np.ndarray) -> np.ndarray | None:
         """Raw embedding of 16 kHz float32 speech (None: too little left to embed)."""
         raise NotImplementedError
 
+    def _fbank_stream(self) -> FbankStream | None:
+        """The network's input computed block by block (None: this runtime cannot)."""
+        return None
+
+    def _vector_of_feats(self, model: Any, feats: np.ndarray) -> np.ndarray | None:
+        """Raw embedding of what :meth:`_fbank_stream` gave."""
+        raise NotImplementedError
+
     def _load(self) -> Any:
         if self._model is None:
+            if self.onnx:
+                self._model = OnnxNetwork(graph_path(self.backend), threads=self.threads)
+                return self._model
             import torch
 
             if self.threads is not None:
@@ -86,11 +109,19 @@ class UnitEmbedding:
             return np.zeros(self.dimension)
         with self._lock:
             vector = self._vector(self._load(), signal)
+        return self._unit(vector)
+
+    def _unit(self, vector: np.ndarray | None) -> np.ndarray:
         if vector is None:
             return np.zeros(self.dimension)
         vector = np.asarray(vector, dtype=np.float64)
         norm = np.linalg.norm(vector)
         return vector / norm if norm > 0 else np.zeros(self.dimension)
+
+    def stream(self, rate: int) -> EmbeddingStream | None:
+        """Filterbanks while the window fills, the network at its end (16 kHz, ONNX only)."""
+        fbank = self._fbank_stream() if rate == RATE_HZ else None
+        return EmbeddingStream(self, fbank) if fbank is not None else None
 
     def observe(self, audio: np.ndarray, rate: int) -> Observation:
         return Observation(self.name, self.embed(audio, rate), len(audio) / rate)
@@ -118,6 +149,28 @@ class UnitEmbedding:
         return {"backend": self.backend, "vector": observation.values.tolist()}
 
 
+class EmbeddingStream:
+    """One window's embedding: filterbanks as blocks arrive, the network at :meth:`finish`."""
+
+    def __init__(self, embedding: UnitEmbedding, fbank: FbankStream) -> None:
+        self.embedding, self.fbank = embedding, fbank
+        self.samples = 0
+
+    def feed(self, audio: np.ndarray) -> None:
+        self.fbank.feed(audio)
+        self.samples += len(audio)
+
+    def finish(self) -> Observation:
+        embedding = self.embedding
+        if self.samples < _MIN_SAMPLES:
+            values = np.zeros(embedding.dimension)
+        else:
+            feats = self.fbank.finish()
+            with embedding._lock:
+                values = embedding._unit(embedding._vector_of_feats(embedding._load(), feats))
+        return Observation(embedding.name, values, self.samples / RATE_HZ)
+
+
 class EcapaEmbedding(UnitEmbedding):
     """SpeechBrain ``spkrec-ecapa-voxceleb`` (0.80 % EER on VoxCeleb1-O), ported to torch."""
 
@@ -130,11 +183,19 @@ class EcapaEmbedding(UnitEmbedding):
 
         return load_encoder(str(weights_path("ecapa_embedding_model.ckpt")))
 
-    def _vector(self, model: Any, signal: np.ndarray) -> np.ndarray:
+    def _vector(self, model: Any, signal: np.ndarray) -> np.ndarray | None:
+        if self.onnx:
+            return self._vector_of_feats(model, ecapa_fbank(signal))
         import torch
 
         with torch.inference_mode():
             return model(torch.from_numpy(signal)[None])[0].numpy()
+
+    def _fbank_stream(self) -> FbankStream | None:
+        return EcapaFbankStream() if self.onnx else None
+
+    def _vector_of_feats(self, model: Any, feats: np.ndarray) -> np.ndarray | None:
+        return model(feats)
 
 
 class CampplusEmbedding(UnitEmbedding):
@@ -150,13 +211,18 @@ class CampplusEmbedding(UnitEmbedding):
         return load_model(str(weights_path("campplus_cn_en_common.pt")))
 
     def _vector(self, model: Any, signal: np.ndarray) -> np.ndarray | None:
-        import torch
+        return self._vector_of_feats(model, kaldi_fbank(signal, RATE_HZ))
 
-        from monitor.features.embedding_campplus import fbank
+    def _fbank_stream(self) -> FbankStream | None:
+        return KaldiFbankStream(RATE_HZ)
 
-        feats = fbank(signal, RATE_HZ)
+    def _vector_of_feats(self, model: Any, feats: np.ndarray) -> np.ndarray | None:
         if feats.shape[0] < 2:
             return None
+        if self.onnx:
+            return model(feats)
+        import torch
+
         with torch.inference_mode():
             return model(torch.from_numpy(feats)[None])[0].numpy()
 

@@ -18,33 +18,15 @@ import torch
 import torch.nn.functional as F  # noqa: N812 - torch convention
 from torch import nn
 
+from monitor.features.fbank import kaldi_fbank
+
 N_MELS = 80
 EMBEDDING_SIZE = 192
 
 
 def fbank(signal: np.ndarray, rate: int = 16000) -> np.ndarray:
-    """(frames, 80) Kaldi log-mel filterbanks of float mono audio, mean-normalised over time.
-
-    Scaling the waveform only shifts every log energy by a constant, which the mean
-    normalisation removes, so [-1, 1] floats and int16-scaled samples give the same features.
-    """
-    import kaldi_native_fbank as knf
-
-    options = knf.FbankOptions()
-    options.frame_opts.samp_freq = rate
-    options.frame_opts.dither = 0.0
-    options.frame_opts.snip_edges = True
-    options.mel_opts.num_bins = N_MELS
-    options.mel_opts.low_freq = 20
-    options.mel_opts.high_freq = 0
-    computer = knf.OnlineFbank(options)
-    computer.accept_waveform(rate, np.asarray(signal, dtype=np.float32).tolist())
-    computer.input_finished()
-    frames = computer.num_frames_ready
-    if frames == 0:
-        return np.zeros((0, N_MELS), dtype=np.float32)
-    feats = np.stack([computer.get_frame(i) for i in range(frames)]).astype(np.float32)
-    return feats - feats.mean(axis=0, keepdims=True)
+    """(frames, 80) mean-normalised Kaldi fbanks (:func:`~monitor.features.fbank.kaldi_fbank`)."""
+    return kaldi_fbank(signal, rate)
 
 
 def _bn_relu(channels: int, *, affine: bool = True) -> nn.Sequential:

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import tempfile
@@ -36,7 +37,7 @@ from monitor.features.base import (
 
 logger = logging.getLogger(__name__)
 
-FRONT_END_VERSION = "read_audio+speech_only-1"
+FRONT_END_VERSION = "read_audio+speech_only+pieces-2"
 """Part of every cache key: bump when reading or VAD trimming changes what features see."""
 
 Progress = Callable[[int, int, str], None]
@@ -113,7 +114,7 @@ def extract_file(
         del audio
         speech_samples += speech.shape[0]
         for name in names:
-            parts[name].append(_timed(timing, name, get_feature(name).observe, speech, RATE_HZ))
+            parts[name].append(_timed(timing, name, _observe, name, speech, RATE_HZ))
     observations = {
         name: found[0] if len(found) == 1 else get_feature(name).pool(found)
         for name, found in parts.items()
@@ -126,6 +127,24 @@ def extract_file(
         observations=observations,
         timing_seconds=timing,
     )
+
+
+PIECE_SECONDS = {"embedding": 15.0}
+"""Longest speech a feature observes in one call; longer speech is cut into near-equal pieces
+whose observations the feature pools. The embedding networks keep activations for every frame
+(ECAPA about 9 MB a second on top of the 0.5 GB of torch and its weights), so 60 s of speech in
+one pass peaked at 1.1 GB; in 15 s pieces the peak stays near 0.65 GB whatever the length. The
+corpus's utterances (a few seconds each) are observed in one piece, as before."""
+
+
+def _observe(name: str, speech: np.ndarray, rate: int) -> Observation:
+    """``name``'s observation of ``speech``, in pieces of at most PIECE_SECONDS (pooled)."""
+    feature = get_feature(name)
+    longest = PIECE_SECONDS.get(name)
+    if longest is None or speech.shape[0] <= longest * rate:
+        return feature.observe(speech, rate)
+    count = math.ceil(speech.shape[0] / (longest * rate))
+    return feature.pool([feature.observe(piece, rate) for piece in np.array_split(speech, count)])
 
 
 def _speech_only(audio: np.ndarray, rate: int) -> np.ndarray:

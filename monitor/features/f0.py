@@ -86,10 +86,17 @@ def yin(
     below the loudest frames (99th percentile), so breath and room noise left by the VAD do not
     add spurious lags.
     """
-    frames = _frames(np.asarray(audio_8k, dtype=np.float32))
-    n = frames.shape[0]
-    if n == 0:
-        return YinTrack(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))
+    stats = _frame_stats(_frames(np.asarray(audio_8k, dtype=np.float32)), threshold)
+    return _gated(*stats, floor_dbfs=floor_dbfs, relative_db=relative_db)
+
+
+def _frame_stats(
+    frames: np.ndarray, threshold: float = 0.1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per frame, what YIN needs from its samples alone: (has a dip, lag index of its bottom,
+    RMS of the integration window), each (F,). Only the voicing gate needs the whole window."""
+    if frames.shape[0] == 0:
+        return np.zeros(0, bool), np.zeros(0, np.int64), np.zeros(0)
     dprime = cmnd(frames)[:, LAG_MIN:]  # (F, 107), column k is lag LAG_MIN + k
     below = dprime < threshold
     has_dip = below.any(axis=1)
@@ -99,8 +106,22 @@ def yin(
     stops[:, :-1] = dprime[:, 1:] >= dprime[:, :-1]
     stops &= np.arange(N_LAGS)[None, :] >= first[:, None]
     bottom = np.argmax(stops, axis=1)
-
     rms = np.sqrt(np.mean(frames[:, :WINDOW].astype(np.float64) ** 2, axis=1))
+    return has_dip, bottom, rms
+
+
+def _gated(
+    has_dip: np.ndarray,
+    bottom: np.ndarray,
+    rms: np.ndarray,
+    *,
+    floor_dbfs: float = -50.0,
+    relative_db: float = -35.0,
+) -> YinTrack:
+    """The track once every frame of the window is known: the loudness gate is relative to the
+    window's loudest frames (99th percentile of RMS)."""
+    if rms.shape[0] == 0:
+        return YinTrack(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))
     loud = np.percentile(rms, 99)
     gate = max(10.0 ** (floor_dbfs / 20.0), loud * 10.0 ** (relative_db / 20.0))
     voiced = has_dip & (rms >= gate)
@@ -120,8 +141,43 @@ def to_8k(audio: np.ndarray, rate: int) -> np.ndarray:
 
 def lag_histogram(audio: np.ndarray, rate: int) -> np.ndarray:
     """(107,) counts of voiced frames per integer lag 17..123."""
-    track = yin(to_8k(audio, rate))
+    return _histogram(yin(to_8k(audio, rate)))
+
+
+def _histogram(track: YinTrack) -> np.ndarray:
     return np.bincount(track.lags[track.voiced] - LAG_MIN, minlength=N_LAGS).astype(np.float64)
+
+
+class F0Stream:
+    """One window's lag histogram as audio arrives: resampled by a soxr stream (the same
+    samples as resampling the whole window) and each 10 ms frame analysed once its 31 ms are
+    in; the voicing gate and the counting wait for the window's end."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self._resampler = soxr.ResampleStream(rate, RATE_HZ, 1, dtype="float32")
+        self._tail = np.zeros(0, np.float32)  # 8 kHz samples from the next frame's start
+        self._stats: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.samples = 0
+
+    def feed(self, audio: np.ndarray) -> None:
+        block = np.asarray(audio, dtype=np.float32)
+        self.samples += block.shape[0]
+        self._analyse(self._resampler.resample_chunk(block, last=False))
+
+    def _analyse(self, resampled: np.ndarray) -> None:
+        self._tail = np.concatenate([self._tail, resampled])
+        frames = _frames(self._tail)
+        if frames.shape[0]:
+            self._stats.append(_frame_stats(frames))
+            self._tail = self._tail[frames.shape[0] * HOP :]
+
+    def finish(self) -> Observation:
+        self._analyse(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+        stats = self._stats or [_frame_stats(np.zeros((0, FRAME), np.float32))]
+        has_dip, bottom, rms = (np.concatenate(column) for column in zip(*stats, strict=True))
+        track = _gated(has_dip, bottom, rms)
+        return Observation("f0", _histogram(track), self.samples / self.rate)
 
 
 def median_hz(histogram: np.ndarray) -> float:
@@ -144,6 +200,10 @@ class F0Feature(HistogramFeature):
 
     def counts(self, audio: np.ndarray, rate: int) -> np.ndarray:
         return lag_histogram(audio, rate)
+
+    def stream(self, rate: int) -> F0Stream | None:
+        """Frames analysed while the window fills (soxr resamples any rate but 8 kHz)."""
+        return F0Stream(rate) if rate != RATE_HZ else None
 
     def describe(self, observation: Observation) -> dict[str, Any]:
         counts = observation.values

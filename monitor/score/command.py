@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from monitor.errors import InputError
-from monitor.score.files import read_matrix_trials, read_scores_key
+from monitor.score.matrix_files import read_matrix_trials
 from monitor.score.report import FIT_LOSSES, ScoreReport, pairs_report
+from monitor.score.trials import read_scores_key
+from monitor.userfiles import regular_file
 
 if TYPE_CHECKING:
     pass
@@ -58,6 +60,7 @@ def score_report_from_files(
             raise InputError("--scores/--key", "dev data and LID options need --matrix/--truth")
         if on_workers:
             raise InputError("--jobs/--scheduler", "only a --matrix is scored on Dask workers")
+        _check_files(scores, key)
         pairs = read_scores_key(scores, key)
         try:
             return pairs_report(pairs)
@@ -74,6 +77,7 @@ def score_report_from_files(
     for name, value in (("--lid-weight", lid_weight), ("--lid-bias", lid_bias)):
         if value is not None and not math.isfinite(value):
             raise InputError(name, f"must be a finite number, got {value}")
+    _check_files(matrix, truth, dev_matrix, dev_truth)
     if on_workers:
         from monitor.score.npy_rows import matrix_report_on_workers
 
@@ -101,3 +105,11 @@ def score_report_from_files(
         )
     except ValueError as error:  # input the readers accepted but the metrics cannot use
         raise InputError(str(matrix), f"cannot be scored: {error}") from error
+
+
+def _check_files(*paths: Path | None) -> None:
+    """Every file given is a regular file, before any is read: a FIFO or /dev/zero named as
+    the second file must not wait for, or read, the first one."""
+    for path in paths:
+        if path is not None:
+            regular_file(path)

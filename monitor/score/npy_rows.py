@@ -32,7 +32,7 @@ from monitor.disclosure.lid import (
 )
 from monitor.disclosure.ranks import chunk_rows, single_threaded_blas
 from monitor.errors import InputError
-from monitor.score.files import check_matrix_truth, read_matrix_trials, read_truth
+from monitor.score.matrix_files import check_matrix_truth, read_matrix_trials, read_truth
 
 if TYPE_CHECKING:
     from monitor.blocks.workers import Client

@@ -21,7 +21,7 @@ from monitor.disclosure.baselines import baselines_of_blocks, cllr, linkability
 from monitor.disclosure.blocks import gap_values, pooled_blocks
 from monitor.disclosure.zebra import ZebraResult, finite_scores, zebra_of_blocks
 from monitor.jsonsafe import jsonable
-from monitor.score.files import PairScores
+from monitor.score.trials import PairScores
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -3,11 +3,11 @@
 ``open_store(path)`` returns a :class:`Store`; see ``docs/architecture.md`` for the API.
 """
 
+from monitor.store.calibrations import CalibrationRecord
 from monitor.store.database import MIGRATIONS, SCHEMA_VERSION, Store, open_store
 from monitor.store.ledger import TrackPeriod, WindowRecord
 from monitor.store.outbox import BudgetRecord, OutboxMessage
 from monitor.store.templates import (
-    CalibrationRecord,
     Enrolment,
     Identity,
     LocalProfile,

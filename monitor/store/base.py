@@ -82,6 +82,8 @@ class Database:
         """Translate an SQLite failure into a one-line StoreError naming the file."""
         if is_locked(error):
             return StoreError(locked_message(self.path, self._busy_timeout))
+        if "malformed" in str(error):
+            return StoreError(damaged_message(self.path, str(error)))
         return StoreError(f"{self.path}: database error: {error}")
 
     @contextmanager
@@ -119,6 +121,15 @@ def locked_message(path: Path, busy_timeout: float) -> str:
     return (
         f"{path}: database is locked by another process "
         f"(waited {busy_timeout:g} s); stop the other voxmeter or retry"
+    )
+
+
+def damaged_message(path: Path, detail: str) -> str:
+    """The one line for a database SQLite finds damaged, with the ways out."""
+    return (
+        f"{path}: the database is damaged ({detail}); nothing was written: restore it from a "
+        f"backup, or copy what is readable into a new file with `voxmeter db recover --db "
+        f"{path} NEW.db` (`voxmeter db check` tells more)"
     )
 
 

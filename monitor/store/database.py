@@ -1,9 +1,10 @@
-"""One SQLite file behind the whole product: connection, schema versions, migrations.
+"""One SQLite file behind the whole product: opening it for reading or writing.
 
 Why SQLite: the daemon runs on small devices, keeps its state across restarts and must never lose
 an alert; one file in WAL mode (readers never block the writer), mode 0600 (it holds voice
-templates), foreign keys on, a bounded busy timeout. Each migration runs in its own transaction,
-so a crash mid-upgrade leaves the previous version intact.
+templates), foreign keys on, a bounded busy timeout. The schema and its migrations are in
+schema.py; which files may be opened for writing at all is decided first, in files.py (a file
+that is not ours is never changed); a database opened for writing passes ``quick_check``.
 
 The :class:`Store` composes the areas of the schema (templates and identities, ledger, outbox);
 each area lives in its own module as a mixin over :class:`~monitor.store.base.Database`.
@@ -15,130 +16,43 @@ import contextlib
 import os
 import sqlite3
 import stat
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from monitor.errors import StoreError
 from monitor.store.base import (
     Database,
     current_version,
+    damaged_message,
     is_locked,
     locked_message,
-    utc_now,
+)
+from monitor.store.calibrations import CalibrationsMixin
+from monitor.store.files import (
+    read_only_uri,
+    recognise,
+    refuse_read_only,
+    regular_file,
+    sidecar,
+    tighten_modes,
+    writable,
 )
 from monitor.store.ledger import LedgerMixin
 from monitor.store.outbox import OutboxMixin
+from monitor.store.schema import MIGRATIONS, SCHEMA_VERSION, Migration, initialise, migrate
 from monitor.store.templates import TemplatesMixin
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Database", "Migration", "Store", "open_store"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Database",
+    "Migration",
+    "Store",
+    "connect",
+    "migrate",
+    "open_store",
+]
 
 DEFAULT_BUSY_TIMEOUT_SECONDS = 5.0
-
-
-@dataclass(frozen=True)
-class Migration:
-    """One step of the schema: ``apply`` is a list of SQL statements or a function."""
-
-    version: int
-    description: str
-    apply: Sequence[str] | Callable[[sqlite3.Connection], None]
-
-
-_V1_TEMPLATES = (
-    """CREATE TABLE identities (
-        id       INTEGER PRIMARY KEY,
-        alias    TEXT NOT NULL UNIQUE CHECK (length(alias) > 0),
-        metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),
-        created  TEXT NOT NULL
-    )""",
-    """CREATE TABLE templates (
-        identity_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
-        feature     TEXT NOT NULL,
-        dimension   INTEGER NOT NULL CHECK (dimension > 0),
-        seconds     REAL NOT NULL CHECK (seconds >= 0),
-        vector      BLOB NOT NULL CHECK (length(vector) = 8 * dimension),
-        updated     TEXT NOT NULL,
-        PRIMARY KEY (identity_id, feature)
-    )""",
-    # template_batch reads one feature in identity order without sorting blobs.
-    "CREATE INDEX templates_by_feature ON templates(feature, identity_id)",
-    """CREATE TABLE local_profiles (
-        alias       TEXT PRIMARY KEY CHECK (length(alias) > 0),
-        identity_id INTEGER NOT NULL REFERENCES identities(id) ON DELETE CASCADE,
-        feature     TEXT NOT NULL,
-        dimension   INTEGER NOT NULL CHECK (dimension > 0),
-        seconds     REAL NOT NULL CHECK (seconds >= 0),
-        vector      BLOB NOT NULL CHECK (length(vector) = 8 * dimension),
-        updated     TEXT NOT NULL
-    )""",
-    "CREATE INDEX local_profiles_by_identity ON local_profiles(identity_id)",
-    """CREATE TABLE calibrations (
-        id       INTEGER PRIMARY KEY,
-        name     TEXT NOT NULL,
-        document TEXT NOT NULL CHECK (json_valid(document)),
-        corpus   TEXT,
-        protocol TEXT,
-        fitted   TEXT,
-        saved    TEXT NOT NULL
-    )""",
-    "CREATE INDEX calibrations_by_name ON calibrations(name, id)",
-)
-
-_V2_DAEMON = (
-    """CREATE TABLE ledger_windows (
-        id             INTEGER PRIMARY KEY,
-        track          TEXT NOT NULL,
-        period_start   REAL NOT NULL,
-        window_start   REAL NOT NULL,
-        window_end     REAL NOT NULL CHECK (window_end >= window_start),
-        speech_seconds REAL NOT NULL CHECK (speech_seconds >= 0),
-        window_bits    REAL,
-        figures        TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(figures))
-    )""",
-    "CREATE INDEX ledger_windows_by_track ON ledger_windows(track, period_start, window_end)",
-    """CREATE TABLE ledger_pooled (
-        track        TEXT NOT NULL,
-        period_start REAL NOT NULL,
-        feature      TEXT NOT NULL,
-        dimension    INTEGER NOT NULL CHECK (dimension > 0),
-        seconds      REAL NOT NULL CHECK (seconds >= 0),
-        vector       BLOB NOT NULL CHECK (length(vector) = 8 * dimension),
-        windows      INTEGER NOT NULL CHECK (windows >= 0),
-        updated      TEXT NOT NULL,
-        PRIMARY KEY (track, period_start, feature)
-    )""",
-    """CREATE TABLE budget_state (
-        alias   TEXT PRIMARY KEY,
-        state   TEXT NOT NULL CHECK (state IN ('ok', 'warning', 'exceeded')),
-        bits    REAL NOT NULL,
-        updated TEXT NOT NULL
-    )""",
-    """CREATE TABLE outbox (
-        seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-        topic   TEXT NOT NULL,
-        payload TEXT NOT NULL CHECK (json_valid(payload)),
-        created TEXT NOT NULL
-    )""",
-)
-
-# Which extractor made each stored vector (the feature's version, e.g. the embedding backend),
-# so templates of different models are never scored together. Before this migration the only
-# embedding was resemblyzer's GE2E; f0 and phone rows stay '' (made by an unrecorded version).
-_V3_TEMPLATE_MODEL = (
-    "ALTER TABLE templates ADD COLUMN model TEXT NOT NULL DEFAULT ''",
-    "ALTER TABLE local_profiles ADD COLUMN model TEXT NOT NULL DEFAULT ''",
-    "UPDATE templates SET model = 'resemblyzer014-1' WHERE feature = 'embedding'",
-    "UPDATE local_profiles SET model = 'resemblyzer014-1' WHERE feature = 'embedding'",
-)
-
-#: Ordered migrations; a database at version v gets every migration with version > v.
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "identities, templates, local profiles, calibrations", _V1_TEMPLATES),
-    Migration(2, "evidence ledger, budget state, alert outbox", _V2_DAEMON),
-    Migration(3, "model that made each template and local profile", _V3_TEMPLATE_MODEL),
-)
-SCHEMA_VERSION = MIGRATIONS[-1].version
 
 
 def _create_private_file(path: Path) -> None:
@@ -148,73 +62,92 @@ def _create_private_file(path: Path) -> None:
     os.chmod(path, 0o600)  # the umask may have cleared bits; make the mode exact
 
 
-def _has_table(conn: sqlite3.Connection, name: str) -> bool:
-    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,))
-    return row.fetchone() is not None
-
-
-def migrate(
-    conn: sqlite3.Connection,
-    path: Path,
-    *,
-    target: int = SCHEMA_VERSION,
-    migrations: Sequence[Migration] = MIGRATIONS,
-) -> int:
-    """Bring the schema to ``target``, one transaction per migration; return the version.
-
-    A file with tables but no ``schema_migrations`` is some other SQLite database: refused.
-    """
-    with_tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'")
-    if not _has_table(conn, "schema_migrations"):
-        if with_tables.fetchone()[0]:
-            raise StoreError(f"{path}: an SQLite database, but not a voxmeter one")
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations "
-            "(version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied TEXT NOT NULL)"
+def _opening_error(path: Path, error: sqlite3.Error, busy_timeout_seconds: float) -> StoreError:
+    """One line for a failure while opening: locked, not SQLite, damaged, read-only folder."""
+    text = str(error)
+    if is_locked(error):
+        return StoreError(locked_message(path, busy_timeout_seconds))
+    if "not a database" in text or "encrypted" in text:
+        return StoreError(f"{path}: not an SQLite database ({error})")
+    if "malformed" in text:
+        return StoreError(damaged_message(path, text))
+    name = str(getattr(error, "sqlite_errorname", ""))
+    if name.startswith(("SQLITE_FULL", "SQLITE_IOERR")) and _disk_full(path):
+        return StoreError(
+            f"{path}: cannot open database: the disk holding it is full; nothing was changed: "
+            "free some space, then try again"
         )
-        conn.execute("COMMIT")
-    version = current_version(conn)
-    newest = migrations[-1].version if migrations else 0
-    if version > newest:
-        raise StoreError(
-            f"{path}: database schema version {version} is newer than this voxmeter supports "
-            f"(version {newest}); upgrade voxmeter"
+    if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        return StoreError(
+            f"{path}: cannot open database ({error}): the file or its folder is read-only, "
+            "and SQLite's WAL needs to write both"
         )
-    for migration in migrations:
-        if version >= migration.version or migration.version > target:
-            continue
-        conn.execute("BEGIN IMMEDIATE")
+    return StoreError(f"{path}: cannot open database: {error}")
+
+
+def _disk_full(path: Path) -> bool:
+    """Less than one 16 KiB page free where the database lives (SQLite's errors say only
+    "disk I/O error" when its shared-memory file cannot grow)."""
+    try:
+        status = os.statvfs(path.absolute().parent)
+    except OSError:
+        return False
+    return status.f_bavail * status.f_frsize < 16384
+
+
+def _remove_new_sidecars(path: Path, existed: set[str]) -> None:
+    """After a failed open, remove the ``-wal``/``-shm`` SQLite just made (an empty log only):
+    a refused start leaves the folder as it found it."""
+    wal, shm = sidecar(path, "-wal"), sidecar(path, "-shm")
+    if "-wal" in existed or (wal.exists() and wal.stat().st_size > 0):
+        return
+    for suffix, side in (("-wal", wal), ("-shm", shm)):
+        if suffix not in existed:
+            with contextlib.suppress(FileNotFoundError):
+                side.unlink()
+
+
+def _sidecars(path: Path) -> set[str]:
+    return {suffix for suffix in ("-wal", "-shm") if sidecar(path, suffix).exists()}
+
+
+def quick_check(conn: sqlite3.Connection, path: Path) -> None:
+    """StoreError naming the file and the way out when SQLite's quick_check finds damage: a
+    damaged database is never written (a write could spread the damage)."""
+    problems = [str(row[0]) for row in conn.execute("PRAGMA quick_check(3)")]
+    if problems != ["ok"]:
+        raise StoreError(damaged_message(path, "; ".join(problems)))
+
+
+def _new_file(path: Path, create: bool) -> bool:
+    """True when ``path`` is a new database to create (made now, or an existing empty file);
+    False for a recognised voxmeter database; StoreError for anything else (nothing changed)."""
+    status = regular_file(path)
+    if status is None:
+        if not create:
+            raise StoreError(f"{path}: no such database (create it with `voxmeter enroll`)")
+        if not path.parent.is_dir():
+            raise StoreError(f"{path}: directory {path.parent} does not exist")
         try:
-            # Re-read inside the write lock: another process may have migrated meanwhile.
-            if current_version(conn) < migration.version:
-                if callable(migration.apply):
-                    migration.apply(conn)
-                else:
-                    for statement in migration.apply:
-                        conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO schema_migrations (version, description, applied) VALUES (?,?,?)",
-                    (migration.version, migration.description, utc_now()),
-                )
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        version = migration.version
-    return version
-
-
-def _empty_without_wal(path: Path) -> bool:
-    """A 0-byte file with no write-ahead log holds nothing yet (a fresh WAL database may keep
-    its first pages in ``-wal`` until a checkpoint, so the log is checked too)."""
-    wal = path.with_name(path.name + "-wal")
-    return (
-        path.is_file()
-        and path.stat().st_size == 0
-        and not (wal.is_file() and wal.stat().st_size > 0)
-    )
+            _create_private_file(path)
+        except FileExistsError:
+            return _new_file(path, create)  # another process made it meanwhile: look again
+        except OSError as error:
+            raise StoreError(f"{path}: cannot create database: {error.strerror}") from error
+        return True
+    new = not recognise(path)
+    if new and not create:  # reading must not write a schema into it
+        raise StoreError(
+            f"{path}: empty file, not a voxmeter database (create one with `voxmeter enroll`)"
+        )
+    refuse_read_only(path, status)
+    if status.st_nlink > 1:
+        raise StoreError(
+            f"{path}: the database file has {status.st_nlink} hard links; SQLite keeps its "
+            "write-ahead log beside the name it was opened by, so writing through two names "
+            "damages it: remove the other links (a symlink is safe)"
+        )
+    return new
 
 
 def connect(
@@ -223,30 +156,15 @@ def connect(
     create: bool = True,
     busy_timeout_seconds: float = DEFAULT_BUSY_TIMEOUT_SECONDS,
 ) -> tuple[Path, sqlite3.Connection]:
-    """Open (creating with mode 0600 if allowed) and configure the SQLite connection.
+    """Open a database for writing: recognise it first (files.py), create it (mode 0600) if
+    allowed, refuse a damaged one, then switch it to WAL and take group/other bits off.
 
-    No schema work here: :func:`open_store` migrates; tests use this to build old versions.
+    A new file is marked as ours and gets ``schema_migrations`` (schema.initialise) before
+    anything else is written. :func:`open_store` migrates; tests use this to build old versions.
     """
     path = Path(path)
-    if path.is_dir():
-        raise StoreError(f"{path}: is a directory, not a database file")
-    if path.exists() and not path.is_file():  # SQLite would leave <device>-journal beside it
-        raise StoreError(f"{path}: not a regular file (a device, pipe or socket)")
-    if not create and _empty_without_wal(path):  # reading must not write a schema into it
-        raise StoreError(
-            f"{path}: empty file, not a voxmeter database (create one with `voxmeter enroll`)"
-        )
-    if not path.exists():
-        if not create:
-            raise StoreError(f"{path}: no such database (create it with `voxmeter enroll`)")
-        if not path.parent.is_dir():
-            raise StoreError(f"{path}: directory {path.parent} does not exist")
-        try:
-            _create_private_file(path)
-        except FileExistsError:
-            pass  # another process created it between our check and now: fine
-        except OSError as error:
-            raise StoreError(f"{path}: cannot create database: {error.strerror}") from error
+    new = _new_file(path, create)
+    existed = _sidecars(path)
     try:
         conn = sqlite3.connect(
             path, timeout=busy_timeout_seconds, isolation_level=None, check_same_thread=False
@@ -254,66 +172,140 @@ def connect(
     except sqlite3.Error as error:
         raise StoreError(f"{path}: cannot open database: {error}") from error
     try:
-        if path.stat().st_size == 0:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if new:
             # Before the first table: 16 KiB pages keep a 256-d template (2 KiB) in one leaf
             # and read 10⁵ templates about three times faster than the 4 KiB default.
             conn.execute("PRAGMA page_size = 16384")
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
+            initialise(conn)
+        else:
+            quick_check(conn, path)
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise StoreError(f"{path}: cannot switch the database to WAL mode (got {mode})")
         conn.execute("PRAGMA synchronous = NORMAL")  # durable at checkpoints; safe in WAL
-    except sqlite3.DatabaseError as error:
+    except sqlite3.Error as error:
         conn.close()
-        if is_locked(error):
-            raise StoreError(locked_message(path, busy_timeout_seconds)) from error
-        if "not a database" in str(error) or "encrypted" in str(error):
-            raise StoreError(f"{path}: not an SQLite database ({error})") from error
-        if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
-            raise StoreError(
-                f"{path}: cannot open database ({error}): the file or its folder is read-only, "
-                "and SQLite's WAL needs to write both"
-            ) from error
-        raise StoreError(f"{path}: cannot open database: {error}") from error
+        _remove_new_sidecars(path, existed)
+        raise _opening_error(path, error, busy_timeout_seconds) from error
     except BaseException:
         conn.close()
+        _remove_new_sidecars(path, existed)
         raise
-    for suffix in ("", "-wal", "-shm"):  # an existing 0644 database is made private too
-        side = path.with_name(path.name + suffix)
-        if side.exists() and stat.S_IMODE(side.stat().st_mode) != 0o600:
-            # Owned by another user (e.g. the daemon's): leave it as it is.
-            with contextlib.suppress(PermissionError):
-                os.chmod(side, 0o600)
+    tighten_modes(path)  # an existing 0644 database is made private too
     return path, conn
+
+
+def connect_read_only(
+    path: str | os.PathLike[str],
+    *,
+    busy_timeout_seconds: float = DEFAULT_BUSY_TIMEOUT_SECONDS,
+) -> tuple[Path, sqlite3.Connection]:
+    """Open a recognised database for reading only: no schema, no WAL switch, no check.
+
+    A writable database gets an ordinary connection with ``query_only`` on (so, as the last one
+    to close, it tidies the ``-wal``/``-shm`` files away); a read-only one a ``mode=ro``
+    connection, ``immutable`` when no write-ahead log is beside it (then nothing is created).
+    """
+    path = Path(path)
+    status = regular_file(path)
+    if status is None:
+        raise StoreError(f"{path}: no such database (create it with `voxmeter enroll`)")
+    if not recognise(path):
+        raise StoreError(
+            f"{path}: empty file, not a voxmeter database (create one with `voxmeter enroll`)"
+        )
+    log = sidecar(path, "-wal")
+    existed = _sidecars(path)
+    if writable(path, status):
+        tighten_modes(path)
+        target, uri = str(path), False
+    else:
+        in_use = log.is_file() and log.stat().st_size > 0
+        target, uri = read_only_uri(path, immutable=not in_use), True
+    try:
+        conn = sqlite3.connect(
+            target,
+            uri=uri,
+            timeout=busy_timeout_seconds,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+    except sqlite3.Error as error:
+        raise _opening_error(path, error, busy_timeout_seconds) from error
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as error:
+        conn.close()
+        _remove_new_sidecars(path, existed)
+        raise _opening_error(path, error, busy_timeout_seconds) from error
+    return path, conn
+
+
+def _check_version(conn: sqlite3.Connection, path: Path) -> int:
+    version = current_version(conn)
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path}: database schema version {version} is newer than this voxmeter supports "
+            f"(version {SCHEMA_VERSION}); upgrade voxmeter"
+        )
+    return version
 
 
 def open_store(
     path: str | os.PathLike[str],
     *,
     create: bool = True,
+    read_only: bool = False,
     busy_timeout_seconds: float = DEFAULT_BUSY_TIMEOUT_SECONDS,
 ) -> Store:
     """Open the database at ``path`` (created with mode 0600 when ``create``) and migrate it.
 
+    ``read_only`` (for commands that only read: ``db list``, ``status``, the metrics) opens it
+    without writing; an old schema is then migrated only if the file is writable.
+
     Raises :class:`StoreError` for a missing file (``create=False``), a file that is not a
-    voxmeter SQLite database, a schema newer than :data:`SCHEMA_VERSION`, or a lock held longer
-    than ``busy_timeout_seconds`` by another process.
+    voxmeter database (left unchanged), a read-only file opened for writing, a damaged database,
+    a schema newer than :data:`SCHEMA_VERSION`, or a lock held longer than
+    ``busy_timeout_seconds`` by another process.
     """
+    if read_only:
+        path, conn = connect_read_only(path, busy_timeout_seconds=busy_timeout_seconds)
+        try:
+            version = _check_version(conn, path)
+        except sqlite3.Error as error:
+            conn.close()
+            raise _opening_error(path, error, busy_timeout_seconds) from error
+        except BaseException:
+            conn.close()
+            raise
+        if version == SCHEMA_VERSION:
+            return Store(path, conn, busy_timeout_seconds)
+        conn.close()
+        status = path.stat()
+        if not writable(path, status):
+            raise StoreError(
+                f"{path}: schema version {version} must be upgraded to {SCHEMA_VERSION} "
+                f"before this voxmeter can read it, but the database is read-only "
+                f"(mode {stat.S_IMODE(status.st_mode):04o}); nothing was changed"
+            )
+        create = False  # migrate it below, as a write would
     path, conn = connect(path, create=create, busy_timeout_seconds=busy_timeout_seconds)
     try:
+        _check_version(conn, path)
         migrate(conn, path)
-    except sqlite3.DatabaseError as error:
+    except sqlite3.Error as error:
         conn.close()
-        if is_locked(error):
-            raise StoreError(locked_message(path, busy_timeout_seconds)) from error
-        raise StoreError(f"{path}: cannot read the schema: {error}") from error
+        raise _opening_error(path, error, busy_timeout_seconds) from error
     except BaseException:
         conn.close()
         raise
     return Store(path, conn, busy_timeout_seconds)
 
 
-class Store(TemplatesMixin, LedgerMixin, OutboxMixin, Database):
-    """The voxmeter database: identities, templates, local profiles, calibrations (templates.py),
-    evidence ledger (ledger.py), budget state and alert outbox (outbox.py)."""
+class Store(TemplatesMixin, CalibrationsMixin, LedgerMixin, OutboxMixin, Database):
+    """The voxmeter database: identities, templates, local profiles (templates.py), calibrations
+    (calibrations.py), evidence ledger (ledger.py), budget state and alert outbox (outbox.py)."""

@@ -1,4 +1,4 @@
-"""Identities, their templates, the device's local profiles and the stored calibrations.
+"""Identities, their templates and the device's local profiles.
 
 An identity is an *alias* the user chose (a speaker id), never a real name, plus free JSON
 metadata. Each identity holds at most one template per feature: a pooled
@@ -12,7 +12,7 @@ import json
 import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -26,12 +26,8 @@ from monitor.features.base import (
 )
 from monitor.store.base import Database, blob_vector, dumps, utc_now, vector_blob
 
-if TYPE_CHECKING:
-    from monitor.calibration.buckets import CalibrationSet
-
 __all__ = [
     "LOCAL_PROFILE_FEATURE",
-    "CalibrationRecord",
     "Enrolment",
     "Identity",
     "LocalProfile",
@@ -87,19 +83,6 @@ class LocalProfile:
     updated: str
 
 
-@dataclass(frozen=True)
-class CalibrationRecord:
-    """A stored calibration document (JSON text) and where it came from."""
-
-    id: int
-    name: str
-    document: str
-    corpus: str | None
-    protocol: str | None
-    fitted: str | None  # date of the fit, as the calibration states it
-    saved: str
-
-
 def _feature_order(infos: Mapping[str, TemplateInfo]) -> dict[str, TemplateInfo]:
     """Templates in FEATURE_NAMES order (f0, phone, embedding), other features after, by name."""
     rank = {name: index for index, name in enumerate(FEATURE_NAMES)}
@@ -126,7 +109,7 @@ def _check_alias(alias: str, what: str = "alias") -> str:
 
 
 class TemplatesMixin(Database):
-    """Identities, templates, local profiles and calibrations (see module docstring)."""
+    """Identities, templates and local profiles (see module docstring)."""
 
     # ---- identities --------------------------------------------------------------------------
     def _identity_id(self, conn: sqlite3.Connection, alias: str) -> int:
@@ -446,68 +429,3 @@ class TemplatesMixin(Database):
             cursor = conn.execute("DELETE FROM local_profiles WHERE alias = ?", (profile_alias,))
             if cursor.rowcount == 0:
                 raise StoreError(f"{self.path}: no local profile {profile_alias!r}")
-
-    # ---- calibrations ------------------------------------------------------------------------
-    def save_calibration_document(
-        self,
-        document: str | Mapping[str, Any],
-        *,
-        name: str = "default",
-        corpus: str | None = None,
-        protocol: str | None = None,
-        fitted: str | None = None,
-    ) -> int:
-        """Store a calibration JSON document with its provenance; returns its id."""
-        text = document if isinstance(document, str) else dumps(dict(document))
-        json.loads(text)  # refuse text that is not JSON here, with Python's message
-        with self._transaction() as conn:
-            cursor = conn.execute(
-                "INSERT INTO calibrations (name, document, corpus, protocol, fitted, saved) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (name, text, corpus, protocol, fitted, utc_now()),
-            )
-            return int(cursor.lastrowid or 0)
-
-    def save_calibration(self, calibration: CalibrationSet, *, name: str = "default") -> int:
-        """Store a :class:`~monitor.calibration.fit.CalibrationSet` (its ``to_json()``) with
-        ``corpus``, ``protocol`` and the fit date (``date`` or ``created``) from its metadata."""
-        metadata = calibration.metadata
-
-        def text(*keys: str) -> str | None:
-            for key in keys:
-                value = metadata.get(key)
-                if value is not None:
-                    return value if isinstance(value, str) else dumps(value)
-            return None
-
-        return self.save_calibration_document(
-            calibration.to_json(),
-            name=name,
-            corpus=text("corpus"),
-            protocol=text("protocol"),
-            fitted=text("date", "created"),
-        )
-
-    def calibration_record(self, name: str = "default") -> CalibrationRecord | None:
-        """The most recently saved calibration called ``name``; None when there is none."""
-        with self._read() as conn:
-            row = conn.execute(
-                "SELECT id, name, document, corpus, protocol, fitted, saved FROM calibrations "
-                "WHERE name = ? ORDER BY id DESC LIMIT 1",
-                (name,),
-            ).fetchone()
-        return None if row is None else CalibrationRecord(*row)
-
-    def load_calibration(self, name: str = "default") -> CalibrationSet | None:
-        """The latest stored calibration as a CalibrationSet; None when none is stored (the
-        daemon then falls back to ``CalibrationSet.load_default()``)."""
-        # the store sits below calibration (which reads features and templates): a top-level
-        # import would be upward; only loading a stored calibration needs it
-        from monitor.calibration.buckets import CalibrationSet
-
-        record = self.calibration_record(name)
-        if record is None:
-            return None
-        return CalibrationSet.from_json(
-            record.document, source=f"{self.path}: calibration {name!r}"
-        )

@@ -19,15 +19,13 @@ from wyoming.info import Describe, Info
 from monitor.audio.file import FileSource, read_audio
 from monitor.audio.spec import open_source
 from monitor.audio.wyoming import (
-    MAX_PAYLOAD_BYTES,
-    ProtocolError,
     WyomingDecoder,
     WyomingEndpoint,
     WyomingSource,
     parse_endpoint,
     pcm_to_float,
-    read_event,
 )
+from monitor.audio.wyoming_wire import MAX_PAYLOAD_BYTES, ProtocolError, read_event
 from monitor.daemon.config import load_config
 from monitor.errors import AudioDeviceError, ConfigError, InputError
 from tests.audio.wyoming_peers import microphone_service, stream_to
@@ -206,7 +204,7 @@ def test_a_second_client_during_a_session_is_dropped_and_a_lost_service_retried(
     assert asyncio.run(asyncio.wait_for(twice(), 60)) == 2 * expected.shape[0]
 
 
-def test_the_listener_answers_describe_like_a_wyoming_service() -> None:
+def test_the_listener_answers_describe_truthfully() -> None:
     port = free_port()
     source = WyomingSource(parse_endpoint(f"wyoming-listen://127.0.0.1:{port}"))
 
@@ -224,9 +222,16 @@ def test_the_listener_answers_describe_like_a_wyoming_service() -> None:
         source.close()
         await listening
         await frames.aclose()
-        return reply is not None and Info.is_type(reply.type)
+        assert reply is not None and Info.is_type(reply.type)
+        return Info.from_event(reply)
 
-    assert asyncio.run(asyncio.wait_for(scenario(), 30))
+    info = asyncio.run(asyncio.wait_for(scenario(), 30))
+    # truthful, never empty: a sound sink (what it takes), named voxmeter, and no service that
+    # Home Assistant would add (it would wait for a transcript or a detection that never comes)
+    (sink,) = info.snd
+    assert sink.name == "voxmeter" and sink.installed and "measures" in (sink.description or "")
+    assert (sink.snd_format.rate, sink.snd_format.width, sink.snd_format.channels) == (16000, 2, 1)
+    assert not (info.asr or info.tts or info.wake or info.handle or info.intent or info.satellite)
 
 
 # ---- hostile peers: the source drops what is broken and goes on -------------------------------

@@ -3,7 +3,8 @@
 ``stream_to(host, port, path)`` is a client (``AsyncTcpClient``) pushing audio-start, chunks and
 audio-stop to a ``wyoming-listen://`` source; ``microphone_service(path)`` is a server
 (``AsyncTcpServer``) that streams the file to each client that connects, as a Wyoming
-microphone service does, for a ``wyoming://`` source.
+microphone service does, for a ``wyoming://`` source; ``conversation`` and ``talk`` are a
+request/response client (transcribe or detect, then audio), for the proxy tests.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import ClassVar
 
+import numpy as np
 import soundfile as sf
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
@@ -81,3 +83,32 @@ async def microphone_service(path: Path) -> AsyncIterator[int]:
         yield port
     finally:
         await server.stop()
+
+
+# ---- request/response conversations, for the proxy tests ---------------------------------
+
+
+def conversation(audio: np.ndarray, first: Event, *, rate: int = 16000) -> list[Event]:
+    """``first`` (transcribe / detect), audio-start, the audio in chunks, audio-stop."""
+    raw = audio.astype("<i2").tobytes()
+    step = SAMPLES_PER_CHUNK * 2
+    chunks = [
+        AudioChunk(rate=rate, width=2, channels=1, audio=raw[i : i + step]).event()
+        for i in range(0, len(raw), step)
+    ]
+    return [first, AudioStart(rate=rate, width=2, channels=1).event(), *chunks, AudioStop().event()]
+
+
+async def talk(port: int, events: list[Event], *, answers: int = 1) -> list[Event]:
+    """Send ``events`` and read ``answers`` events back (None = the connection ended)."""
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        for event in events:
+            await client.write_event(event)
+        replies = []
+        async with asyncio.timeout(120):
+            for _ in range(answers):
+                reply = await client.read_event()
+                if reply is None:
+                    break
+                replies.append(reply)
+        return replies

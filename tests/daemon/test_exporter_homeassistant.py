@@ -78,12 +78,12 @@ def retained(sub: Subscriber, topic: str) -> bytes | None:
 
 @contextlib.asynccontextmanager
 async def exporters(
-    broker: MosquittoBroker, store: Store
+    broker: MosquittoBroker, store: Store, *, prefix: str = PREFIX
 ) -> AsyncIterator[tuple[MqttExporter, HomeAssistantExporter]]:
     mqtt = settings_for(broker)
-    plain = MqttExporter(mqtt, store=store, device_id=DEVICE)
+    plain = MqttExporter(mqtt, store=store, device_id=DEVICE, clear_expired=False)  # as built
     ha = HomeAssistantExporter(
-        HomeAssistantSettings(discovery=True, discovery_prefix=PREFIX),
+        HomeAssistantSettings(discovery=True, discovery_prefix=prefix),
         mqtt,
         store=store,
         device_id=DEVICE,

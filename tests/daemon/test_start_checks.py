@@ -41,7 +41,15 @@ def voxmeter_run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def empty_database(folder: Path) -> Path:
+    """A voxmeter database with no templates: the daemon locks it before checking its source."""
+    path = folder / "v.db"
+    open_store(path).close()
+    return path
+
+
 def test_missing_microphone_is_one_line_before_any_other_output(tmp_path: Path) -> None:
+    empty_database(tmp_path)
     done = voxmeter_run(
         "--db", str(tmp_path / "v.db"), "--source", "mic:no-such-device-here",
         "--set", "audio.wait_for_device=false",
@@ -56,6 +64,7 @@ def test_file_source_with_nan_samples_is_one_line_naming_the_file(tmp_path: Path
     audio = np.full(16000, np.nan, dtype=np.float32)  # all NaN: used to give 0 windows, no word
     path = tmp_path / "nan.wav"
     sf.write(path, audio, 16000, subtype="FLOAT")
+    empty_database(tmp_path)
     done = voxmeter_run("--db", str(tmp_path / "v.db"), "--fast", "--source", f"file:{path}")
     assert done.returncode == 2
     assert done.stderr == f"voxmeter: error: {path}: audio contains NaN or infinite samples\n"

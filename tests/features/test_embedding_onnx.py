@@ -1,0 +1,110 @@
+"""The ONNX runtime of ECAPA and CAM++: parity with the torch port (the reference) on corpus
+files, the dynamic frame axis, block-by-block extraction, and the runtime selection."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from monitor.errors import ConfigError
+from monitor.features.base import (
+    RUNTIME_ENV,
+    get_feature,
+    open_stream,
+    set_embedding_backend,
+    set_embedding_runtime,
+)
+from monitor.features.embedding import CampplusEmbedding, EcapaEmbedding, UnitEmbedding
+from monitor.features.embedding_onnx import GRAPHS, export, graph_path
+from monitor.features.weights import weights_dir
+
+REFERENCE = json.loads((Path(__file__).parent / "data" / "embedding_reference.json").read_text())
+CLASSES: dict[str, type[UnitEmbedding]] = {"ecapa": EcapaEmbedding, "campplus": CampplusEmbedding}
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A weights folder holding both ONNX graphs: the real one after `make models`, else a
+    scratch folder where they are exported from the real checkpoints (as `make models` does)."""
+    folder = weights_dir()
+    if not all(graph_path(b, folder).is_file() for b in GRAPHS):
+        scratch = tmp_path_factory.mktemp("onnx-weights")
+        for checkpoint, _ in GRAPHS.values():
+            (scratch / checkpoint).symlink_to(folder / checkpoint)
+        for backend in GRAPHS:
+            export(backend, scratch)
+        folder = scratch
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VOXMETER_MODELS", str(folder))
+        yield folder
+
+
+def _relative(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def _speech(corpus_root: Path) -> list[np.ndarray]:
+    return [sf.read(corpus_root / name, dtype="float32")[0] for name in REFERENCE["files"]]
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("backend", list(GRAPHS))
+def test_onnx_embeddings_match_torch_on_corpus_files(
+    backend: str, graphs: Path, corpus_root: Path
+) -> None:
+    onnx, reference = CLASSES[backend](runtime="onnx"), CLASSES[backend](runtime="torch")
+    assert onnx.onnx and not reference.onnx
+    for audio in _speech(corpus_root):
+        # whole files, and a 1 s piece: the frame axis is dynamic
+        for piece in (audio, audio[:16000]):
+            ours, theirs = onnx.embed(piece, 16000), reference.embed(piece, 16000)
+            assert np.linalg.norm(theirs) == pytest.approx(1.0)
+            assert _relative(ours, theirs) <= 1e-5, (backend, len(piece))
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("backend", list(GRAPHS))
+def test_block_by_block_embedding_equals_whole_window(
+    backend: str, graphs: Path, corpus_root: Path
+) -> None:
+    feature = CLASSES[backend](runtime="onnx")
+    audio = _speech(corpus_root)[0][: 3 * 16000]
+    whole = feature.observe(audio, 16000)
+    for block in (480, 1000, 16000):  # 30 ms frames, odd blocks, one block of 1 s
+        stream = feature.stream(16000)
+        assert stream is not None
+        for start in range(0, len(audio), block):
+            stream.feed(audio[start : start + block])
+        streamed = stream.finish()
+        assert streamed.seconds == whole.seconds
+        assert _relative(streamed.values, whole.values) <= 1e-5
+    short = feature.stream(16000)
+    assert short is not None
+    short.feed(audio[:800])  # under 0.1 s: nothing to embed, as observe says
+    assert np.all(short.finish().values == 0.0)
+
+
+def test_torch_runtime_buffers_and_other_rates_buffer() -> None:
+    assert EcapaEmbedding(runtime="torch").stream(16000) is None  # torch's Fbank is whole-window
+    assert CampplusEmbedding(runtime="torch").stream(8000) is None
+    stream = open_stream(EcapaEmbedding(runtime="torch"), 16000)
+    assert type(stream).__name__ == "BufferedStream"
+
+
+def test_runtime_selection(graphs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(RUNTIME_ENV, "auto")
+    set_embedding_backend("ecapa")
+    assert get_feature("embedding").onnx  # type: ignore[attr-defined]
+    set_embedding_runtime("torch")
+    assert not get_feature("embedding").onnx  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="unknown embedding runtime 'tvm'"):
+        set_embedding_runtime("tvm")
+    monkeypatch.setenv("VOXMETER_MODELS", str(tmp_path))  # no graph there
+    assert not EcapaEmbedding(runtime="auto").onnx  # auto falls back to the torch reference
+    with pytest.raises(ConfigError, match=r"ecapa_embedding_model\.onnx: ONNX graph missing"):
+        EcapaEmbedding(runtime="onnx")
