@@ -38,7 +38,7 @@ def fit_lid_noting(
     """``fit_lid_calibration`` that records a separable fit under the feature's name in
     ``notes`` (reported once per feature by :func:`warn_separable`) instead of warning each
     time; without ``notes`` it warns as usual."""
-    from monitor.disclosure.lid import fit_lid_calibration
+    from monitor.calibration.lid_fit import fit_lid_calibration
 
     return lid_noting(name, seconds, notes, lambda: fit_lid_calibration(S, truth))
 
@@ -47,7 +47,7 @@ def lid_noting(
     name: str, seconds: float, notes: SeparableNotes | None, fit: Callable[[], LidCalibration]
 ) -> LidCalibration:
     """``fit()`` (an LID fit) with a separable fit noted as :func:`fit_lid_noting` does."""
-    from monitor.disclosure.lid import SeparableWarning
+    from monitor.calibration.lid_fit import SeparableWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

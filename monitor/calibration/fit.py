@@ -19,7 +19,9 @@ from monitor.calibration.buckets import (
     CalibrationSet,
     sorted_buckets,
 )
+from monitor.calibration.fit_rows import fit_on_workers
 from monitor.calibration.protocol import (
+    PooledTrials,
     describe_template,
     plan_splits,
     pool_trials,
@@ -76,20 +78,7 @@ def calibrate_speakers(
         )
         if progress is not None:
             progress(f"bucket {seconds:g} s: N = {pooled.N}, {pooled.T} trials")
-        if client is None:
-            fitted = fit_trials(
-                scored_trials(pooled),
-                seconds=seconds,
-                loss=loss,
-                features=features,
-                separable=separable,
-            )
-        else:
-            from monitor.calibration.fit_rows import fit_on_workers
-
-            fitted = fit_on_workers(
-                client, pooled, seconds=seconds, loss=loss, features=features, separable=separable
-            )
+        fitted = _fit_bucket(pooled, seconds, loss, features, separable, client)
         for name, bucket in fitted.items():
             per_feature.setdefault(name, []).append(bucket)
         used.append(
@@ -105,17 +94,7 @@ def calibrate_speakers(
             "or --buckets"
         )
     info = {
-        "protocol": {
-            "name": "paper 000 eq. 6, K-fold over start utterances",
-            "delta": "floor((K - T - D) / 2)",
-            "test_seconds": [u["seconds"] for u in used],
-            "template_seconds": template_seconds,
-            "segments": "consecutive utterances, fewest reaching the length in speech seconds",
-            "ties": "fractional",
-            "lid": "unweighted logistic on row z-norm, eq. 3 prior term",
-            "combined": "sum_f w_f * znorm_rows(S_f), w maximising the dev mean log posterior "
-            "of the true identity (bucket 'fusion'), then fitted as a feature",
-        },
+        "protocol": _protocol(template_seconds, [u["seconds"] for u in used]),
         "buckets": used,
         "loss": loss,
         "speakers": len(speakers),
@@ -123,6 +102,43 @@ def calibrate_speakers(
         **dict(metadata or {}),
     }
     return CalibrationSet({k: tuple(v) for k, v in per_feature.items()}, info)
+
+
+def _fit_bucket(
+    pooled: PooledTrials,
+    seconds: float,
+    loss: str,
+    features: Sequence[str],
+    separable: SeparableNotes,
+    client: Client | None,
+) -> dict[str, BucketCalibration]:
+    """One bucket's calibrations: here, or over row groups kept on the workers (same bits)."""
+    if client is None:
+        return fit_trials(
+            scored_trials(pooled),
+            seconds=seconds,
+            loss=loss,
+            features=features,
+            separable=separable,
+        )
+    return fit_on_workers(
+        client, pooled, seconds=seconds, loss=loss, features=features, separable=separable
+    )
+
+
+def _protocol(template_seconds: float | None, test_seconds: list[float]) -> dict[str, Any]:
+    """How the trials were made and fitted, as the calibration file records it."""
+    return {
+        "name": "paper 000 eq. 6, K-fold over start utterances",
+        "delta": "floor((K - T - D) / 2)",
+        "test_seconds": test_seconds,
+        "template_seconds": template_seconds,
+        "segments": "consecutive utterances, fewest reaching the length in speech seconds",
+        "ties": "fractional",
+        "lid": "unweighted logistic on row z-norm, eq. 3 prior term",
+        "combined": "sum_f w_f * znorm_rows(S_f), w maximising the dev mean log posterior "
+        "of the true identity (bucket 'fusion'), then fitted as a feature",
+    }
 
 
 def calibrate_corpus(

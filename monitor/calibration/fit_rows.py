@@ -32,18 +32,18 @@ from monitor.blocks.workers import DaskRows, regrouped_rows
 from monitor.calibration.bucket_fit import SeparableNotes, fitted_bucket, lid_noting
 from monitor.calibration.buckets import COMBINED, BucketCalibration
 from monitor.calibration.fusion import fit_fusion_sums, fuse_scores, fusion_blocks, fusion_sums
-from monitor.calibration.protocol import PooledTrials
-from monitor.calibration.trial_rows import TrialLoader, pooled_arrays
-from monitor.disclosure.lid import (
+from monitor.calibration.lid_fit import (
     FitLayout,
     FitScan,
-    LidCalibration,
     SumsAt,
     fit_group_sums,
     fit_layout,
     fit_lid_passes,
     scan_fit_group,
 )
+from monitor.calibration.protocol import PooledTrials
+from monitor.calibration.trial_rows import TrialLoader, pooled_arrays
+from monitor.disclosure.lid import LidCalibration
 from monitor.disclosure.ranks import (
     histogram_of_rank_counts,
     single_threaded_blas,

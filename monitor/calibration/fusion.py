@@ -72,7 +72,7 @@ FusionSums = Callable[[np.ndarray], list[npt.NDArray[np.float64]]]
 
 def fusion_blocks(T: int, N: int) -> list[tuple[int, int]]:
     """The row blocks of the fusion objective: the LID fit's row groups (bounded in size)."""
-    from monitor.disclosure.lid import fit_layout
+    from monitor.calibration.lid_fit import fit_layout
 
     return fit_layout(N).groups(T)
 

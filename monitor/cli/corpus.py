@@ -63,10 +63,10 @@ def enroll_command(
 
     from monitor.blocks.workers import shared_scheduler
     from monitor.corpus import check_speaker_names, scan_corpus
-    from monitor.enroll import default_cache_dir, enroll_corpus
     from monitor.features.base import FEATURE_NAMES
-    from monitor.features.extract import FeatureCache
+    from monitor.features.extract import FeatureCache, default_cache_dir
     from monitor.store import open_store
+    from monitor.store.enroll import enroll_corpus
 
     select_embedding(embedding)
     if utterances is not None and seconds is not None:
@@ -310,7 +310,7 @@ def calibrate_command(
 
     select_embedding(embedding)
     from monitor.calibration.fit import calibrate_corpus
-    from monitor.enroll import default_cache_dir
+    from monitor.features.extract import default_cache_dir
     from monitor.outputs import check_output_file
 
     names = _feature_list(features)
@@ -402,9 +402,9 @@ def evaluate_command(
     """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
     from monitor.blocks.workers import shared_scheduler
     from monitor.calibration.buckets import CalibrationSet, default_path
-    from monitor.enroll import default_cache_dir
     from monitor.errors import InputError
     from monitor.evaluate import evaluate_corpus
+    from monitor.features.extract import default_cache_dir
     from monitor.outputs import check_output_folder
     from monitor.userfiles import MAX_JSON_BYTES, regular_file
 

@@ -22,6 +22,7 @@ from monitor.calibration.buckets import LOSSES, CalibrationSet
 from monitor.calibration.protocol import (
     NotEnoughSpeakersError,
     SpeakerUtterances,
+    Trials,
     pool_trials,
     scored_trials,
     speech_listing,
@@ -36,16 +37,12 @@ from monitor.disclosure.blocks import (
     pooled_blocks,
     sweep_eer,
 )
-from monitor.disclosure.lid import (
-    LidCalibration,
-    lid_per_trial,
-    lid_summary,
-)
+from monitor.disclosure.lid import LidCalibration, lid_per_trial, lid_summary
 from monitor.disclosure.matrix_scan import RowSource, mated_scores
 from monitor.disclosure.ranks import histogram_of_rank_counts, true_rank_counts
 from monitor.disclosure.srd import fit_rank_model, srd_stats
 from monitor.disclosure.zebra import zebra_of_blocks
-from monitor.evaluate.lid_setup import calibration_gap, calibration_weights, lid_weights
+from monitor.evaluate.lid_setup import LidSetup, calibration_gap, calibration_weights, lid_weights
 from monitor.evaluate.results import Audit, FeatureAudit, SettingAudit
 from monitor.evaluate.speakers import (
     FitSpeakers,
@@ -295,19 +292,7 @@ def audit_setting(
             separable=separable,
             evaluated=evaluated,
         )
-        audits = {
-            name: audit_feature(
-                name,
-                setup.scores[name],
-                trials.truth,
-                setup.lid[name],
-                setup.calibrations[name],
-                trials.aliases,
-                loss=loss,
-                per_speaker=per_speaker,
-            )
-            for name in setup.scores
-        }
+        audits = _audit_matrices(setup, trials, loss=loss, per_speaker=per_speaker)
         fusion, description = dict(setup.fusion), setup.description
     return SettingAudit(
         test_seconds=float(test_seconds),
@@ -322,6 +307,25 @@ def audit_setting(
         fusion=fusion,
         features=audits,
     )
+
+
+def _audit_matrices(
+    setup: LidSetup, trials: Trials, *, loss: str, per_speaker: bool
+) -> dict[str, FeatureAudit]:
+    """:func:`audit_feature` of every matrix held here, with the LID weights of ``setup``."""
+    return {
+        name: audit_feature(
+            name,
+            setup.scores[name],
+            trials.truth,
+            setup.lid[name],
+            setup.calibrations[name],
+            trials.aliases,
+            loss=loss,
+            per_speaker=per_speaker,
+        )
+        for name in setup.scores
+    }
 
 
 def run_audit(

@@ -16,10 +16,7 @@ from monitor.calibration.fusion import fit_fusion_weights, fuse_scores
 from monitor.calibration.protocol import (
     Trials,
 )
-from monitor.disclosure.lid import (
-    LidCalibration,
-    lid_per_trial,
-)
+from monitor.disclosure.lid import LidCalibration, lid_per_trial
 from monitor.evaluate.results import LID_SOURCES
 
 if TYPE_CHECKING:

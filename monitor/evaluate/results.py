@@ -11,9 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from monitor.disclosure.lid import (
-    LidSummary,
-)
+from monitor.disclosure.lid import LidSummary
 from monitor.disclosure.srd import RankFit, SrdStats
 from monitor.disclosure.zebra import ZebraResult
 

@@ -168,6 +168,14 @@ _TEMPORARY_NAME = re.compile(r"tmp[a-z0-9_]{8}\.tmp")
 """A ``tempfile.mkstemp(suffix=".tmp")`` left over by a write that was killed."""
 
 
+def default_cache_dir() -> Path:
+    """``$VOXMETER_CACHE`` or ``$XDG_CACHE_HOME/voxmeter/features`` (``~/.cache/...``)."""
+    if os.environ.get("VOXMETER_CACHE"):
+        return Path(os.environ["VOXMETER_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "voxmeter" / "features"
+
+
 class FeatureCache:
     """Per-file observations on disk under ``directory`` (created 0700 if missing).
 

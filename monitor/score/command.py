@@ -60,23 +60,10 @@ def score_report_from_files(
             raise InputError("--scores/--key", "dev data and LID options need --matrix/--truth")
         if on_workers:
             raise InputError("--jobs/--scheduler", "only a --matrix is scored on Dask workers")
-        _check_files(scores, key)
-        pairs = read_scores_key(scores, key)
-        try:
-            return pairs_report(pairs)
-        except ValueError as error:  # input the readers accepted but the metrics cannot use
-            raise InputError(f"{scores} + {key}", f"cannot be scored: {error}") from error
+        return _pairs_report(scores, key)
     if matrix is None or truth is None:
         raise InputError("--matrix" if matrix is None else "--truth", "missing: give both")
-    if (dev_matrix is None) != (dev_truth is None):
-        raise InputError("--dev-matrix/--dev-truth", "give both or neither")
-    if (lid_weight is None) != (lid_bias is None):
-        raise InputError("--lid-weight/--lid-bias", "give both or neither")
-    if lid_weight is not None and dev_matrix is not None:
-        raise InputError("--lid-weight", "give either a dev matrix or a weight and bias, not both")
-    for name, value in (("--lid-weight", lid_weight), ("--lid-bias", lid_bias)):
-        if value is not None and not math.isfinite(value):
-            raise InputError(name, f"must be a finite number, got {value}")
+    _check_matrix_options(dev_matrix, dev_truth, lid_weight, lid_bias)
     _check_files(matrix, truth, dev_matrix, dev_truth)
     if on_workers:
         from monitor.score.npy_rows import matrix_report_on_workers
@@ -105,6 +92,34 @@ def score_report_from_files(
         )
     except ValueError as error:  # input the readers accepted but the metrics cannot use
         raise InputError(str(matrix), f"cannot be scored: {error}") from error
+
+
+def _pairs_report(scores: Path, key: Path) -> ScoreReport:
+    """The report of a score file and its key (pooled trials)."""
+    _check_files(scores, key)
+    pairs = read_scores_key(scores, key)
+    try:
+        return pairs_report(pairs)
+    except ValueError as error:  # input the readers accepted but the metrics cannot use
+        raise InputError(f"{scores} + {key}", f"cannot be scored: {error}") from error
+
+
+def _check_matrix_options(
+    dev_matrix: Path | None,
+    dev_truth: Path | None,
+    lid_weight: float | None,
+    lid_bias: float | None,
+) -> None:
+    """Where a matrix's LID calibration comes from: dev data, a weight and bias, or neither."""
+    if (dev_matrix is None) != (dev_truth is None):
+        raise InputError("--dev-matrix/--dev-truth", "give both or neither")
+    if (lid_weight is None) != (lid_bias is None):
+        raise InputError("--lid-weight/--lid-bias", "give both or neither")
+    if lid_weight is not None and dev_matrix is not None:
+        raise InputError("--lid-weight", "give either a dev matrix or a weight and bias, not both")
+    for name, value in (("--lid-weight", lid_weight), ("--lid-bias", lid_bias)):
+        if value is not None and not math.isfinite(value):
+            raise InputError(name, f"must be a finite number, got {value}")
 
 
 def _check_files(*paths: Path | None) -> None:

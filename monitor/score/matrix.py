@@ -13,18 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from monitor.calibration.lid_fit import fit_lid_calibration
 from monitor.disclosure.baselines import (
     baselines_of_blocks,
     linkability_bins,
     linkability_of_counts,
 )
 from monitor.disclosure.blocks import matrix_blocks
-from monitor.disclosure.lid import (
-    LidCalibration,
-    cllr_of_costs,
-    fit_lid_calibration,
-    lid_summary,
-)
+from monitor.disclosure.lid import LidCalibration, cllr_of_costs, lid_summary
 from monitor.disclosure.matrix_scan import (
     InMemoryRows,
     MatrixScan,

@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from monitor.blocks.workers import DaskRows, dask_client
-from monitor.disclosure.lid import (
+from monitor.calibration.lid_fit import (
     FitLayout,
     FitScan,
-    LidCalibration,
     SumsAt,
     fit_group_sums,
     fit_layout,
     fit_lid_passes,
     scan_fit_group,
 )
+from monitor.disclosure.lid import LidCalibration
 from monitor.disclosure.ranks import chunk_rows, single_threaded_blas
 from monitor.errors import InputError
 from monitor.score.matrix_files import check_matrix_truth, read_matrix_trials, read_truth
