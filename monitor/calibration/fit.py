@@ -28,6 +28,14 @@ from monitor.calibration.protocol import (
     scored_trials,
     speech_listing,
 )
+from monitor.calibration.tracking import (
+    SHORT_BUCKETS,
+    TRACKING_LENGTHS,
+    Crops,
+    cosine_statistics,
+    crop_speakers,
+    crop_trials,
+)
 from monitor.corpus.speakers import (
     MIN_SPEECH_SECONDS,
     CorpusSpeakers,
@@ -54,9 +62,12 @@ def calibrate_speakers(
     metadata: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
     client: Client | None = None,
+    crops: Mapping[str, Crops] | None = None,
 ) -> CalibrationSet:
     """Fit every bucket the speakers allow: a bucket is kept while at least
     ``min_speakers_fraction`` of the speakers (and at least 2) have enough speech for it.
+    The short buckets (:data:`SHORT_BUCKETS`) are fitted on ``crops`` of the utterances, and
+    skipped without them.
 
     With a Dask ``client`` the score matrices are computed and fitted by its workers in row
     groups (:mod:`monitor.calibration.fit_rows`), never whole here; the calibration is the
@@ -70,15 +81,16 @@ def calibrate_speakers(
     used: list[dict[str, Any]] = []
     separable: SeparableNotes = {}
     for seconds in sorted_buckets(buckets):
+        short = seconds in SHORT_BUCKETS
+        if short and crops is None:
+            continue
         usable = len(plan_splits(speakers, seconds, template_seconds)[0])
         if usable < max(2.0, min_speakers_fraction * len(speakers)):
             break
-        pooled = pool_trials(
-            speakers, test_seconds=seconds, template_seconds=template_seconds, features=features
-        )
+        pooled = _bucket_trials(speakers, seconds, template_seconds, features, crops)
         if progress is not None:
             progress(f"bucket {seconds:g} s: N = {pooled.N}, {pooled.T} trials")
-        fitted = _fit_bucket(pooled, seconds, loss, features, separable, client)
+        fitted = _fit_bucket(pooled, seconds, loss, features, separable, None if short else client)
         for name, bucket in fitted.items():
             per_feature.setdefault(name, []).append(bucket)
         used.append(
@@ -102,6 +114,27 @@ def calibrate_speakers(
         **dict(metadata or {}),
     }
     return CalibrationSet({k: tuple(v) for k, v in per_feature.items()}, info)
+
+
+def _bucket_trials(
+    speakers: Sequence[SpeakerUtterances],
+    seconds: float,
+    template_seconds: float | None,
+    features: Sequence[str],
+    crops: Mapping[str, Crops] | None,
+) -> PooledTrials:
+    """A bucket's pooled trials: eq. 6 splits, or crops of utterances for a short bucket."""
+    if seconds in SHORT_BUCKETS:
+        return crop_trials(
+            speakers,
+            crops or {},
+            seconds=seconds,
+            template_seconds=template_seconds,
+            features=features,
+        )
+    return pool_trials(
+        speakers, test_seconds=seconds, template_seconds=template_seconds, features=features
+    )
 
 
 def _fit_bucket(
@@ -133,7 +166,8 @@ def _protocol(template_seconds: float | None, test_seconds: list[float]) -> dict
         "delta": "floor((K - T - D) / 2)",
         "test_seconds": test_seconds,
         "template_seconds": template_seconds,
-        "segments": "consecutive utterances, fewest reaching the length in speech seconds",
+        "segments": "consecutive utterances, fewest reaching the length in speech seconds; "
+        "1 and 2 s: the first seconds of speech of the first test utterance",
         "ties": "fractional",
         "lid": "unweighted logistic on row z-norm, eq. 3 prior term",
         "combined": "sum_f w_f * znorm_rows(S_f), w maximising the dev mean log posterior "
@@ -176,9 +210,48 @@ def calibrate_corpus(
             progress=extraction_progress,
             min_speech_seconds=min_speech_seconds,
         )
-        return _calibrate_loaded(
-            loaded, root, split, features, buckets, template_seconds, loss, progress, client
+        crops = _crops(loaded, split, features, buckets, cache_dir, progress)
+        calibration, skipped = _calibrate_loaded(
+            loaded, root, split, features, buckets, template_seconds, loss, progress, client, crops
         )
+    if "embedding" in features:
+        tracking = cosine_statistics(loaded.speakers, crops, template_seconds=template_seconds)
+        calibration = CalibrationSet(
+            calibration.features, {**calibration.metadata, "tracking": tracking}
+        )
+    return calibration, skipped
+
+
+def _crops(
+    loaded: CorpusSpeakers,
+    split: str | None,
+    features: Sequence[str],
+    buckets: Sequence[float],
+    cache_dir: str | Path | None,
+    progress: Callable[[str], None] | None,
+) -> dict[str, Crops]:
+    """Crops for the short buckets asked for (every feature) and the tracker's window lengths
+    (the embedding), of every loaded utterance."""
+    from monitor.corpus.scan import scan_corpus
+
+    lengths: dict[float, list[str]] = {}
+    for seconds in SHORT_BUCKETS:
+        if seconds in buckets:
+            lengths[seconds] = list(features)
+    if "embedding" in features:
+        for seconds in TRACKING_LENGTHS:
+            lengths.setdefault(seconds, []).extend([] if seconds in lengths else ["embedding"])
+    lengths = {k: v for k, v in lengths.items() if v}
+    if not lengths:
+        return {}
+    corpus = scan_corpus(loaded.root, split=split)
+    paths = {(u.speaker, u.path.stem): u.path for u in corpus.utterances}
+
+    def note(done: int, total: int) -> None:
+        if progress is not None and (done % 250 == 0 or done == total):
+            progress(f"crops: {done}/{total} utterances")
+
+    return crop_speakers(loaded.speakers, paths, lengths, cache_dir=cache_dir, progress=note)
 
 
 def _calibrate_loaded(
@@ -191,6 +264,7 @@ def _calibrate_loaded(
     loss: str,
     progress: Callable[[str], None] | None,
     client: Client | None,
+    crops: Mapping[str, Crops] | None = None,
 ) -> tuple[CalibrationSet, tuple[tuple[str, str], ...]]:
     """:func:`calibrate_corpus` once the corpus is loaded (and its cluster, if any, is up)."""
     try:
@@ -202,6 +276,7 @@ def _calibrate_loaded(
             features=features,
             progress=progress,
             client=client,
+            crops=crops or None,
             metadata={
                 "corpus": Path(loaded.root).name,
                 "corpus_path": str(root),  # as given (the shipped file stays machine-neutral)

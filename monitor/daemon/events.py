@@ -68,6 +68,7 @@ class FeatureWindow:
     closed_monotonic: float  # when the windower closed it: start of the latency clock
     closed_unix: float  # the same instant, wall clock
     feature_seconds: float  # CPU wall time spent extracting the features
+    mixed: bool = False  # may hold two voices (monitor.daemon.turns): never opens a track
 
 
 @dataclass(frozen=True)
@@ -142,12 +143,14 @@ class StateChanged:
 
 @dataclass(frozen=True)
 class TrackExpired:
-    """An ``unknown-N`` track idle longer than ``track_idle_seconds``: remove its series."""
+    """An ``unknown-N`` track idle longer than ``track_idle_seconds``, or merged into another
+    (``merged_into``): remove its series."""
 
     track: str
     kind: TrackKind
     last_seen_seconds: float  # stream position of its last window
     expired_unix: float
+    merged_into: str | None = None  # the track that took over its evidence (a merge)
 
 
 @dataclass(frozen=True)

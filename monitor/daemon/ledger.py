@@ -98,6 +98,13 @@ class LedgerWriter:
             return []  # the timer ran a little early: nothing to do yet
         return self.start_period(period)
 
+    def merge(self, retired: str, into: str) -> None:
+        """Two tracks are one voice (the tracker merged them): the ledger moves ``retired``'s
+        windows of this period to ``into`` and records the merge; the budget forgets it."""
+        if self.period_start_unix is not None:
+            self.store.merge_tracks(retired, into, self.period_start_unix)
+        self.budget.forget(retired)
+
     def process(self, scored: ScoredWindow) -> list[DaemonEvent]:
         events: list[DaemonEvent] = []
         current = self.period_start_unix
@@ -146,6 +153,8 @@ class LedgerWriter:
             pooled=evidence.pooled,
             figures=figures.to_json(),
             window_bits=finite_bits(score.window_bits),
+            stream_start=window.start_seconds,
+            stream_end=window.end_seconds,
         )
         if change is not None:
             events.append(self._alert(change, figures, window_end_unix))

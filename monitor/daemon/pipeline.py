@@ -35,11 +35,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from monitor import __version__
-from monitor.audio.frames import AudioSource
+from monitor.audio.frames import RATE_HZ, AudioSource
 from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad
 from monitor.audio.windows import Windower
 from monitor.daemon.budget import BudgetMachine, period_start
-from monitor.daemon.config import Config, tracker_settings
+from monitor.daemon.config import Config, tracker_settings, tracker_thresholds_for
 from monitor.daemon.events import (
     ClosedWindow,
     DaemonEvent,
@@ -59,6 +59,7 @@ from monitor.daemon.incremental import IncrementalWindows
 from monitor.daemon.ledger import LedgerWriter, restored_track
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
+from monitor.daemon.turns import TurnSplitter
 from monitor.errors import VoxmeterError
 from monitor.features.base import Feature
 from monitor.store.database import Store
@@ -126,14 +127,26 @@ class Pipeline:
             else:
                 vad = WebRtcVad(audio.vad_aggressiveness, hangover_ms=audio.hangover_ms)
         self.vad = vad
-        self.windower = Windower(audio.window_seconds)
+        self.windower = Windower(
+            audio.window_seconds,
+            turn_pause_seconds=audio.turn_pause_seconds,
+            min_window_seconds=audio.min_window_seconds,
+        )
         self.window_features = WindowFeatures(self.features)
         self.incremental = IncrementalWindows(
             self.features, max_samples=self.windower.window_samples
         )
         self._feed_counted = 0.0  # incremental.feed_seconds already in _busy
+        thresholds = tracker_thresholds_for(config, scorer.calibration)
+        self.turns = TurnSplitter(
+            self._embed, change_cosine=thresholds.change if thresholds else -1.0
+        )
         self.tracker = SpeakerTracker(
-            profiles, tracker_settings(config), clock=clock, wall_clock=wall_clock
+            profiles,
+            tracker_settings(config),
+            thresholds=thresholds,
+            clock=clock,
+            wall_clock=wall_clock,
         )
         self.track_scorer = TrackScorer(scorer, self.features, config.budget.figure)
         self.budget = BudgetMachine(config.budget)
@@ -249,7 +262,14 @@ class Pipeline:
             await out.put(frame)
         await out.put(None)
 
-    async def _vad_stage(self, feeder: ThreadPoolExecutor) -> None:
+    def _embed(self, samples: Any) -> Any:
+        """The tracking embedding of a piece of speech (the turn splitter's parts)."""
+        return self.features[EMBEDDING].observe(samples, RATE_HZ).values
+
+    async def _vad_stage(self, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor) -> None:
+        """Frames → speech → windows that hold one voice: cut at a turn pause or an utterance's
+        end by the windower, then at a change of speaker found on the embeddings of their parts
+        (in the executor); the speech also goes, as it arrives, to the incremental features."""
         inbox, out = self.queues["frames"], self.queues["windows"]
         loop = asyncio.get_running_loop()
         index = 0
@@ -263,13 +283,18 @@ class Pipeline:
                 # features work on the speech as it arrives, in order, on the feeder thread
                 loop.run_in_executor(feeder, self.incremental.feed, chunk.samples)
                 windows += self.windower.process(chunk)
-            if frame is not None and frame.utterance_end:
-                windows += self.windower.close_turn()
+            if frame is None or frame.utterance_end:  # the turn ends with the utterance/stream
+                windows += self.windower.close_turn(self.windower.min_window_seconds)
             for window in windows:
-                await out.put(ClosedWindow(index, window, self.clock(), self.wall_clock()))
-                index += 1
+                pieces = await loop.run_in_executor(executor, self.turns.split, window)
+                for piece in pieces:
+                    if piece.speech_seconds < self.windower.min_window_seconds:
+                        self.windower.dropped_seconds += piece.speech_seconds
+                        continue
+                    await out.put(ClosedWindow(index, piece, self.clock(), self.wall_clock()))
+                    index += 1
             if frame is None:
-                self.windower.reset()  # a partial last window is not scored
+                self.windower.reset()
                 await out.put(None)
                 return
 
@@ -304,6 +329,7 @@ class Pipeline:
                     start_seconds=window.start_seconds,
                     end_seconds=window.end_seconds,
                     speech_seconds=window.speech_seconds,
+                    mixed=window.mixed,
                     observations=dict(zip(names, observations, strict=True)),
                     closed_monotonic=item.closed_monotonic,
                     closed_unix=item.closed_unix,
@@ -319,9 +345,10 @@ class Pipeline:
                 await out.put(None)
                 return
             tracked, expired = self.tracker.process(window)
-            for event in expired:
+            for event in expired:  # expiries and merges go first: the window may need them
                 await out.put(event)
-            await out.put(tracked)
+            if tracked is not None:  # None: a window no track may take (only its seconds count)
+                await out.put(tracked)
 
     async def _scorer_stage(self, executor: ThreadPoolExecutor) -> None:
         inbox, out = self.queues["tracked"], self.queues["scored"]
@@ -333,7 +360,10 @@ class Pipeline:
                 await out.put(None)
                 return
             if isinstance(item, TrackExpired):
-                self.track_scorer.expire(item.track)
+                if item.merged_into is None:
+                    self.track_scorer.expire(item.track)
+                else:
+                    self.track_scorer.merge(item.track, item.merged_into)
                 await out.put(item)
                 continue
             period = period_start(item.window.closed_unix, period_seconds)
@@ -359,6 +389,8 @@ class Pipeline:
                 return
             if isinstance(item, TrackExpired):
                 self.last.pop(item.track, None)
+                if item.merged_into is not None:
+                    self.ledger.merge(item.track, item.merged_into)
                 await out.put(item)
                 continue
             started = self.clock()
@@ -492,7 +524,7 @@ class Pipeline:
             async with asyncio.TaskGroup() as group:
                 stages: list[tuple[str, Any]] = [
                     ("source", self._source_stage()),
-                    ("vad", self._vad_stage(feeder)),
+                    ("vad", self._vad_stage(executor, feeder)),
                     ("features", self._feature_stage(executor, feeder)),
                     ("tracker", self._tracker_stage()),
                     ("scorer", self._scorer_stage(executor)),

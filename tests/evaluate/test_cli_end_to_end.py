@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from monitor.calibration.buckets import COMBINED, CalibrationSet
 from monitor.cli import app
-from monitor.evaluate.report import bits, percent
+from monitor.evaluate.markdown import bits, percent
 from monitor.store import open_store
 
 runner = CliRunner()
