@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -31,6 +31,9 @@ from monitor.cli.common import (
     warning_lines,
 )
 from monitor.errors import VoxmeterError
+
+if TYPE_CHECKING:
+    from monitor.store.enroll import EnrolmentReport
 
 
 @user_errors
@@ -63,25 +66,12 @@ def enroll_command(
 
     from monitor.blocks.workers import shared_scheduler
     from monitor.corpus import check_speaker_names, scan_corpus
-    from monitor.features.base import FEATURE_NAMES
     from monitor.features.extract import FeatureCache, default_cache_dir
     from monitor.store import open_store
     from monitor.store.enroll import enroll_corpus
 
     select_embedding(embedding)
-    if utterances is not None and seconds is not None:
-        raise VoxmeterError("--utterances and --seconds exclude each other: give one")
-    if seconds is not None and not 0 < seconds < float("inf"):
-        raise VoxmeterError(f"--seconds must be a positive number, got {seconds:g}")
-    names = tuple(name.strip() for name in features.split(",") if name.strip())
-    unknown = [name for name in names if name not in FEATURE_NAMES]
-    if unknown or not names:
-        raise VoxmeterError(
-            f"--features {features!r}: unknown {unknown or 'empty list'}; "
-            f"known: {','.join(FEATURE_NAMES)}"
-        )
-    if local and "embedding" not in names:
-        raise VoxmeterError("--local needs the embedding feature (local profiles track voices)")
+    names = _enrolment_features(features, utterances, seconds, local)
     scanned = scan_corpus(corpus, split=split)
     check_speaker_names(scanned)  # before the database is touched or any audio processed
     path = db_path(db)
@@ -116,6 +106,35 @@ def enroll_command(
                     progress=progress,
                     min_speech_seconds=min_speech,
                 )
+    _print_enrolment(report, path, utterances, seconds)
+
+
+def _enrolment_features(
+    features: str, utterances: int | None, seconds: float | None, local: bool
+) -> tuple[str, ...]:
+    """The features asked for, after checking the options together (VoxmeterError, exit 2)."""
+    from monitor.features.base import FEATURE_NAMES
+
+    if utterances is not None and seconds is not None:
+        raise VoxmeterError("--utterances and --seconds exclude each other: give one")
+    if seconds is not None and not 0 < seconds < float("inf"):
+        raise VoxmeterError(f"--seconds must be a positive number, got {seconds:g}")
+    names = tuple(name.strip() for name in features.split(",") if name.strip())
+    unknown = [name for name in names if name not in FEATURE_NAMES]
+    if unknown or not names:
+        raise VoxmeterError(
+            f"--features {features!r}: unknown {unknown or 'empty list'}; "
+            f"known: {','.join(FEATURE_NAMES)}"
+        )
+    if local and "embedding" not in names:
+        raise VoxmeterError("--local needs the embedding feature (local profiles track voices)")
+    return names
+
+
+def _print_enrolment(
+    report: EnrolmentReport, path: Path, utterances: int | None, seconds: float | None
+) -> None:
+    """What was left out (stderr, one line each) and the summary line (stdout)."""
     out = {"markup": False, "highlight": False, "soft_wrap": True}
     for file, reason in report.skipped_files:
         err_console.print(f"voxmeter: skipped file {file}: {reason}", **out)
