@@ -33,6 +33,7 @@ from monitor.cli.common import (
 from monitor.errors import VoxmeterError
 
 if TYPE_CHECKING:
+    from monitor.calibration.buckets import CalibrationSet
     from monitor.store.enroll import EnrolmentReport
 
 
@@ -354,6 +355,13 @@ def calibrate_command(
             progress=lambda text: err_console.print(f"fitting {text}", markup=False),
             min_speech_seconds=min_speech,
         )
+    _save_calibration(calibration, skipped, out, db)
+
+
+def _save_calibration(
+    calibration: CalibrationSet, skipped: Sequence[tuple[str, str]], out: Path, db: Path | None
+) -> None:
+    """Write the calibration (and store it in the database if one is named), then say so."""
     _print_skipped(skipped)
     calibration.save(out)
     db_path = (
@@ -420,27 +428,17 @@ def evaluate_command(
 ) -> None:
     """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
     from monitor.blocks.workers import shared_scheduler
-    from monitor.calibration.buckets import CalibrationSet, default_path
     from monitor.errors import InputError
     from monitor.evaluate import evaluate_corpus
     from monitor.features.extract import default_cache_dir
     from monitor.outputs import check_output_folder
-    from monitor.userfiles import MAX_JSON_BYTES, regular_file
 
     select_embedding(embedding)
-    shipped = default_path()
     names = _feature_list(features)
     loss = _check_loss(loss)
     tests = [t for t in _seconds_list(test_seconds, "--test-seconds") if t is not None]
     templates = _seconds_list(template_seconds, "--template-seconds", allow_rest=True)
-    if lid_from not in (None, "calibration", "crossfit"):
-        raise VoxmeterError(f"--lid-from {lid_from!r}: expected 'calibration' or 'crossfit'")
-    calibration_path = calibration if calibration is not None else shipped
-    loaded = None
-    if calibration is not None or lid_from == "calibration" or shipped.is_file():
-        loaded = CalibrationSet.load(regular_file(calibration_path, max_bytes=MAX_JSON_BYTES))
-        if "embedding" in names:
-            loaded.check_embedding_backend(str(calibration_path))
+    loaded, calibration_path = _audit_calibration(calibration, lid_from, names)
     check_output_folder(out, "--out")
     if protected is not None and not protected.is_dir():
         raise InputError(str(protected), "--protected: not a corpus folder")
@@ -479,3 +477,23 @@ def evaluate_command(
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _audit_calibration(
+    calibration: Path | None, lid_from: str | None, names: Sequence[str]
+) -> tuple[CalibrationSet | None, Path]:
+    """The calibration an audit reads its LID weights from (given, or the shipped one if there
+    is one), and its path."""
+    from monitor.calibration.buckets import CalibrationSet, default_path
+    from monitor.userfiles import MAX_JSON_BYTES, regular_file
+
+    shipped = default_path()
+    if lid_from not in (None, "calibration", "crossfit"):
+        raise VoxmeterError(f"--lid-from {lid_from!r}: expected 'calibration' or 'crossfit'")
+    calibration_path = calibration if calibration is not None else shipped
+    loaded = None
+    if calibration is not None or lid_from == "calibration" or shipped.is_file():
+        loaded = CalibrationSet.load(regular_file(calibration_path, max_bytes=MAX_JSON_BYTES))
+        if "embedding" in names:
+            loaded.check_embedding_backend(str(calibration_path))
+    return loaded, calibration_path
