@@ -43,15 +43,14 @@ import numpy as np
 
 from bench.common import CORPUS, RESULTS_DIR, write_results
 from bench.household import Segment, Stream, make_stream, overlaps, trimmed
-from monitor.calibration.fit import load_default
+from monitor.calibration.buckets import load_default
 from monitor.corpus import scan_corpus
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
 from monitor.daemon.events import DaemonEvent, FeatureWindow, TrackExpired, WindowScored
 from monitor.daemon.scorer import score_track
-from monitor.enroll import default_cache_dir
 from monitor.features.base import FEATURE_NAMES, get_feature, set_embedding_backend
-from monitor.features.extract import FeatureCache, extract_many
+from monitor.features.extract import FeatureCache, default_cache_dir, extract_many
 from monitor.store.database import open_store
 from monitor.store.templates import Enrolment
 
