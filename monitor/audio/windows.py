@@ -1,8 +1,14 @@
-"""Cut a stream of speech chunks into windows holding a fixed amount of speech.
+"""Cut a stream of speech chunks into windows that hold one voice.
 
-A window is the unit of evidence of the live model (DESIGN §12): every window carries exactly
-``window_seconds`` of speech, however many pauses lie between its pieces, so that windows are
-comparable and calibrations by evidence length apply.
+A window is the unit of evidence of the live model (DESIGN §12): it carries ``window_seconds``
+of speech, however many short pauses lie between its pieces, so that windows are comparable
+and calibrations by evidence length apply. A window also ends early where a turn may change
+hands: at a pause of ``turn_pause_seconds`` (a speaker rarely pauses that long mid-turn, and
+the next voice is often another one) and when the proxy says an utterance ended
+(:meth:`Windower.close_turn`). Such a short window is scored with the calibration of its
+length when it holds ≥ ``min_window_seconds`` of speech; less only counts seconds
+(:attr:`Windower.dropped_seconds`). A change of speaker inside a window without a pause is
+found later, on embeddings of its parts (:mod:`monitor.daemon.turns`).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from monitor.audio.vad import SpeechChunk
 
 @dataclass(frozen=True)
 class SpeechWindow:
-    """``window_seconds`` of speech (the last one of a stream may be shorter)."""
+    """Speech of one turn: ``window_seconds`` of it, or less when the turn ended first."""
 
     samples: np.ndarray
     """float32, shape (n,), 16 kHz, in [-1, 1)."""
@@ -26,16 +32,34 @@ class SpeechWindow:
     end_seconds: float
     """Stream time just after the last sample; ≥ start + speech (pauses are not in samples)."""
     speech_seconds: float
+    mixed: bool = False
+    """True when the window may hold two voices (a change was found but not placed exactly):
+    it is scored for a track that already exists, never the first window of a new one."""
 
 
 class Windower:
-    """Accumulates speech chunks; each time ``window_seconds`` of speech is held, cuts a window."""
+    """Accumulates speech chunks; cuts a window each time ``window_seconds`` of speech is held,
+    and at a pause of ``turn_pause_seconds`` (0 = never at pauses)."""
 
-    def __init__(self, window_seconds: float = 3.0) -> None:
+    def __init__(
+        self,
+        window_seconds: float = 3.0,
+        *,
+        turn_pause_seconds: float = 0.0,
+        min_window_seconds: float = 1.0,
+    ) -> None:
         if not window_seconds > 0:
             raise ValueError(f"window_seconds must be > 0, got {window_seconds}")
+        if turn_pause_seconds < 0:
+            raise ValueError(f"turn_pause_seconds must be >= 0, got {turn_pause_seconds}")
+        if not min_window_seconds >= 0:
+            raise ValueError(f"min_window_seconds must be >= 0, got {min_window_seconds}")
         self.window_seconds = window_seconds
         self.window_samples = max(1, round(window_seconds * RATE_HZ))
+        self.turn_pause_seconds = turn_pause_seconds
+        self.min_window_seconds = min(min_window_seconds, window_seconds)
+        self.dropped_seconds = 0.0
+        """Speech of turns too short to score (< ``min_window_seconds``), counted only."""
         self.reset()
 
     def reset(self) -> None:
@@ -43,6 +67,7 @@ class Windower:
         self._pieces: list[np.ndarray] = []
         self._starts: list[float] = []
         self._held = 0
+        self._last_end = -np.inf
 
     @property
     def pending_seconds(self) -> float:
@@ -54,13 +79,30 @@ class Windower:
         samples = np.asarray(chunk.samples)
         if samples.shape[0] == 0:
             return []
+        windows = []
+        pause = chunk.start_seconds - self._last_end
+        if self._held and self.turn_pause_seconds > 0 and pause >= self.turn_pause_seconds:
+            windows += self.close_turn(self.min_window_seconds)
         self._pieces.append(samples)
         self._starts.append(chunk.start_seconds)
         self._held += samples.shape[0]
-        windows = []
+        self._last_end = chunk.start_seconds + samples.shape[0] / RATE_HZ
         while self._held >= self.window_samples:
             windows.append(self._cut(self.window_samples))
         return windows
+
+    def close_turn(self, min_seconds: float = 1.0) -> list[SpeechWindow]:
+        """A turn ended (a long pause, or the end of an utterance at a Wyoming AudioStop): the
+        held speech as one short window when it has ≥ ``min_seconds``, else dropped (its
+        seconds counted in :attr:`dropped_seconds`). The next speech starts a new window."""
+        held = self._held
+        if held == 0:
+            return []
+        if held < min_seconds * RATE_HZ:
+            self.dropped_seconds += held / RATE_HZ
+            self.reset()
+            return []
+        return [self._cut(held)]
 
     def flush(self, *, min_seconds: float = 0.0) -> list[SpeechWindow]:
         """End of stream: the held speech as one short window if it has ≥ ``min_seconds``."""
@@ -69,11 +111,6 @@ class Windower:
             self.reset()
             return []
         return [self._cut(held)]
-
-    def close_turn(self, min_seconds: float = 1.0) -> list[SpeechWindow]:
-        """A speaker's turn ended (an assistant command is 1–3 s): the held speech as one short
-        window when it has ≥ ``min_seconds``, else dropped (it counted in speech seconds only)."""
-        return self.flush(min_seconds=min_seconds)
 
     def _cut(self, n: int) -> SpeechWindow:
         lengths = np.array([p.shape[0] for p in self._pieces])

@@ -46,6 +46,7 @@ from monitor.audio.frames import (
 )
 from monitor.audio.wyoming_wire import (
     BROKEN_EVENT,
+    audio_seconds,
     bound_port,
     broken,
     read_event,
@@ -77,16 +78,20 @@ class WyomingEndpoint:
 
 def parse_endpoint(spec: str) -> WyomingEndpoint:
     """The endpoint of a source spec; a malformed one raises InputError naming it."""
-    problem = "expected wyoming://HOST:PORT or wyoming-listen://HOST:PORT, optionally ?once"
+    problem = (
+        "expected wyoming://HOST:PORT (PORT 1..65535) or wyoming-listen://HOST:PORT (PORT "
+        "0..65535, 0 = any free port), optionally ?once"
+    )
     parts = urlsplit(spec)
     try:
         port = parts.port
-    except ValueError:
+    except ValueError:  # beyond 65535, or not a number
         port = None
     if (
         parts.scheme not in SCHEMES
         or not parts.hostname
         or port is None
+        or (port == 0 and parts.scheme != SCHEMES[1])  # connecting needs a real port
         or parts.path not in ("", "/")
         or parts.query not in ("", "once")
     ):
@@ -213,7 +218,7 @@ async def decode_frames(
             try:
                 samples = decoder.process(event)
             except ValueError as error:
-                stats.dropped += 1
+                stats.dropped_seconds += audio_seconds(event)
                 logger.warning("%s: audio chunk dropped: %s", name, error)
                 continue
         pending = np.concatenate([pending, samples])
@@ -402,7 +407,7 @@ class WyomingSource:
         if self._owner is client:
             self._owner_seen = self._clock()
         if self._owner is not client:
-            self.stats.dropped += 1
+            self.stats.dropped_seconds += audio_seconds(event)
             client.rejected = not stop  # its session ends with its audio-stop
             return
         client.streamed = True

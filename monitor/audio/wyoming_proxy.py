@@ -47,6 +47,7 @@ from monitor.audio.frames import AudioFrame, Sleep, SourceStats, check_frame_ms
 from monitor.audio.wyoming import decode_frames
 from monitor.audio.wyoming_wire import (
     BROKEN_EVENT,
+    audio_seconds,
     bound_port,
     broken,
     encode_event,
@@ -88,7 +89,9 @@ class ProxyEndpoint:
 
 def parse_proxy(spec: str) -> ProxyEndpoint:
     """The endpoint of a proxy spec; a malformed one raises InputError naming it."""
-    problem = f"expected {SCHEME}://HOST:PORT?upstream=tcp://HOST:PORT"
+    problem = (
+        f"expected {SCHEME}://HOST:PORT?upstream=tcp://HOST:PORT, the upstream's PORT 1..65535"
+    )
     parts = urlsplit(spec)
     query = parse_qs(parts.query, keep_blank_values=True)
     upstream = urlsplit(query["upstream"][0]) if list(query) == ["upstream"] else None
@@ -105,7 +108,7 @@ def parse_proxy(spec: str) -> ProxyEndpoint:
         or len(query["upstream"]) != 1
         or upstream.scheme != "tcp"
         or not upstream.hostname
-        or upstream_port is None
+        or not upstream_port  # None, or 0: no port to connect to
         or upstream.path not in ("", "/")
         or upstream.query
     ):
@@ -139,34 +142,19 @@ def annotate_info(info: Event) -> Event:
     return Event(type=info.type, data=data, payload=info.payload)
 
 
-def _audio_seconds(event: Event) -> float:
-    """Seconds of audio in a chunk (0 when its format fields are unusable)."""
-    data = event.data if isinstance(event.data, dict) else {}
-    try:
-        per_second = int(data["rate"]) * int(data["width"]) * int(data["channels"])
-    except (KeyError, TypeError, ValueError):
-        return 0.0
-    return len(event.payload or b"") / per_second if per_second > 0 else 0.0
-
-
 class SideTap:
     """The measuring side's inbox: the audio of one utterance at a time, never waited for.
 
     :meth:`offer` is called on the relay path after an event went on; it only ever calls
     ``put_nowait``. What does not fit is dropped, counted in seconds of audio
-    (``dropped_seconds``, and in ``stats.dropped`` as frames of ``frame_ms`` until the daemon
-    counts drops in seconds), and the rest of that utterance is not measured either: a cut
+    (``stats.dropped_seconds``), and the rest of that utterance is not measured either: a cut
     utterance ends at its ``audio-stop`` (or, if even that found the queue full, before the
     next utterance starts), so the daemon still closes its window there.
     """
 
-    def __init__(
-        self, max_events: int = 512, *, stats: SourceStats | None = None, frame_ms: int = 30
-    ) -> None:
+    def __init__(self, max_events: int = 512, stats: SourceStats | None = None) -> None:
         self.queue: asyncio.Queue[Event | None] = asyncio.Queue(max_events)
-        self.dropped_seconds = 0.0
-        self.stats = stats if stats is not None else SourceStats()
-        self._frame_seconds = frame_ms / 1000
+        self.stats = stats if stats is not None else SourceStats()  # the source's counters
         self._owner: object | None = None  # the connection whose utterance is measured
         self._broken = False  # a drop inside the current utterance: the rest is not measured
         self._end_owed = False  # a cut utterance's end is not in the queue yet
@@ -196,8 +184,7 @@ class SideTap:
             self._end_owed = not self._put(None)
 
     def _drop(self, event: Event) -> None:
-        self.dropped_seconds += _audio_seconds(event)
-        self.stats.dropped = round(self.dropped_seconds / self._frame_seconds)
+        self.stats.dropped_seconds += audio_seconds(event)
 
     def _put(self, item: Event | None) -> bool:
         try:
@@ -390,14 +377,14 @@ class WyomingProxySource:
         self._clock = clock
         self._rng = rng or random.Random()
         self._closed: asyncio.Event | None = None
-        self.tap = SideTap(tap_events, stats=self.stats, frame_ms=self.frame_ms)
+        self.tap = SideTap(tap_events, self.stats)
         self.upstream = _Upstream(self)
         self.port = endpoint.port  # the bound port once serving (differs when 0 was asked)
 
     @property
     def dropped_seconds(self) -> float:
         """Audio relayed but not measured (the measuring side was behind), in seconds."""
-        return self.tap.dropped_seconds
+        return self.stats.dropped_seconds
 
     def backoff_seconds(self, attempt: int) -> float:
         """Random delay before upstream probe ``attempt`` (1-based), as every source retries."""

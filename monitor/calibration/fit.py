@@ -37,6 +37,14 @@ from monitor.calibration.protocol import (
     scored_trials,
     speech_listing,
 )
+from monitor.calibration.tracking import (
+    SHORT_BUCKETS,
+    TRACKING_LENGTHS,
+    Crops,
+    cosine_statistics,
+    crop_speakers,
+    crop_trials,
+)
 from monitor.corpus.speakers import (
     MIN_SPEECH_SECONDS,
     CorpusSpeakers,
@@ -59,8 +67,10 @@ COMBINED = "combined"
 FORMAT = "voxmeter-calibration"
 FORMAT_VERSION = 1
 LOSSES: tuple[str, ...] = ("ll", "ms", "wms", "rwms", "cll")
-DEFAULT_BUCKETS: tuple[float, ...] = (3.0, 6.0, 12.0, 24.0, 48.0, 96.0)
-"""Test-speech seconds per bucket; the corpus decides how many are kept (§13)."""
+DEFAULT_BUCKETS: tuple[float, ...] = (1.0, 2.0, 3.0, 6.0, 12.0, 24.0, 48.0, 96.0)
+"""Test-speech seconds per bucket; the corpus decides how many are kept (§13). The 1 s and 2 s
+buckets are fitted on crops of utterances (:mod:`monitor.calibration.tracking`): short windows
+end at a turn."""
 DEFAULT_TEMPLATE_SECONDS = 12.0
 """Speech behind each template in calibration trials (an enrolment of a few utterances)."""
 DEFAULT_PATH = Path(__file__).resolve().parent / "shipped" / "calibration.json"
@@ -512,9 +522,13 @@ def calibrate_speakers(
     metadata: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
     client: Client | None = None,
+    crops: Mapping[str, Crops] | None = None,
 ) -> CalibrationSet:
     """Fit every bucket the speakers allow: a bucket is kept while at least
     ``min_speakers_fraction`` of the speakers (and at least 2) have enough speech for it.
+    The short buckets (:data:`SHORT_BUCKETS`) are fitted on ``crops`` of the utterances, and
+    skipped without them (unless the typical utterance is shorter than the bucket: then whole
+    utterances are pooled to its length, as for every other bucket).
 
     With a Dask ``client`` the score matrices are computed and fitted by its workers in row
     groups (:mod:`monitor.calibration.cluster`), never whole here; the calibration is the
@@ -527,16 +541,31 @@ def calibrate_speakers(
     per_feature: dict[str, list[BucketCalibration]] = {}
     used: list[dict[str, Any]] = []
     separable: SeparableNotes = {}
+    typical = float(np.median(np.concatenate([s.speech_seconds for s in speakers])))
     for seconds in sorted_buckets(buckets):
+        # a crop stands for a short test where utterances are longer than the bucket; where they
+        # are shorter (single digits), whole utterances pooled to the length still serve
+        short = seconds in SHORT_BUCKETS and typical > seconds
+        if short and crops is None:
+            continue
         usable = len(plan_splits(speakers, seconds, template_seconds)[0])
         if usable < max(2.0, min_speakers_fraction * len(speakers)):
             break
-        pooled = pool_trials(
-            speakers, test_seconds=seconds, template_seconds=template_seconds, features=features
-        )
+        if short:
+            pooled = crop_trials(
+                speakers,
+                crops or {},
+                seconds=seconds,
+                template_seconds=template_seconds,
+                features=features,
+            )
+        else:
+            pooled = pool_trials(
+                speakers, test_seconds=seconds, template_seconds=template_seconds, features=features
+            )
         if progress is not None:
             progress(f"bucket {seconds:g} s: N = {pooled.N}, {pooled.T} trials")
-        if client is None:
+        if client is None or short:
             fitted = fit_trials(
                 scored_trials(pooled),
                 seconds=seconds,
@@ -570,7 +599,8 @@ def calibrate_speakers(
             "delta": "floor((K - T - D) / 2)",
             "test_seconds": [u["seconds"] for u in used],
             "template_seconds": template_seconds,
-            "segments": "consecutive utterances, fewest reaching the length in speech seconds",
+            "segments": "consecutive utterances, fewest reaching the length in speech seconds; "
+            "1 and 2 s: the first seconds of speech of the first test utterance",
             "ties": "fractional",
             "lid": "unweighted logistic on row z-norm, eq. 3 prior term",
             "combined": "sum_f w_f * znorm_rows(S_f), w maximising the dev mean log posterior "
@@ -620,9 +650,50 @@ def calibrate_corpus(
             progress=extraction_progress,
             min_speech_seconds=min_speech_seconds,
         )
-        return _calibrate_loaded(
-            loaded, root, split, features, buckets, template_seconds, loss, progress, client
+        crops = _crops(loaded, split, features, buckets, cache_dir, progress)
+        calibration, skipped = _calibrate_loaded(
+            loaded, root, split, features, buckets, template_seconds, loss, progress, client, crops
         )
+    if "embedding" in features:
+        tracking = cosine_statistics(loaded.speakers, crops, template_seconds=template_seconds)
+        calibration = CalibrationSet(
+            calibration.features, {**calibration.metadata, "tracking": tracking}
+        )
+    return calibration, skipped
+
+
+def _crops(
+    loaded: CorpusSpeakers,
+    split: str | None,
+    features: Sequence[str],
+    buckets: Sequence[float],
+    cache_dir: str | Path | None,
+    progress: Callable[[str], None] | None,
+) -> dict[str, Crops]:
+    """Crops for the short buckets asked for (every feature) and the tracker's window lengths
+    (the embedding), of every loaded utterance."""
+    from monitor.corpus.scan import scan_corpus
+
+    lengths: dict[float, list[str]] = {}
+    for seconds in SHORT_BUCKETS:
+        if seconds in buckets:
+            lengths[seconds] = list(features)
+    if "embedding" in features:
+        for seconds in TRACKING_LENGTHS:
+            wanted = lengths.setdefault(seconds, [])
+            if "embedding" not in wanted:
+                wanted.append("embedding")
+    lengths = {k: v for k, v in lengths.items() if v}
+    if not lengths:
+        return {}
+    corpus = scan_corpus(loaded.root, split=split)
+    paths = {(u.speaker, u.path.stem): u.path for u in corpus.utterances}
+
+    def note(done: int, total: int) -> None:
+        if progress is not None and (done % 250 == 0 or done == total):
+            progress(f"crops: {done}/{total} utterances")
+
+    return crop_speakers(loaded.speakers, paths, lengths, cache_dir=cache_dir, progress=note)
 
 
 def _calibrate_loaded(
@@ -635,6 +706,7 @@ def _calibrate_loaded(
     loss: str,
     progress: Callable[[str], None] | None,
     client: Client | None,
+    crops: Mapping[str, Crops] | None = None,
 ) -> tuple[CalibrationSet, tuple[tuple[str, str], ...]]:
     """:func:`calibrate_corpus` once the corpus is loaded (and its cluster, if any, is up)."""
     try:
@@ -646,6 +718,7 @@ def _calibrate_loaded(
             features=features,
             progress=progress,
             client=client,
+            crops=crops or None,
             metadata={
                 "corpus": Path(loaded.root).name,
                 "corpus_path": str(root),  # as given (the shipped file stays machine-neutral)

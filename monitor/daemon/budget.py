@@ -72,6 +72,10 @@ class BudgetMachine:
             raise ValueError(f"budget state {state!r}: must be one of {', '.join(BUDGET_STATES)}")
         self.states[track] = state
 
+    def forget(self, track: str) -> None:
+        """A track merged into another: its state goes (the survivor's figure decides)."""
+        self.states.pop(track, None)
+
     def process(self, track: str, bits: float) -> Transition | None:
         """Feed the track's current figure; a Transition when its state changes."""
         if not math.isfinite(bits):

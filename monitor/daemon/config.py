@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from monitor.audio.spec import parse_source
+from monitor.calibration.tracking import TrackerThresholds, tracker_thresholds
 from monitor.errors import ConfigError, InputError
 from monitor.userfiles import MAX_CONFIG_BYTES, read_bytes
 from monitor.vocabulary import EXTRACTORS, TRACKING_FEATURE, FigureKey
@@ -31,7 +32,9 @@ Check = Callable[[Any], str | None]
 def _setting(default: Any, doc: str, check: Check | None = None, *, secret: bool = False) -> Any:
     """A documented field; ``check`` returns a problem string for a bad value, else None.
     A ``secret`` value is never shown in an error (the key is named, the value is not)."""
-    return field(default=default, metadata={"doc": doc, "check": check, "secret": secret})
+    return field(
+        default=default, repr=not secret, metadata={"doc": doc, "check": check, "secret": secret}
+    )
 
 
 def _positive(value: float) -> str | None:
@@ -113,7 +116,8 @@ class DaemonSettings:
         "mic", "mic, mic:DEVICE, file:PATH or stdin[:RATE[:CHANNELS]] (s16le PCM)", _source
     )
     db: str = _setting(
-        "voxmeter.db", "SQLite database (templates, ledger, outbox); one daemon each (<db>.lock)"
+        "voxmeter.db",
+        "SQLite database (templates, ledger, outbox); one daemon each (flock on the file)",
     )
     device_id: str = _setting("", "name of this device in MQTT topics; empty = host name")
     duration_seconds: float = _setting(
@@ -139,6 +143,17 @@ class AudioSettings:
     )
     hangover_ms: int = _setting(300, "speech kept after the VAD says silence (ms)", _non_negative)
     window_seconds: float = _setting(3.0, "seconds of speech per window", _window_length)
+    turn_pause_seconds: float = _setting(
+        0.3,
+        "a pause this long (after the VAD's hangover) ends the window: a turn may change hands; "
+        "0 = windows run across pauses",
+        _non_negative,
+    )
+    min_window_seconds: float = _setting(
+        1.0,
+        "a window ended early by a turn is scored with ≥ this much speech, else only counted",
+        _positive,
+    )
     retry_min_seconds: float = _setting(0.5, "first retry delay after a device error", _positive)
     retry_max_seconds: float = _setting(
         30.0, "largest retry delay (random capped backoff)", _positive
@@ -198,15 +213,44 @@ class TrackerSettings:
 
     profile_threshold: float = _setting(
         0.0,
-        "cosine to a local profile's embedding to follow it; 0 = the embedding backend's "
-        "(ecapa 0.60, campplus 0.60, ge2e 0.75)",
+        "cosine to a local profile's embedding to follow it; 0 = fitted per window length from "
+        "the calibration's cosines (false_member_rate), else the backend's (ecapa 0.60, "
+        "campplus 0.60, ge2e 0.75)",
         _cosine,
     )
     cluster_threshold: float = _setting(
         0.0,
-        "cosine to an unknown-N track's centroid to join it; 0 = the embedding backend's "
-        "(ecapa 0.50, campplus 0.55, ge2e 0.70)",
+        "cosine to an unknown-N track's centroid to join it; 0 = fitted per window length from "
+        "the calibration's cosines (false_join_rate), else the backend's (ecapa 0.50, "
+        "campplus 0.55, ge2e 0.70)",
         _cosine,
+    )
+    false_member_rate: float = _setting(
+        0.002,
+        "share of other voices' windows that pass one profile's threshold, read off the "
+        "calibration's cosines at the window's length (when profile_threshold = 0)",
+        _fraction,
+    )
+    false_join_rate: float = _setting(
+        0.005,
+        "share of other voices' windows close enough to join an unknown-N track, from the "
+        "calibration (when cluster_threshold = 0)",
+        _fraction,
+    )
+    false_change_rate: float = _setting(
+        0.01,
+        "share of one voice's adjacent 1 s parts taken for a change of speaker, from the "
+        "calibration",
+        _fraction,
+    )
+    merge_seconds: float = _setting(
+        6.0, "unknown-N tracks merge only when each holds this much speech", _positive
+    )
+    min_open_seconds: float = _setting(
+        2.0,
+        "a window with less speech may join a track but never opens one (too short to know "
+        "a new voice from a known one)",
+        _non_negative,
     )
     track_idle_seconds: float = _setting(
         300.0, "an unknown-N track with no window for this long expires", _positive
@@ -500,6 +544,31 @@ def documented_defaults() -> dict[str, dict[str, tuple[Any, str]]]:
         section: {f.name: (getattr(kind(), f.name), f.metadata["doc"]) for f in fields(kind)}
         for section, kind in SECTIONS.items()
     }
+
+
+def tracker_thresholds_for(config: Config, calibration: Any) -> TrackerThresholds | None:
+    """Thresholds fitted on the calibration's cosine distributions at the configured error
+    rates, or None (a calibration without them: the fixed :data:`TRACKER_THRESHOLDS`)."""
+    tracking = getattr(calibration, "metadata", {}).get("tracking")
+    t = config.tracker
+    if not tracking:
+        return None
+    fitted = tracker_thresholds(
+        tracking,
+        false_member_rate=t.false_member_rate,
+        false_join_rate=t.false_join_rate,
+        false_change_rate=t.false_change_rate,
+    )
+    lengths = len(fitted.lengths)
+    if t.profile_threshold:  # set in the configuration: it wins at every length
+        fitted = replace(fitted, profile=(t.profile_threshold,) * lengths)
+    if t.cluster_threshold:
+        fitted = replace(
+            fitted,
+            cluster=(t.cluster_threshold,) * lengths,
+            mature=(t.cluster_threshold,) * lengths,
+        )
+    return fitted
 
 
 def tracker_settings(config: Config) -> TrackerSettings:

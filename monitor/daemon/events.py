@@ -68,6 +68,7 @@ class FeatureWindow:
     closed_monotonic: float  # when the windower closed it: start of the latency clock
     closed_unix: float  # the same instant, wall clock
     feature_seconds: float  # CPU wall time spent extracting the features
+    mixed: bool = False  # may hold two voices (monitor.daemon.turns): never opens a track
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class DaemonStarted:
     period_start_unix: float  # start of the current budget period
     states: Mapping[str, BudgetState]  # track alias → budget state restored from the store
     budget_bits: float  # the configured budget per speaker
+    speech_seconds: float = 0.0  # speech scored in the current period so far (the ledger's)
 
 
 @dataclass(frozen=True)
@@ -142,12 +144,14 @@ class StateChanged:
 
 @dataclass(frozen=True)
 class TrackExpired:
-    """An ``unknown-N`` track idle longer than ``track_idle_seconds``: remove its series."""
+    """An ``unknown-N`` track idle longer than ``track_idle_seconds``, or merged into another
+    (``merged_into``): remove its series."""
 
     track: str
     kind: TrackKind
     last_seen_seconds: float  # stream position of its last window
     expired_unix: float
+    merged_into: str | None = None  # the track that took over its evidence (a merge)
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,7 @@ class PipelineStats:
 
     frames_total: int  # audio frames seen by the VAD since start
     frames_speech: int  # of which speech
-    frames_dropped: int  # dropped because a queue was full (oldest first)
+    dropped_seconds: float  # audio lost before the VAD or missing from its input, seconds
     audio_device_errors: int  # device failures since start (each retried)
     audio_seconds: float  # seconds of audio consumed since start
     windows: int  # windows scored since start

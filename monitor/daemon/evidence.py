@@ -132,5 +132,31 @@ class TrackScorer:
     def expire(self, track: str) -> None:
         self.tracks.pop(track, None)
 
+    def merge(self, retired: str, into: str) -> None:
+        """One voice in two tracks: ``into`` takes over ``retired``'s pooled evidence, window
+        count and largest window, so its next figures are those of the whole voice."""
+        gone = self.tracks.pop(retired, None)
+        keep = self.tracks.get(into)
+        if gone is None or keep is None:
+            if gone is not None:
+                self.tracks[into] = TrackEvidence(
+                    into, gone.kind, gone.identity, gone.pooled, gone.windows,
+                    gone.speech_seconds, gone.max_window_bits,
+                )  # fmt: skip
+            return
+        self.tracks[into] = TrackEvidence(
+            track=into,
+            kind=keep.kind,
+            identity=keep.identity,
+            pooled={
+                name: feature.pool([keep.pooled[name], gone.pooled[name]])
+                for name, feature in self.features.items()
+                if name in keep.pooled and name in gone.pooled
+            },
+            windows=keep.windows + gone.windows,
+            speech_seconds=keep.speech_seconds + gone.speech_seconds,
+            max_window_bits=max(keep.max_window_bits, gone.max_window_bits),
+        )
+
     def reset(self) -> None:
         self.tracks.clear()

@@ -35,11 +35,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from monitor import __version__
-from monitor.audio.frames import AudioSource
+from monitor.audio.frames import RATE_HZ, AudioSource
 from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad
 from monitor.audio.windows import Windower
 from monitor.daemon.budget import BudgetMachine, period_start
-from monitor.daemon.config import Config, tracker_settings
+from monitor.daemon.config import Config, tracker_settings, tracker_thresholds_for
 from monitor.daemon.events import (
     ClosedWindow,
     DaemonEvent,
@@ -56,9 +56,10 @@ from monitor.daemon.events import (
 from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
 from monitor.daemon.exporters.mqtt import topics_for
 from monitor.daemon.incremental import IncrementalWindows
-from monitor.daemon.ledger import LedgerWriter, restored_track
+from monitor.daemon.ledger import LedgerWriter, expired_on_restart, restored_track
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
+from monitor.daemon.turns import TurnSplitter
 from monitor.errors import VoxmeterError
 from monitor.features.base import Feature
 from monitor.store.database import Store
@@ -82,7 +83,7 @@ class RunSummary:
     audio_seconds: float
     frames_total: int
     frames_speech: int
-    frames_dropped: int
+    dropped_seconds: float  # audio lost (queue full, gaps, bad chunks, a second client)
     audio_device_errors: int
     last: dict[str, Figures]  # track → the figures of its last scored window
     alerts: int  # budget state changes (each one alert)
@@ -126,14 +127,26 @@ class Pipeline:
             else:
                 vad = WebRtcVad(audio.vad_aggressiveness, hangover_ms=audio.hangover_ms)
         self.vad = vad
-        self.windower = Windower(audio.window_seconds)
+        self.windower = Windower(
+            audio.window_seconds,
+            turn_pause_seconds=audio.turn_pause_seconds,
+            min_window_seconds=audio.min_window_seconds,
+        )
         self.window_features = WindowFeatures(self.features)
         self.incremental = IncrementalWindows(
             self.features, max_samples=self.windower.window_samples
         )
         self._feed_counted = 0.0  # incremental.feed_seconds already in _busy
+        thresholds = tracker_thresholds_for(config, scorer.calibration)
+        self.turns = TurnSplitter(
+            self._embed, change_cosine=thresholds.change if thresholds else -1.0
+        )
         self.tracker = SpeakerTracker(
-            profiles, tracker_settings(config), clock=clock, wall_clock=wall_clock
+            profiles,
+            tracker_settings(config),
+            thresholds=thresholds,
+            clock=clock,
+            wall_clock=wall_clock,
         )
         self.track_scorer = TrackScorer(scorer, self.features, config.budget.figure)
         self.budget = BudgetMachine(config.budget)
@@ -156,6 +169,7 @@ class Pipeline:
         #: (``run_daemon`` sets it; None in tests, which run in-process).
         self.watchdog: ExitWatchdog | None = None
         self._windows = 0
+        self.period_speech_seconds = 0.0  # restored from the ledger at start (DaemonStarted)
         self._busy: dict[str, float] = {"features": 0.0, "scorer": 0.0, "ledger": 0.0}
         self.audio_seconds = 0.0
         self.last: dict[str, Figures] = {}
@@ -196,8 +210,20 @@ class Pipeline:
         self.track_scorer.period_start_unix = period
         tracks = self.store.tracks(period)
         self.tracker.skip_numbers(tracks)
-        for track in tracks:
-            kept = self.store.track_period(track, period)
+        periods = [self.store.track_period(track, period) for track in tracks]
+        self.period_speech_seconds = sum(kept.speech_seconds for kept in periods)
+        gone = expired_on_restart(
+            [kept for kept in periods if _unknown(kept.track)],
+            now_unix=now,
+            idle_seconds=settings.tracker.track_idle_seconds,
+            max_tracks=settings.tracker.max_unknown_tracks,
+        )
+        for kept in periods:
+            track = kept.track
+            if track in gone:  # expired while we ran or while we were down: stays expired
+                logger.info("ledger track %s expired: not resumed", track)
+                events.append(TrackExpired(track, "unknown", 0.0, now))
+                continue
             if _unknown(track):
                 kind, identity = "unknown", None
             elif track in self.tracker.profile_identities:
@@ -249,7 +275,14 @@ class Pipeline:
             await out.put(frame)
         await out.put(None)
 
-    async def _vad_stage(self, feeder: ThreadPoolExecutor) -> None:
+    def _embed(self, samples: Any) -> Any:
+        """The tracking embedding of a piece of speech (the turn splitter's parts)."""
+        return self.features[EMBEDDING].observe(samples, RATE_HZ).values
+
+    async def _vad_stage(self, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor) -> None:
+        """Frames → speech → windows that hold one voice: cut at a turn pause or an utterance's
+        end by the windower, then at a change of speaker found on the embeddings of their parts
+        (in the executor); the speech also goes, as it arrives, to the incremental features."""
         inbox, out = self.queues["frames"], self.queues["windows"]
         loop = asyncio.get_running_loop()
         index = 0
@@ -263,13 +296,18 @@ class Pipeline:
                 # features work on the speech as it arrives, in order, on the feeder thread
                 loop.run_in_executor(feeder, self.incremental.feed, chunk.samples)
                 windows += self.windower.process(chunk)
-            if frame is not None and frame.utterance_end:
-                windows += self.windower.close_turn()
+            if frame is None or frame.utterance_end:  # the turn ends with the utterance/stream
+                windows += self.windower.close_turn(self.windower.min_window_seconds)
             for window in windows:
-                await out.put(ClosedWindow(index, window, self.clock(), self.wall_clock()))
-                index += 1
+                pieces = await loop.run_in_executor(executor, self.turns.split, window)
+                for piece in pieces:
+                    if piece.speech_seconds < self.windower.min_window_seconds:
+                        self.windower.dropped_seconds += piece.speech_seconds
+                        continue
+                    await out.put(ClosedWindow(index, piece, self.clock(), self.wall_clock()))
+                    index += 1
             if frame is None:
-                self.windower.reset()  # a partial last window is not scored
+                self.windower.reset()
                 await out.put(None)
                 return
 
@@ -304,6 +342,7 @@ class Pipeline:
                     start_seconds=window.start_seconds,
                     end_seconds=window.end_seconds,
                     speech_seconds=window.speech_seconds,
+                    mixed=window.mixed,
                     observations=dict(zip(names, observations, strict=True)),
                     closed_monotonic=item.closed_monotonic,
                     closed_unix=item.closed_unix,
@@ -319,9 +358,10 @@ class Pipeline:
                 await out.put(None)
                 return
             tracked, expired = self.tracker.process(window)
-            for event in expired:
+            for event in expired:  # expiries and merges go first: the window may need them
                 await out.put(event)
-            await out.put(tracked)
+            if tracked is not None:  # None: a window no track may take (only its seconds count)
+                await out.put(tracked)
 
     async def _scorer_stage(self, executor: ThreadPoolExecutor) -> None:
         inbox, out = self.queues["tracked"], self.queues["scored"]
@@ -333,7 +373,10 @@ class Pipeline:
                 await out.put(None)
                 return
             if isinstance(item, TrackExpired):
-                self.track_scorer.expire(item.track)
+                if item.merged_into is None:
+                    self.track_scorer.expire(item.track)
+                else:
+                    self.track_scorer.merge(item.track, item.merged_into)
                 await out.put(item)
                 continue
             period = period_start(item.window.closed_unix, period_seconds)
@@ -359,6 +402,8 @@ class Pipeline:
                 return
             if isinstance(item, TrackExpired):
                 self.last.pop(item.track, None)
+                if item.merged_into is not None:
+                    self.ledger.merge(item.track, item.merged_into)
                 await out.put(item)
                 continue
             started = self.clock()
@@ -403,7 +448,7 @@ class Pipeline:
         return PipelineStats(
             frames_total=self.vad.frames_total,
             frames_speech=self.vad.frames_speech,
-            frames_dropped=self.vad.frames_dropped + source_stats.dropped + source_stats.non_finite,
+            dropped_seconds=self.vad.dropped_seconds + source_stats.dropped_seconds,
             audio_device_errors=source_stats.device_errors,
             audio_seconds=audio,
             windows=self._windows,
@@ -485,6 +530,7 @@ class Pipeline:
             period_start_unix=self.track_scorer.period_start_unix,
             states=dict(self.budget.states),
             budget_bits=self.config.budget.bits,
+            speech_seconds=self.period_speech_seconds,
         )
         for event in (opening, *startup):
             await self.queues["events"].put(event)
@@ -492,7 +538,7 @@ class Pipeline:
             async with asyncio.TaskGroup() as group:
                 stages: list[tuple[str, Any]] = [
                     ("source", self._source_stage()),
-                    ("vad", self._vad_stage(feeder)),
+                    ("vad", self._vad_stage(executor, feeder)),
                     ("features", self._feature_stage(executor, feeder)),
                     ("tracker", self._tracker_stage()),
                     ("scorer", self._scorer_stage(executor)),
@@ -537,7 +583,7 @@ class Pipeline:
             audio_seconds=self.audio_seconds,
             frames_total=stats.frames_total,
             frames_speech=stats.frames_speech,
-            frames_dropped=stats.frames_dropped,
+            dropped_seconds=stats.dropped_seconds,
             audio_device_errors=stats.audio_device_errors,
             last=dict(self.last),
             alerts=self._alerts,

@@ -1,16 +1,28 @@
 """Who is speaking: assign each window to a track (DESIGN §12).
 
-A window whose embedding is within ``profile_threshold`` (cosine) of a local profile belongs to
-that profile (the best one). Otherwise it joins the closest ``unknown-N`` cluster within
-``cluster_threshold`` (the centroid is the seconds-weighted mean, re-normalised, as features
-pool embeddings), or opens a new ``unknown-N``. Unknown tracks idle for ``track_idle_seconds``
-expire; so does the least recently heard one when more than ``max_unknown_tracks`` exist.
-The clock is a constructor argument so tests drive expiry without waiting.
+Thresholds are cosines read off the calibration's same- and other-speaker distributions at the
+window's length (:func:`monitor.calibration.tracking.tracker_thresholds`), so a 1 s window is
+held to a 1 s standard; without them the fixed ``[tracker]`` cosines apply at every length.
+
+A window whose embedding is within the profile threshold of a local profile belongs to that
+profile (the best one). Otherwise it joins the closest ``unknown-N`` track within the cluster
+threshold (a track holding a template's worth of speech is held to the tighter ``mature``
+one, and one whose windows sit far tighter than that also to its own spread), or opens a new
+``unknown-N``. Three windows never open a track: one that may hold two voices (``mixed``), one
+close enough to a profile that it may be the member (``ambiguous``) and one shorter than
+``min_open_seconds``; they are skipped (their seconds counted). An unknown track's centroid is
+the seconds-weighted mean of its windows (re-normalised, as features pool embeddings); when two
+tracks of enough speech come within the merge cosine, the smaller is merged into the larger
+(:class:`TrackExpired` with ``merged_into``), so one voice's evidence pools in one track.
+Unknown tracks idle for ``track_idle_seconds`` expire; so does the least recently heard one when
+more than ``max_unknown_tracks`` exist. The clock is a constructor argument so tests drive
+expiry.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -19,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from monitor.calibration.tracking import TrackerThresholds, fixed_thresholds
 from monitor.daemon.config import TrackerSettings
 from monitor.daemon.events import FeatureWindow, TrackedWindow, TrackExpired
 from monitor.store.templates import LocalProfile
@@ -26,6 +39,8 @@ from monitor.vocabulary import TRACKING_FEATURE
 
 EMBEDDING = TRACKING_FEATURE  # the feature voices are followed by
 _UNKNOWN = re.compile(r"^unknown-(\d+)$")
+SPREAD_SIGMAS = 4.0  # a mature track refuses windows this many spreads below its mean cosine
+SPREAD_WINDOWS = 8  # windows a track needs before its spread is trusted
 
 
 def _unit(v: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -42,20 +57,43 @@ class _Cluster:
     seconds: float
     last_seen: float  # clock time
     last_seen_seconds: float  # stream position
+    windows: int = 1
+    cosine_sum: float = 0.0  # of each joining window's cosine to the centroid it joined
+    cosine_squares: float = 0.0
+
+    def join(self, vector: npt.NDArray[np.float64], seconds: float, cosine: float) -> None:
+        self.centroid = _unit(self.centroid * self.seconds + vector * seconds)
+        self.seconds += seconds
+        self.windows += 1
+        self.cosine_sum += cosine
+        self.cosine_squares += cosine * cosine
+
+    def floor(self) -> float:
+        """The lowest cosine this track's own windows plausibly reach (−1 until trusted)."""
+        n = self.windows - 1
+        if n < SPREAD_WINDOWS:
+            return -1.0
+        mean = self.cosine_sum / n
+        spread = math.sqrt(max(self.cosine_squares / n - mean * mean, 0.0))
+        return mean - SPREAD_SIGMAS * spread - 0.05
 
 
 class SpeakerTracker:
-    """Synchronous core of the tracker stage: ``process(window)`` → (assignment, expiries)."""
+    """Synchronous core of the tracker stage: ``process(window)`` → (assignment, events)."""
 
     def __init__(
         self,
         profiles: Sequence[LocalProfile],
         settings: TrackerSettings,
         *,
+        thresholds: TrackerThresholds | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
+        self.thresholds = thresholds or fixed_thresholds(
+            settings.profile_threshold, settings.cluster_threshold
+        )
         self.clock = clock
         self.wall_clock = wall_clock
         self.profile_aliases = tuple(p.alias for p in profiles)
@@ -66,6 +104,7 @@ class SpeakerTracker:
             self.profile_matrix = np.zeros((0, 0))
         self.clusters: dict[str, _Cluster] = {}
         self._numbers = itertools.count(1)
+        self.skipped_seconds = 0.0  # speech of windows assigned to no track
 
     def skip_numbers(self, used: Iterable[str]) -> None:
         """Never reuse an unknown-N name already in the ledger (after a restart)."""
@@ -87,54 +126,89 @@ class SpeakerTracker:
         ]
         return [self._drop(c) for c in idle]
 
-    def _drop(self, cluster: _Cluster) -> TrackExpired:
+    def _drop(self, cluster: _Cluster, merged_into: str | None = None) -> TrackExpired:
         del self.clusters[cluster.track]
-        return TrackExpired(cluster.track, "unknown", cluster.last_seen_seconds, self.wall_clock())
+        return TrackExpired(
+            cluster.track, "unknown", cluster.last_seen_seconds, self.wall_clock(), merged_into
+        )
 
-    def process(self, window: FeatureWindow) -> tuple[TrackedWindow, list[TrackExpired]]:
-        """Assign ``window`` to a track; also returns tracks that expired meanwhile."""
-        expired = self.expire()
+    def process(self, window: FeatureWindow) -> tuple[TrackedWindow | None, list[TrackExpired]]:
+        """Assign ``window`` to a track, or to none (see module docstring); also returns the
+        tracks that expired or were merged meanwhile, to be handled before the window."""
+        events = self.expire()
         if EMBEDDING not in window.observations:
             raise ValueError("the tracker needs the embedding feature in every window")
         vector = _unit(np.asarray(window.observations[EMBEDDING].values, dtype=np.float64))
+        seconds = window.speech_seconds
+        t = self.thresholds
+        best_profile = -1.0
         if self.profile_aliases:
             cosines = self.profile_matrix @ vector
             best = int(np.argmax(cosines))
-            if cosines[best] >= self.settings.profile_threshold:
+            best_profile = float(cosines[best])
+            if best_profile >= t.at(t.profile, seconds):
                 alias = self.profile_aliases[best]
-                tracked = TrackedWindow(
-                    window,
-                    alias,
-                    "local",
-                    self.profile_identities[alias],
-                    float(cosines[best]),
-                    False,
-                )
-                return tracked, expired
-        now = self.clock()
-        seconds = window.speech_seconds
-        if self.clusters:
-            names = list(self.clusters)
-            centroids = np.stack([self.clusters[n].centroid for n in names])
-            cosines = centroids @ vector
-            best = int(np.argmax(cosines))
-            if cosines[best] >= self.settings.cluster_threshold:
-                cluster = self.clusters[names[best]]
-                total = cluster.seconds + seconds
-                cluster.centroid = _unit(cluster.centroid * cluster.seconds + vector * seconds)
-                cluster.seconds = total
-                cluster.last_seen = now
-                cluster.last_seen_seconds = window.end_seconds
-                tracked = TrackedWindow(
-                    window, cluster.track, "unknown", None, float(cosines[best]), False
-                )
-                return tracked, expired
+                identity = self.profile_identities[alias]
+                return TrackedWindow(window, alias, "local", identity, best_profile, False), events
+        joined = self._join(window, vector, seconds, best_profile)
+        if joined is not None:
+            cluster, cosine = joined
+            survivor, merged = self._merge(cluster)
+            events += merged
+            tracked = TrackedWindow(window, survivor.track, "unknown", None, cosine, False)
+            return tracked, events
+        short = seconds < self.settings.min_open_seconds
+        if window.mixed or short or best_profile >= t.at(t.ambiguous, seconds):
+            self.skipped_seconds += seconds
+            return None, events
         if len(self.clusters) >= self.settings.max_unknown_tracks:
             oldest = min(self.clusters.values(), key=lambda c: c.last_seen)
-            expired.append(self._drop(oldest))
+            events.append(self._drop(oldest))
         track = f"unknown-{next(self._numbers)}"
-        self.clusters[track] = _Cluster(track, vector, seconds, now, window.end_seconds)
-        return TrackedWindow(window, track, "unknown", None, 1.0, True), expired
+        self.clusters[track] = _Cluster(track, vector, seconds, self.clock(), window.end_seconds)
+        return TrackedWindow(window, track, "unknown", None, 1.0, True), events
+
+    def _join(
+        self, window: FeatureWindow, vector: npt.NDArray[np.float64], seconds: float, profile: float
+    ) -> tuple[_Cluster, float] | None:
+        """The closest unknown track the window may join (and its cosine), else None."""
+        if not self.clusters:
+            return None
+        t = self.thresholds
+        names = list(self.clusters)
+        cosines = np.stack([self.clusters[n].centroid for n in names]) @ vector
+        best = int(np.argmax(cosines))
+        cluster, cosine = self.clusters[names[best]], float(cosines[best])
+        young = cluster.seconds < t.mature_seconds
+        needed = t.at(t.cluster if young else t.mature, seconds)
+        if cosine < needed or cosine < cluster.floor() or cosine <= profile:
+            return None  # a window nearer a member's profile is never taken from the member
+        cluster.join(vector, seconds, cosine)
+        cluster.last_seen = self.clock()
+        cluster.last_seen_seconds = window.end_seconds
+        return cluster, cosine
+
+    def _merge(self, cluster: _Cluster) -> tuple[_Cluster, list[TrackExpired]]:
+        """Merge ``cluster`` with every other track of enough speech within the merge cosine;
+        the track with more speech survives. Returns the survivor and the retired tracks."""
+        minimum = self.settings.merge_seconds
+        if cluster.seconds < minimum:
+            return cluster, []
+        retired: list[TrackExpired] = []
+        for other in list(self.clusters.values()):
+            if other is cluster or other.track not in self.clusters or other.seconds < minimum:
+                continue
+            if float(other.centroid @ cluster.centroid) < self.thresholds.merge:
+                continue
+            keep, gone = (cluster, other) if cluster.seconds >= other.seconds else (other, cluster)
+            keep.centroid = _unit(keep.centroid * keep.seconds + gone.centroid * gone.seconds)
+            keep.seconds += gone.seconds
+            keep.windows += gone.windows
+            keep.last_seen = max(keep.last_seen, gone.last_seen)
+            keep.last_seen_seconds = max(keep.last_seen_seconds, gone.last_seen_seconds)
+            retired.append(self._drop(gone, merged_into=keep.track))
+            cluster = keep
+        return cluster, retired
 
     def reset(self) -> None:
         self.clusters.clear()

@@ -20,7 +20,7 @@ import numpy as np
 from monitor.features.base import Observation
 from monitor.store.base import Database, blob_vector, dumps, utc_now, vector_blob
 
-__all__ = ["LedgerMixin", "TrackPeriod", "WindowRecord"]
+__all__ = ["LedgerMixin", "MergeRecord", "TrackPeriod", "WindowRecord"]
 
 
 @dataclass(frozen=True)
@@ -35,15 +35,34 @@ class WindowRecord:
     speech_seconds: float
     window_bits: float | None  # the window's own disclosure (composition uses the max)
     figures: dict[str, Any]
+    stream_start: float | None = None  # seconds into the file or stream (None: older rows)
+    stream_end: float | None = None
+
+
+_COLUMNS = (
+    "id, track, period_start, window_start, window_end, speech_seconds, window_bits, figures, "
+    "stream_start, stream_end"
+)
 
 
 def _record(row: tuple[Any, ...]) -> WindowRecord:
-    """A ``ledger_windows`` row (id … window_bits, figures JSON) as a record."""
-    id_, track, period_start, window_start, window_end, speech_seconds, window_bits, figures = row
+    """A ``ledger_windows`` row (:data:`_COLUMNS`) as a record."""
+    id_, track, period_start, window_start, window_end, speech, bits, figures, s0, s1 = row
     return WindowRecord(
-        id_, track, period_start, window_start, window_end, speech_seconds, window_bits,
-        json.loads(figures),
+        id_, track, period_start, window_start, window_end, speech, bits, json.loads(figures),
+        s0, s1,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MergeRecord:
+    """Two tracks found to be one voice: ``retired``'s windows now belong to ``into``."""
+
+    period_start: float
+    retired: str
+    into: str
+    windows: int  # windows moved
+    merged: str  # ISO time
 
 
 @dataclass(frozen=True)
@@ -73,11 +92,15 @@ class LedgerMixin(Database):
         pooled: Mapping[str, Observation],
         figures: Mapping[str, Any] | None = None,
         window_bits: float | None = None,
+        stream_start: float | None = None,
+        stream_end: float | None = None,
     ) -> int:
         """Append one window record and replace the track's pooled evidence, atomically.
 
         ``pooled`` maps feature → the running pooled observation *after* this window.
-        ``figures`` is the window's disclosure figures (JSON). Returns the window record id.
+        ``figures`` is the window's disclosure figures (JSON); ``stream_start``/``stream_end``
+        the window's place in the file or stream (seconds), beside the wall-clock times.
+        Returns the window record id.
         """
         if not track:
             raise ValueError("track: must be a non-empty string")
@@ -103,7 +126,8 @@ class LedgerMixin(Database):
         with self._transaction() as conn:
             cursor = conn.execute(
                 "INSERT INTO ledger_windows (track, period_start, window_start, window_end, "
-                "speech_seconds, window_bits, figures) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "speech_seconds, window_bits, figures, stream_start, stream_end) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     track,
                     float(period_start),
@@ -112,6 +136,8 @@ class LedgerMixin(Database):
                     float(speech_seconds),
                     None if window_bits is None else float(window_bits),
                     figures_text,
+                    None if stream_start is None else float(stream_start),
+                    None if stream_end is None else float(stream_end),
                 ),
             )
             conn.executemany(
@@ -169,8 +195,7 @@ class LedgerMixin(Database):
         """The track's window records in this period, oldest first."""
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT id, track, period_start, window_start, window_end, speech_seconds, "
-                "window_bits, figures FROM ledger_windows WHERE track = ? AND period_start = ? "
+                f"SELECT {_COLUMNS} FROM ledger_windows WHERE track = ? AND period_start = ? "
                 "ORDER BY window_end, id",
                 (track, float(period_start)),
             ).fetchall()
@@ -180,17 +205,51 @@ class LedgerMixin(Database):
         """The track's latest window record in this period (what a restart exports again)."""
         with self._read() as conn:
             row = conn.execute(
-                "SELECT id, track, period_start, window_start, window_end, speech_seconds, "
-                "window_bits, figures FROM ledger_windows WHERE track = ? AND period_start = ? "
+                f"SELECT {_COLUMNS} FROM ledger_windows WHERE track = ? AND period_start = ? "
                 "ORDER BY window_end DESC, id DESC LIMIT 1",
                 (track, float(period_start)),
             ).fetchone()
         return None if row is None else _record(row)
 
+    def merge_tracks(self, retired: str, into: str, period_start: float) -> int:
+        """Record that ``retired`` and ``into`` are one voice: ``retired``'s windows of the
+        period move to ``into`` and its pooled evidence goes (the daemon writes ``into``'s
+        merged pooled evidence with its next window), in one transaction. Returns windows
+        moved."""
+        if not retired or not into or retired == into:
+            raise ValueError(f"merge needs two different tracks, got {retired!r}, {into!r}")
+        period = float(period_start)
+        with self._transaction() as conn:
+            moved = conn.execute(
+                "UPDATE ledger_windows SET track = ? WHERE track = ? AND period_start = ?",
+                (into, retired, period),
+            ).rowcount
+            conn.execute(
+                "DELETE FROM ledger_pooled WHERE track = ? AND period_start = ?", (retired, period)
+            )
+            conn.execute("DELETE FROM budget_state WHERE alias = ?", (retired,))
+            conn.execute(
+                "INSERT INTO ledger_merges (period_start, retired, into_track, windows, merged) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (period, retired, into, int(moved), utc_now()),
+            )
+        return int(moved)
+
+    def merges(self, period_start: float) -> list[MergeRecord]:
+        """The merges of a period, oldest first."""
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT period_start, retired, into_track, windows, merged FROM ledger_merges "
+                "WHERE period_start = ? ORDER BY id",
+                (float(period_start),),
+            ).fetchall()
+        return [MergeRecord(float(p), r, i, int(w), m) for p, r, i, w, m in rows]
+
     def prune_ledger(self, before: float) -> int:
         """Delete ledger periods that started before ``before``; returns windows deleted."""
         with self._transaction() as conn:
             conn.execute("DELETE FROM ledger_pooled WHERE period_start < ?", (float(before),))
+            conn.execute("DELETE FROM ledger_merges WHERE period_start < ?", (float(before),))
             cursor = conn.execute(
                 "DELETE FROM ledger_windows WHERE period_start < ?", (float(before),)
             )

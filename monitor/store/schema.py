@@ -131,11 +131,28 @@ _V3_TEMPLATE_MODEL = (
     "UPDATE local_profiles SET model = 'resemblyzer014-1' WHERE feature = 'embedding'",
 )
 
+# Where each window lies in the file or stream (seconds), beside its wall-clock times, so an
+# attribution can be checked against the recording (NULL for windows recorded before); and the
+# merges of two tracks found to be one voice.
+_V4_STREAM_AND_MERGES = (
+    "ALTER TABLE ledger_windows ADD COLUMN stream_start REAL",
+    "ALTER TABLE ledger_windows ADD COLUMN stream_end REAL",
+    """CREATE TABLE ledger_merges (
+        id           INTEGER PRIMARY KEY,
+        period_start REAL NOT NULL,
+        retired      TEXT NOT NULL,
+        into_track   TEXT NOT NULL CHECK (into_track != retired),
+        windows      INTEGER NOT NULL CHECK (windows >= 0),
+        merged       TEXT NOT NULL
+    )""",
+)
+
 #: Ordered migrations; a database at version v gets every migration with version > v.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "identities, templates, local profiles, calibrations", _V1_TEMPLATES),
     Migration(2, "evidence ledger, budget state, alert outbox", _V2_DAEMON),
     Migration(3, "model that made each template and local profile", _V3_TEMPLATE_MODEL),
+    Migration(4, "stream position of each ledger window; track merges", _V4_STREAM_AND_MERGES),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -94,6 +94,39 @@ def test_bad_window_length() -> None:
         Windower(0)
 
 
+def test_a_turn_pause_ends_the_window_early() -> None:
+    # 1.5 s of speech, a 0.5 s pause (a turn may change hands), 2 s, a 0.1 s pause, 2 s
+    chunks = make_chunks([24000, 32000, 32000], [0, 8000, 1600])
+    windower = Windower(3.0, turn_pause_seconds=0.3, min_window_seconds=1.0)
+    windows = [w for c in chunks for w in windower.process(c)]
+    # the first turn closes short at the pause; the short pause does not end the second one
+    assert [w.speech_seconds for w in windows] == [1.5, 3.0]
+    assert windows[0].start_seconds == 0.0 and windows[0].end_seconds == pytest.approx(1.5)
+    assert windows[1].start_seconds == pytest.approx(2.0)
+    assert windower.pending_seconds == pytest.approx(1.0)
+    # without turn pauses the same speech fills windows across the pause
+    plain = Windower(3.0)
+    assert [w.speech_seconds for w in (w for c in chunks for w in plain.process(c))] == [3.0]
+    assert plain.pending_seconds == pytest.approx(2.5)
+
+
+def test_close_turn_scores_a_second_or_more_and_counts_less() -> None:
+    windower = Windower(3.0, turn_pause_seconds=0.3)
+    windower.process(make_chunks([RATE_HZ // 2], [0])[0])
+    assert windower.close_turn(min_seconds=1.0) == []
+    assert windower.dropped_seconds == pytest.approx(0.5) and windower.pending_seconds == 0
+    windower.process(make_chunks([RATE_HZ * 2], [0])[0])
+    (short,) = windower.close_turn(min_seconds=1.0)
+    assert short.speech_seconds == 2.0 and not short.mixed
+    assert windower.close_turn() == [] and windower.dropped_seconds == pytest.approx(0.5)
+    # a pause shorter than a window ending a turn below the minimum drops that speech too
+    first, second = make_chunks([RATE_HZ // 4, RATE_HZ * 3], [0, RATE_HZ])
+    assert windower.process(first) == []
+    (window,) = windower.process(second)
+    assert window.start_seconds == pytest.approx(1.25)
+    assert windower.dropped_seconds == pytest.approx(0.75)
+
+
 def test_a_turn_that_ends_closes_a_short_window_from_one_second_of_speech() -> None:
     windower = Windower(3.0)
     speech = np.arange(round(1.4 * RATE_HZ), dtype=np.int16)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from monitor.calibration.tracking import TrackerThresholds
 from monitor.daemon.config import TrackerSettings
 from monitor.daemon.events import FeatureWindow
 from monitor.daemon.tracker import SpeakerTracker
@@ -130,3 +133,92 @@ def test_restart_continues_numbering(rng: np.random.Generator) -> None:
     t.restore("unknown-4", v[0], 12.0)
     assert t.process(window(v[0]))[0].track == "unknown-4"
     assert t.process(window(v[1]))[0].track == "unknown-5"
+
+
+def fitted(**overrides: object) -> TrackerThresholds:
+    """Thresholds as a calibration gives them: one per window length (1, 2, 3 s)."""
+    base: dict[str, object] = {
+        "lengths": (1.0, 2.0, 3.0),
+        "profile": (0.9, 0.8, 0.7),
+        "cluster": (0.8, 0.8, 0.8),
+        "mature": (0.8, 0.8, 0.8),
+        "ambiguous": (0.6, 0.6, 0.6),
+        "merge": 0.55,
+        "change": 0.0,
+    }
+    return TrackerThresholds(**{**base, **overrides})  # type: ignore[arg-type]
+
+
+def fitted_tracker(profiles: list[LocalProfile], **overrides: object) -> SpeakerTracker:
+    settings = TrackerSettings(merge_seconds=6.0)
+    return SpeakerTracker(
+        profiles,
+        settings,
+        thresholds=fitted(**overrides),
+        clock=FakeClock(),
+        wall_clock=FakeClock(),
+    )
+
+
+def at_cosine(a: np.ndarray, b: np.ndarray, cosine: float) -> np.ndarray:
+    """A unit vector at ``cosine`` to unit(a), in the plane of a and b (a ⟂ b)."""
+    return unit(a) * cosine + unit(b) * np.sqrt(1 - cosine**2)
+
+
+def test_the_profile_threshold_follows_the_window_length(rng: np.random.Generator) -> None:
+    v = voices(rng, 2)
+    t = fitted_tracker([profile("home-1", "0001", v[0])])
+    near = at_cosine(v[0], v[1], 0.75)
+    long_window, _ = t.process(window(near, 0, seconds=3.0))
+    assert long_window is not None and long_window.track == "home-1"
+    short_window, _ = t.process(window(near, 1, seconds=1.0))
+    assert short_window is None  # a 1 s window needs 0.9; at 0.75 it may still be the member
+    assert t.skipped_seconds == 1.0 and t.clusters == {}
+
+
+def test_mixed_windows_join_but_never_open_a_track(rng: np.random.Generator) -> None:
+    v = voices(rng, 3)
+    t = fitted_tracker([profile("home-1", "0001", v[0])])
+    mixed = replace(window(v[1], 0), mixed=True)
+    assert t.process(mixed) == (None, []) and t.skipped_seconds == 3.0
+    opened, _ = t.process(window(v[1], 1))
+    assert opened is not None and opened.new_track
+    joined, _ = t.process(replace(window(v[1], 2), mixed=True))
+    assert joined is not None and joined.track == opened.track and not joined.new_track
+
+
+def test_fragments_of_one_voice_merge_into_the_longer_track(rng: np.random.Generator) -> None:
+    v = voices(rng, 3)
+    t = fitted_tracker([])
+    other = at_cosine(v[1], v[2], 0.6)  # below the cluster threshold, above the merge one
+    for i in range(3):
+        t.process(window(v[1], i))  # unknown-1: 9 s
+    first, _ = t.process(window(other, 3))
+    assert first is not None and first.track == "unknown-2" and first.new_track
+    second, events = t.process(window(other, 4))  # unknown-2 reaches 6 s: the two merge
+    assert [(e.track, e.merged_into) for e in events] == [("unknown-2", "unknown-1")]
+    assert second is not None and second.track == "unknown-1"
+    assert set(t.clusters) == {"unknown-1"} and t.clusters["unknown-1"].seconds == 15.0
+    assert t.clusters["unknown-1"].windows == 5
+
+
+def test_a_window_nearer_a_profile_is_not_taken_by_an_unknown_track(
+    rng: np.random.Generator,
+) -> None:
+    v = voices(rng, 3)
+    t = fitted_tracker([profile("home-1", "0001", v[0])], cluster=(0.3, 0.3, 0.3))
+    t.process(window(v[1], 0))  # unknown-1
+    between = unit(v[0]) * 0.65 + unit(v[1]) * 0.5 + unit(v[2]) * np.sqrt(1 - 0.65**2 - 0.5**2)
+    tracked, _ = t.process(window(between, 1))
+    # below the member's 0.7 at 3 s, yet nearer the member than unknown-1: nobody's
+    assert tracked is None and t.clusters["unknown-1"].windows == 1
+
+
+def test_a_short_window_joins_but_never_opens_a_track(rng: np.random.Generator) -> None:
+    v = voices(rng, 2)
+    t = fitted_tracker([])
+    assert t.process(window(v[1], 0, seconds=1.5)) == (None, [])
+    opened, _ = t.process(window(v[1], 1, seconds=2.0))
+    joined, _ = t.process(window(v[1], 2, seconds=1.0))
+    assert opened is not None and joined is not None and joined.track == opened.track
+    assert t.skipped_seconds == 1.5

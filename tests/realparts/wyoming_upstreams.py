@@ -65,7 +65,7 @@ def _to_16k(converter: AudioChunkConverter, event: Event) -> bytes:
 
 
 def _decoder() -> Any:
-    from pocketsphinx import Decoder  # its en-us model ships in the wheel
+    from pocketsphinx import Decoder  # its en-us model ships in the wheel (0.2–2 s to load)
 
     return Decoder(samprate=16000, loglevel="FATAL")
 
@@ -85,7 +85,7 @@ class AsrHandler(AsyncEventHandler):
             recorder = Recorder(self.reader)
             records.append(recorder.received)
             self.reader = recorder  # type: ignore[assignment]
-        self.decoder: Any = None  # loaded at the start of run(), in a thread (~0.2 s)
+        self.decoder: Any = None  # loaded at the first audio-start (see handle_event)
         self.in_utterance = False
         self.arrived = 0.0
 
@@ -101,9 +101,6 @@ class AsrHandler(AsyncEventHandler):
 
         reading = asyncio.get_running_loop().create_task(read())
         try:
-            # a fresh decoder per connection: one that decoded before adapts its normalisation
-            # to what it heard, and would transcribe the same audio differently
-            self.decoder = await asyncio.to_thread(_decoder)
             while (item := await inbox.get()) is not None:
                 self.arrived, event = item
                 await self.handle_event(event)
@@ -117,6 +114,10 @@ class AsrHandler(AsyncEventHandler):
         elif Transcribe.is_type(event.type):
             pass  # one model, one language
         elif AudioStart.is_type(event.type):
+            if self.decoder is None:  # a fresh one per connection (one that decoded before adapts
+                # its normalisation to what it heard), made off the loop and only for audio:
+                # describe is answered at once (Home Assistant waits 1 s for it)
+                self.decoder = await asyncio.to_thread(_decoder)
             self.decoder.start_utt()
             self.in_utterance = True
         elif AudioChunk.is_type(event.type) and self.in_utterance:

@@ -35,6 +35,9 @@ class LogExporter:
             case WindowScored():
                 fields = {**_figure_fields(event.figures), "window": event.figures.window_index}
                 fields["latency_s"] = round(event.latency_seconds, 3)
+                # where the window lies in the file or stream, beside the wall clock
+                fields["stream_start_s"] = round(event.window_start_seconds, 2)
+                fields["stream_end_s"] = round(event.window_end_seconds, 2)
                 self.log.info("window", extra={"fields": fields})
             case StateChanged():
                 self.log.warning(
@@ -51,8 +54,11 @@ class LogExporter:
                         }
                     },
                 )
-            case TrackExpired():
+            case TrackExpired(merged_into=None):
                 self.log.info("expired", extra={"fields": {"track": event.track}})
+            case TrackExpired():
+                fields = {"track": event.track, "into": event.merged_into}
+                self.log.info("merged", extra={"fields": fields})
             case TrackRestored():
                 self.log.info("restored", extra={"fields": _figure_fields(event.figures)})
             case PipelineStats():
@@ -62,7 +68,7 @@ class LogExporter:
                         "fields": {
                             "frames": event.frames_total,
                             "speech": event.frames_speech,
-                            "dropped": event.frames_dropped,
+                            "dropped_seconds": round(event.dropped_seconds, 3),
                             "device_errors": event.audio_device_errors,
                             "rtf": round(event.realtime_factor, 4),
                             "tracks": event.tracks,
