@@ -34,9 +34,16 @@ def as_float(samples: np.ndarray) -> np.ndarray:
 class IncrementalWindows:
     """The streams of the window being filled (not thread-safe: one worker thread calls it)."""
 
-    def __init__(self, features: Mapping[str, Feature], *, max_samples: int) -> None:
+    def __init__(
+        self, features: Mapping[str, Feature], *, max_samples: int, block_samples: int = 4000
+    ) -> None:
         self.features = dict(features)
         self.max_samples = max_samples  # the windower's full window: never fed beyond
+        # speech is handed to the streams in blocks of >= 0.25 s: fewer, cheaper calls (VAD
+        # chunks can be 30 ms frames), and each holds the GIL for a few ms at most
+        self.block_samples = block_samples
+        self._unfed: list[np.ndarray] = []
+        self._unfed_count = 0
         self.streamed = 0  # windows whose streams held exactly their samples
         self.fallbacks = 0  # windows extracted whole instead
         self._streams: dict[str, FeatureStream] | None = None  # opened on the first sample
@@ -69,18 +76,29 @@ class IncrementalWindows:
             self._error = error
         self.feed_seconds += time.thread_time() - started
 
-    def _feed(self, data: np.ndarray) -> None:
+    def _feed(self, data: np.ndarray, *, push: bool = True) -> None:
         room = self.max_samples - self._count
         head, rest = data[:room], data[room:]
         if head.shape[0]:
-            if self._streams is None:
-                self._streams = {n: open_stream(f, RATE_HZ) for n, f in self.features.items()}
-            for stream in self._streams.values():
-                stream.feed(head)
             self._fed.append(head)
             self._count += head.shape[0]
+            self._unfed.append(head)
+            self._unfed_count += head.shape[0]
+            if push and self._unfed_count >= self.block_samples:
+                self._push()
         if rest.shape[0]:
             self._spill.append(rest)
+
+    def _push(self) -> None:
+        """The speech held back into the streams (opened on the window's first block)."""
+        if not self._unfed:
+            return
+        block = np.concatenate(self._unfed)
+        if self._streams is None:
+            self._streams = {n: open_stream(f, RATE_HZ) for n, f in self.features.items()}
+        for stream in self._streams.values():
+            stream.feed(block)
+        self._unfed, self._unfed_count = [], 0
 
     def take(self, window: np.ndarray) -> dict[str, FeatureStream]:
         """Streams holding exactly ``window``'s samples, to finish; fresh ones start after it."""
@@ -90,7 +108,9 @@ class IncrementalWindows:
         n = window.shape[0]
         offset = _find(seen, window)
         follows = offset == 0
-        if self._streams is not None and self._count == n and follows:
+        if self._count == n and follows:
+            self._push()
+            assert self._streams is not None
             streams = self._streams
             self.streamed += 1
         else:
@@ -100,8 +120,11 @@ class IncrementalWindows:
                 streams[name].feed(window)
             self.fallbacks += 1
         self._streams, self._fed, self._count, self._spill = None, [], 0, []
+        self._unfed, self._unfed_count = [], 0
         if offset is not None and seen.shape[0] > offset + n:
-            self._feed(seen[offset + n :])  # what follows the window: the next one's start
+            # what follows the window starts the next one: fed with the next chunk, so that
+            # this window's streams are handed over now
+            self._feed(seen[offset + n :], push=False)
         return streams
 
 

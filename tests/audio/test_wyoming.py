@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -14,14 +15,17 @@ import soundfile as sf
 import soxr
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
+from wyoming.event import Event
 from wyoming.info import Describe, Info
 
 from monitor.audio.file import FileSource, read_audio
+from monitor.audio.frames import AudioFrame, SourceStats
 from monitor.audio.spec import open_source
 from monitor.audio.wyoming import (
     WyomingDecoder,
     WyomingEndpoint,
     WyomingSource,
+    decode_frames,
     parse_endpoint,
     pcm_to_float,
 )
@@ -498,3 +502,32 @@ def test_a_microphone_service_gone_silent_is_reconnected() -> None:
     samples, source = asyncio.run(asyncio.wait_for(scenario(), 30))
     np.testing.assert_array_equal(samples, np.concatenate([speech, speech]))
     assert len(connections) == 2 and source.stats.device_errors == 1
+
+
+def test_with_turns_each_audio_stop_marks_the_last_frame_of_its_utterance() -> None:
+    fmt = {"rate": 16000, "width": 2, "channels": 1}
+
+    def utterance(samples: int) -> list[Event]:
+        pcm = np.ones(samples, dtype="<i2").tobytes()
+        return [
+            AudioStart(**fmt).event(),
+            AudioChunk(audio=pcm, **fmt).event(),
+            AudioStop().event(),
+        ]
+
+    async def events() -> AsyncIterator[Event | None]:
+        for event in [*utterance(1000), *utterance(960), None]:  # 960: frames end exactly
+            yield event
+
+    async def collect(turns: bool) -> list[AudioFrame]:
+        stats = SourceStats()
+        return [f async for f in decode_frames(events(), 30, stats, "test", turns=turns)]
+
+    plain = asyncio.run(collect(False))
+    assert not any(f.utterance_end for f in plain)
+    marked = asyncio.run(collect(True))
+    ends = [i for i, f in enumerate(marked) if f.utterance_end]
+    lengths = [f.samples.shape[0] for f in marked]
+    assert lengths == [480, 480, 40, 480, 480, 0]  # an empty frame carries a bare mark
+    assert ends == [2, 5]  # each audio-stop once (the connection's end adds none)
+    assert [f.start_seconds for f in marked] == [0, 0.03, 0.06, 0.0625, 0.0925, 0.1225]

@@ -1,0 +1,413 @@
+"""The edge budget (issue 20): this release against the previous one, side by side in one run.
+
+1. Paced corpus replay through the whole daemon (``bench_daemon``'s replay: VAD, f0, phone and
+   the embedding, tracking, scoring against N templates, ledger, Prometheus), for the previous
+   release (a ``git worktree`` of ``VOXMETER_BENCH_OLD``, default ``a0f03fe``, run with
+   ``PYTHONPATH`` pointing there) and for this checkout, interleaved, for ECAPA and CAM++ at
+   N = 10³ and 10⁵: end of window → metric p50/p95, process CPU per audio second (after warm-up)
+   and the ratio new/old. Meanwhile this process scrapes the child's Prometheus endpoint every
+   50 ms: scrape latency p50/p99 while windows are processed (the loop and the GIL are free?).
+2. This release under a CPU quota of 25 % of one core (a cgroup: v2 ``cpu.max`` or v1
+   ``cpu.cfs_quota_us``) over ``VOXMETER_BENCH_QUOTA_SECONDS`` (600) of paced speech: frames
+   dropped, latency over the first and the last minute (lag growth), CPU per audio second.
+
+Each measurement is its own child process (``python -c`` with the tree's own ``bench_daemon``),
+so the two releases never share a process. Run: ``python -m bench.bench_edge`` →
+bench/results/edge.json (``python -m bench.bench_edge features``: per-extractor CPU, whole
+window against streamed, and int8 → bench/results/edge-features.json);
+``VOXMETER_BENCH_EDGE_QUICK=1`` for a short development run (one backend, N = 10³, a 60 s
+quota run). The machine's 2 cores are shared: load is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+
+from bench.common import RESULTS_DIR, write_results
+
+REPO = Path(__file__).resolve().parent.parent
+OLD = os.environ.get("VOXMETER_BENCH_OLD", "a0f03fe")
+QUICK = os.environ.get("VOXMETER_BENCH_EDGE_QUICK") == "1"
+BACKENDS = ("ecapa",) if QUICK else ("ecapa", "campplus")
+SIZES = (1_000,) if QUICK else (1_000, 100_000)
+QUOTA_SECONDS = float(os.environ.get("VOXMETER_BENCH_QUOTA_SECONDS", 60 if QUICK else 600))
+QUOTA_SHARE = 0.25
+SCRAPE_EVERY = 0.05
+CGROUP_NAME = f"voxmeter-bench-{os.getpid()}"
+
+# Runs in the tree under test (its own bench_daemon): one paced replay, one JSON line out.
+CHILD = r"""
+import json, sys, time
+from pathlib import Path
+import numpy as np
+import bench.bench_daemon as bd
+from monitor.daemon.exporters.prometheus import PrometheusExporter
+from monitor.features.base import set_embedding_backend
+
+backend, n, folder, stream = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+start_server = PrometheusExporter.start_server
+def announce(self):
+    server = start_server(self)
+    print("PORT", server.server_port, flush=True)
+    return server
+PrometheusExporter.start_server = announce
+set_embedding_backend(backend)
+bd._dims()
+bd.PACED_TEMPLATES = n
+folder.mkdir(parents=True)
+db = bd._database(folder, bd._calibration()[0])
+wall = time.monotonic()
+probe, summary, cpu = bd._run(db, stream, fast=False, extra=[])
+latency = np.array(probe.latencies) * 1e3
+minute = max(1, int(round(len(latency) * 60 / max(summary.audio_seconds, 1))))
+print("RESULT " + json.dumps({
+    "audio_seconds": round(summary.audio_seconds, 1),
+    "windows": summary.windows,
+    "latency_p50_ms": round(float(np.percentile(latency, 50)), 1),
+    "latency_p95_ms": round(float(np.percentile(latency, 95)), 1),
+    "latency_max_ms": round(float(latency.max()), 1),
+    "latency_first_minute_p95_ms": round(float(np.percentile(latency[:minute], 95)), 1),
+    "latency_last_minute_p95_ms": round(float(np.percentile(latency[-minute:], 95)), 1),
+    "cpu_share_per_audio_second": round(cpu / summary.audio_seconds, 4),
+    "frames_dropped": summary.frames_dropped,
+    "wall_seconds": round(time.monotonic() - wall, 1),
+}), flush=True)
+"""
+
+
+class Scraper:
+    """GET /metrics every ``SCRAPE_EVERY`` s from this (otherwise idle) process; latencies in ms."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.latencies: list[float] = []
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="scraper", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(SCRAPE_EVERY):
+            started = time.perf_counter()
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as response:
+                    response.read()
+            except OSError:
+                self.errors += 1
+                continue
+            self.latencies.append(1e3 * (time.perf_counter() - started))
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join()
+        values = np.array(self.latencies or [np.nan])
+        return {
+            "scrapes": len(self.latencies),
+            "scrape_p50_ms": round(float(np.percentile(values, 50)), 2),
+            "scrape_p99_ms": round(float(np.percentile(values, 99)), 2),
+            "scrape_max_ms": round(float(values.max()), 2),
+            "scrape_errors": self.errors,
+        }
+
+
+def _cgroup(share: float) -> Path:
+    """A CPU cgroup limited to ``share`` of one core (v2 cpu.max, else v1 CFS quota)."""
+    v2, v1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/cpu")
+    period = 100_000
+    if (v2 / "cgroup.controllers").is_file() and "cpu" in (v2 / "cgroup.controllers").read_text():
+        group = v2 / CGROUP_NAME
+        group.mkdir()
+        (group / "cpu.max").write_text(f"{int(share * period)} {period}")
+    else:
+        group = v1 / CGROUP_NAME
+        group.mkdir()
+        (group / "cpu.cfs_period_us").write_text(str(period))
+        (group / "cpu.cfs_quota_us").write_text(str(int(share * period)))
+    return group
+
+
+def run_child(
+    tree: Path, backend: str, n: int, folder: Path, stream: Path, *, cgroup: Path | None = None
+) -> dict[str, Any]:
+    """One paced replay in a child process running ``tree``'s code, scraped meanwhile."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+
+    def join_cgroup() -> None:
+        if cgroup is not None:
+            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
+    command = [sys.executable, "-c", CHILD, backend, str(n), str(folder), str(stream)]
+    child = subprocess.Popen(
+        command, cwd=tree, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=join_cgroup
+    )
+    scraper, result = None, None
+    assert child.stdout is not None
+    for line in child.stdout:
+        if line.startswith("PORT ") and scraper is None:
+            scraper = Scraper(int(line.split()[1]))
+        elif line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT ") :])
+    if child.wait() != 0 or result is None:
+        raise RuntimeError(f"{tree}: paced replay failed (exit {child.returncode})")
+    if scraper is not None:
+        result.update(scraper.stop())
+    return result
+
+
+def _long_stream(stream: Path, seconds: float, folder: Path, *, name: str = "long.wav") -> Path:
+    """``seconds`` of ``stream`` (looped as needed)."""
+    audio, rate = sf.read(stream, dtype="int16")
+    loops = int(np.ceil(seconds * rate / len(audio)))
+    target = folder / name
+    sf.write(target, np.tile(audio, loops)[: int(seconds * rate)], rate, subtype="PCM_16")
+    return target
+
+
+def _old_tree(folder: Path) -> Path:
+    tree = folder / "old"
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet", str(tree), OLD],
+        check=True,
+    )
+    return tree
+
+
+def bench_features() -> dict[str, Any]:
+    """CPU ms per 3 s corpus window, in this process: whole-window ``observe`` against a stream
+    fed 30 ms blocks (work while the window fills / left at its end), per extractor and runtime;
+    and ONNX Runtime's dynamic int8 quantisation of each network."""
+    from bench.common import CORPUS
+    from monitor.audio.file import read_audio
+    from monitor.features.base import open_stream
+    from monitor.features.embedding import CampplusEmbedding, EcapaEmbedding
+    from monitor.features.f0 import F0Feature
+    from monitor.features.phone import PhoneFeature
+
+    paths = sorted(CORPUS.glob("00*/*.flac"))[:16]
+    windows = [a for a in (read_audio(p)[0][:48000] for p in paths) if len(a) == 48000][:8]
+    extractors: dict[str, Any] = {
+        "f0": F0Feature(),
+        "phone": PhoneFeature(),
+        "ecapa torch": EcapaEmbedding(runtime="torch"),
+        "ecapa onnx": EcapaEmbedding(runtime="onnx"),
+        "campplus torch": CampplusEmbedding(runtime="torch"),
+        "campplus onnx": CampplusEmbedding(runtime="onnx"),
+    }
+    out: dict[str, Any] = {}
+    for name, feature in extractors.items():
+        feature.observe(windows[0], 16000)  # load
+        started = time.process_time()
+        for window in windows:
+            feature.observe(window, 16000)
+        whole = (time.process_time() - started) / len(windows)
+        fed = finished = 0.0
+        for window in windows:
+            stream = open_stream(feature, 16000)
+            started = time.process_time()
+            for i in range(0, len(window), 480):
+                stream.feed(window[i : i + 480])
+            middle = time.process_time()
+            stream.finish()
+            fed, finished = fed + middle - started, finished + time.process_time() - middle
+        out[name] = {
+            "whole_ms": round(1e3 * whole, 1),
+            "fed_while_filling_ms": round(1e3 * fed / len(windows), 1),
+            "left_at_window_end_ms": round(1e3 * finished / len(windows), 1),
+        }
+        print(f"{name}: {out[name]}", flush=True)
+    out["int8"] = _int8_timing()
+    return out
+
+
+def _int8_timing() -> dict[str, Any]:
+    """CPU ms of one 3 s window (300 frames) through each graph, float32 and dynamic int8."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from monitor.features.embedding_onnx import GRAPHS, OnnxNetwork, graph_path
+
+    feats = np.random.default_rng(0).normal(size=(300, 80)).astype(np.float32)
+    out = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for backend in GRAPHS:
+            int8 = Path(scratch) / f"{backend}.int8.onnx"
+            quantize_dynamic(graph_path(backend), int8, weight_type=QuantType.QInt8)
+            for label, path in (("float32", graph_path(backend)), ("int8", int8)):
+                network = OnnxNetwork(path)
+                network(feats)
+                started = time.process_time()
+                for _ in range(5):
+                    network(feats)
+                out[f"{backend} {label} ms"] = round(1e3 * (time.process_time() - started) / 5, 1)
+    print(f"int8: {out}", flush=True)
+    return out
+
+
+def bench_int8(backend: str = "ecapa") -> dict[str, Any]:
+    """Static int8 (QDQ, Conv layers only, per-channel weights, calibrated on 32 train-split
+    windows) against the float32 graph: CPU per 3 s window and the corpus EER of test-split
+    utterance pairs (as ``bench_embedding``: 125 speakers, whole utterances after the VAD)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from bench.common import CORPUS
+    from monitor.audio.file import read_audio
+    from monitor.audio.vad import speech_only
+    from monitor.corpus import scan_corpus
+    from monitor.disclosure.baselines import eer_rocch
+    from monitor.features.embedding_onnx import OnnxNetwork, graph_path
+    from monitor.features.fbank import ecapa_fbank, kaldi_fbank
+
+    fbank = ecapa_fbank if backend == "ecapa" else kaldi_fbank
+    train = scan_corpus(CORPUS, split="train")
+    calibration = [
+        {"feats": fbank(read_audio(u.path)[0][:48000])[None]}
+        for s in list(train.speakers)[::8][:32]
+        for u in train.utterances_of(s)[:1]
+    ]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter(calibration)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.items, None)
+
+    test = scan_corpus(CORPUS, split="test")
+    feats, labels = [], []
+    for index, speaker in enumerate(test.speakers):
+        for utterance in test.utterances_of(speaker):
+            speech = speech_only(read_audio(utterance.path)[0], 16000)
+            if len(speech) >= 1600:
+                feats.append(fbank(speech))
+                labels.append(index)
+    out: dict[str, Any] = {"backend": backend, "utterances": len(feats)}
+    with tempfile.TemporaryDirectory() as scratch:
+        prepared, int8 = Path(scratch) / "pre.onnx", Path(scratch) / "int8.onnx"
+        quant_pre_process(graph_path(backend), prepared, skip_symbolic_shape=True)
+        quantize_static(
+            prepared, int8, Reader(), quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
+            op_types_to_quantize=["Conv"],
+        )  # fmt: skip
+        for label, path in (("float32", graph_path(backend)), ("int8", int8)):
+            network = OnnxNetwork(path)
+            started = time.process_time()
+            vectors = np.stack([network(f) for f in feats])
+            seconds = sum(f.shape[0] for f in feats) / 100
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            scores = vectors @ vectors.T
+            upper = np.triu_indices(len(labels), 1)
+            same = np.equal.outer(labels, labels)[upper]
+            out[label] = {
+                "cpu_per_audio_second": round((time.process_time() - started) / seconds, 4),
+                "eer_rocch_percent": round(
+                    100 * eer_rocch(scores[upper][same], scores[upper][~same]), 2
+                ),
+            }
+            print(f"int8 bench {backend} {label}: {out[label]}", flush=True)
+    return out
+
+
+def main() -> None:
+    if sys.argv[1:] == ["int8"]:
+        write_results(RESULTS_DIR / "edge-int8.json", {
+            "benchmark": "edge budget: static int8 embedding networks (issue 20)",
+            "results": [bench_int8(b) for b in ("ecapa", "campplus")],
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        })  # fmt: skip
+        return
+    if sys.argv[1:] == ["features"]:
+        write_results(RESULTS_DIR / "edge-features.json", {
+            "benchmark": "edge budget: per-extractor CPU per 3 s window (issue 20)",
+            "features": bench_features(),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        })  # fmt: skip
+        return
+    from bench.bench_daemon import _speech
+
+    folder = Path(tempfile.mkdtemp(prefix="voxmeter-bench-edge-"))
+    old = _old_tree(folder)
+    cgroup = None
+    try:
+        stream, kind = _speech(folder)
+        if QUICK:
+            stream = _long_stream(stream, 30.0, folder, name="quick.wav")
+        side_by_side = []
+        for backend in BACKENDS:
+            for n in SIZES:
+                row: dict[str, Any] = {"backend": backend, "templates": n}
+                for label, tree in (("old", old), ("new", REPO)):  # interleaved
+                    out = folder / f"{label}-{backend}-{n}"
+                    load = round(os.getloadavg()[0], 2)
+                    row[label] = {"load_average": load, **run_child(tree, backend, n, out, stream)}
+                    print(f"{backend} N={n} {label}: {row[label]}", flush=True)
+                for key in ("latency_p50_ms", "latency_p95_ms", "cpu_share_per_audio_second"):
+                    row[f"ratio_{key}"] = round(row["new"][key] / row["old"][key], 3)
+                side_by_side.append(row)
+        cgroup = _cgroup(QUOTA_SHARE)
+        long_stream = _long_stream(stream, QUOTA_SECONDS, folder)
+        quota = run_child(REPO, "ecapa", 1_000, folder / "quota", long_stream, cgroup=cgroup)
+        quota["cpu_quota_of_one_core"] = QUOTA_SHARE
+        print(f"quota {QUOTA_SHARE}: {quota}", flush=True)
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)])
+        if cgroup is not None:
+            cgroup.rmdir()
+        shutil.rmtree(folder, ignore_errors=True)
+    write_results(
+        RESULTS_DIR / ("edge-quick.json" if QUICK else "edge.json"),
+        {
+            "benchmark": "edge budget (issue 20)",
+            "old_release": OLD,
+            "new_release": _head(),
+            "speech_source": kind,
+            "side_by_side": side_by_side,
+            "quota_run": quota,
+            "targets": {
+                "latency_p95_ms_ecapa_n1000": 100,
+                "cpu_share_per_audio_second_ecapa": 0.05,
+                "scrape_p99_ms": 20,
+                "quota_frames_dropped": 0,
+            },
+            "machine": {
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+                "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+            },
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    )
+
+
+def _head() -> str:
+    return subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""The event loop stays free: speech is fed to the feature streams on the feeder thread as it
+arrives, and a window's end only finishes them (no whole-window phone decoding anywhere)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.daemon.build import build_pipeline
+from monitor.daemon.config import load_config
+from monitor.store.database import open_store
+
+pytestmark = pytest.mark.corpus
+
+
+def test_windows_are_streamed_off_the_loop_thread(daemon_corpus: Any, daemon_db: Path) -> None:
+    config = load_config(
+        None,
+        [
+            f"daemon.source=file:{daemon_corpus.known_stream}",
+            "audio.pace=fast",
+            f"daemon.db={daemon_db}",
+            "prometheus.enabled=false",
+        ],
+    )
+    feeding: set[str] = set()
+    whole: list[str] = []
+    with open_store(daemon_db) as store:
+        pipeline = build_pipeline(config, store=store, exporters=[])
+        pipeline.window_features.warm_up()  # models load (observe once) before we watch
+        incremental = pipeline.incremental
+        feed = incremental.feed
+
+        def recording_feed(samples: Any) -> None:
+            feeding.add(threading.current_thread().name)
+            feed(samples)
+
+        incremental.feed = recording_feed  # type: ignore[method-assign]
+        phone = pipeline.features["phone"]
+        observe = type(phone).observe
+
+        def recording_observe(audio: Any, rate: int) -> Any:
+            whole.append(threading.current_thread().name)
+            return observe(phone, audio, rate)
+
+        phone.observe = recording_observe  # type: ignore[method-assign]
+        try:
+            summary = asyncio.run(pipeline.run())
+        finally:
+            del phone.observe  # the registry's instance outlives this test
+    assert summary.windows >= 2
+    assert feeding and all(name.startswith("voxmeter-feed") for name in feeding)
+    assert incremental.streamed >= summary.windows and incremental.fallbacks == 0
+    assert whole == []  # no window decoded whole, on any thread
