@@ -15,9 +15,11 @@ file: an hour of wall time on a quiet machine); ``VOXMETER_BENCH_LONG_SECONDS=60
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,37 +64,73 @@ def write_long_audio(path: Path, seconds: float) -> None:
                     break
 
 
+BUDGET_SECONDS = float(os.environ.get("VOXMETER_BENCH_LONG_BUDGET_SECONDS", "inf"))
+"""Wall seconds a run may take; a run still going then is stopped and reported as partial
+(its peak so far and its CPU seconds, against the ~0.125 CPU-s per audio second a whole run
+takes), so a loaded machine still gives the peak over the part it processed."""
+SAMPLE_SECONDS = 15.0
+
+
+def _sample(pid: int) -> tuple[float, int]:
+    """(CPU seconds, peak RSS bytes so far) of a running child, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    status = Path(f"/proc/{pid}/status").read_text()
+    peak = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM"))
+    return cpu, peak * 1024
+
+
 def measure(path: Path, scratch: Path) -> dict[str, Any]:
     """Run the real CLI on ``path`` in a child; its own peak RSS (bytes, from ``wait4``), CPU
-    and wall seconds."""
+    and wall seconds, and its peak so far every SAMPLE_SECONDS (``trace``: wall, CPU, peak)."""
     started = time.perf_counter()
+    trace: list[tuple[float, float, int]] = []
     with open(scratch / "out.json", "w+") as out:
         child = subprocess.Popen(
             [sys.executable, "-m", "monitor.cli", "features", str(path), "--json"],
             stdout=out,
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
         )
-        _, status, usage = os.wait4(child.pid, 0)
+        while True:
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid:
+                break
+            wall = time.perf_counter() - started
+            if wall >= SAMPLE_SECONDS * len(trace):
+                with contextlib.suppress(OSError, StopIteration):
+                    trace.append((round(wall, 1), *_sample(child.pid)))
+            if wall > BUDGET_SECONDS:
+                child.kill()
+            time.sleep(0.5)
         child.returncode = os.waitstatus_to_exitcode(status)
+        result = {
+            "peak_rss_bytes": usage.ru_maxrss * 1024,  # Linux reports KiB
+            "cpu_seconds": usage.ru_utime + usage.ru_stime,
+            "wall_seconds": time.perf_counter() - started,
+            "trace_wall_cpu_peak": trace,
+        }
+        if child.returncode == -signal.SIGKILL and trace:
+            return {**result, "completed": False}
         if child.returncode != 0:
             raise RuntimeError(f"voxmeter features failed with status {child.returncode}")
         out.seek(0)
         report = json.load(out)
     return {
+        **result,
+        "completed": True,
         "duration_seconds": report["duration_seconds"],
         "speech_seconds": report["speech_seconds"],
-        "peak_rss_bytes": usage.ru_maxrss * 1024,  # Linux reports KiB
-        "cpu_seconds": usage.ru_utime + usage.ru_stime,
-        "wall_seconds": time.perf_counter() - started,
         "timing_seconds": report["timing_seconds"],
     }
 
 
 def _print_run(audio_format: str, seconds: float, result: dict[str, Any]) -> None:
+    done = "" if result["completed"] else " (stopped at the time budget: peak so far)"
     print(
-        f"{audio_format} {seconds / 60:.0f} min: peak RSS {result['peak_rss_bytes'] / 1e6:.0f} MB, "
-        f"{result['cpu_seconds']:.0f} CPU-s ({result['cpu_seconds'] / seconds:.3f} × real "
-        f"time), {result['wall_seconds']:.0f} s wall, speech {result['speech_seconds']:.0f} s",
+        f"{audio_format} {seconds / 60:.0f} min{done}: peak RSS "
+        f"{result['peak_rss_bytes'] / 1e6:.0f} MB, {result['cpu_seconds']:.0f} CPU-s "
+        f"({result['cpu_seconds'] / seconds:.3f} × real time), "
+        f"{result['wall_seconds']:.0f} s wall",
         flush=True,
     )
 
@@ -120,6 +158,7 @@ def main() -> None:
 
 def _write(runs: list[dict[str, Any]], load_before: tuple[float, float, float]) -> None:
     peaks = [r["peak_rss_bytes"] for r in runs]
+    partial = [r for r in runs if not r["completed"]]
     write_results(
         RESULTS,
         {
@@ -131,6 +170,8 @@ def _write(runs: list[dict[str, Any]], load_before: tuple[float, float, float]) 
             "runs": runs,
             "peak_within_target": bool(np.all(np.array(peaks) <= TARGET_PEAK_BYTES)),
             "largest_over_smallest_peak": max(peaks) / min(peaks),
+            "partial_runs": len(partial),
+            "budget_seconds": BUDGET_SECONDS,
             "machine": platform.platform(),
             "load_average_before": load_before,
         },

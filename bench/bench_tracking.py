@@ -91,13 +91,15 @@ def _speakers(split: str) -> list[str]:
                 if r["original_split"] == split]  # fmt: skip
 
 
-def template_db(backend: str, folder: Path, speakers: Sequence[str]) -> Path:
+def template_db(
+    backend: str, folder: Path, speakers: Sequence[str], features: Sequence[str]
+) -> Path:
     """Templates of every held-out speaker from their first utterances (the features cache)."""
     set_embedding_backend(backend)
     corpus = scan_corpus(CORPUS)
     paths = {s: [u.path for u in corpus.utterances_of(s)] for s in speakers}
     wanted = [p for s in speakers for p in paths[s][:TEMPLATE_UTTERANCES]]
-    extraction = extract_many(wanted, FeatureCache(default_cache_dir()))
+    extraction = extract_many(wanted, FeatureCache(default_cache_dir()), features=tuple(features))
     db = folder / f"templates-{backend}.db"
     with open_store(db) as store:
         enrolments = []
@@ -106,7 +108,7 @@ def template_db(backend: str, folder: Path, speakers: Sequence[str]) -> Path:
             kept = [f for p in firsts if (f := extraction.files.get(str(p.absolute())))]
             observations = {
                 name: get_feature(name).pool([f.observations[name] for f in kept])
-                for name in FEATURE_NAMES
+                for name in features
             }
             enrolments.append(Enrolment(s, observations, {"source": "bench tracking"}))
         store.bulk_replace_templates(enrolments)
@@ -119,7 +121,9 @@ class Recorded:
     track: str | None  # None: the tracker gave it to no track
 
 
-def run_stream(db: Path, stream: Stream, backend: str, folder: Path) -> dict[str, Any]:
+def run_stream(
+    db: Path, stream: Stream, backend: str, folder: Path, features: Sequence[str]
+) -> dict[str, Any]:
     """One stream through build_pipeline; windows, tracks and figures compared with the truth."""
     work = folder / f"run-{stream.path.stem}-{backend}.db"
     shutil.copy(db, work)
@@ -136,6 +140,7 @@ def run_stream(db: Path, stream: Stream, backend: str, folder: Path) -> dict[str
             "mqtt.enabled=false",
             'logging.level="warning"',
             f'features.embedding="{backend}"',
+            f"features.enabled={json.dumps(list(features))}",
         ],
     )
     collector = Collector()
@@ -372,6 +377,11 @@ def main(argv: Sequence[str] = ()) -> None:
     parser.add_argument("--backends", default="ecapa,campplus")
     parser.add_argument("--rates", default="16000,8000")
     parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument(
+        "--features",
+        default=",".join(FEATURE_NAMES),
+        help="features the daemon extracts (embedding alone: the tracker's, fastest)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(list(argv))
     load = os.getloadavg()
@@ -386,7 +396,8 @@ def main(argv: Sequence[str] = ()) -> None:
         folder = Path(tmp)
         for backend in args.backends.split(","):
             speakers = held_out_speakers(backend)
-            db = template_db(backend, folder, speakers)
+            features = args.features.split(",")
+            db = template_db(backend, folder, speakers, features)
             corpus = scan_corpus(CORPUS)
             speech = {
                 s: [trimmed(u.path) for u in corpus.utterances_of(s)[TEMPLATE_UTTERANCES:]]
@@ -401,7 +412,7 @@ def main(argv: Sequence[str] = ()) -> None:
                         index, speech=speech, pool=speakers, minutes=minutes, seed=args.seed,
                         folder=folder, rate_hz=rate,
                     )  # fmt: skip
-                    run = run_stream(db, stream, backend, folder)
+                    run = run_stream(db, stream, backend, folder, features)
                     stream.path.unlink()
                     runs.append(run)
                     print(f"{backend} {rate} Hz stream {index}: {json.dumps(run['counts'])}",

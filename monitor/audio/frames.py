@@ -66,8 +66,10 @@ class SourceStats:
 
     frames_total: int = 0
     """Frames yielded to the consumer."""
-    dropped: int = 0
-    """Frames discarded because the consumer fell behind (the oldest goes first)."""
+    dropped_seconds: float = 0.0
+    """Audio discarded before the VAD, in seconds: the consumer fell behind (the oldest goes
+    first), a chunk that could not be decoded, a second client's audio, a measuring side that
+    was behind. Seconds, the one unit of dropped audio everywhere (stats, metrics, logs)."""
     overflows: int = 0
     """Device blocks the audio driver reported as overflowed (samples lost before us)."""
     device_errors: int = 0
@@ -121,6 +123,7 @@ class Resampler:
         elif not np.isfinite(data).all():
             data = np.zeros_like(data, dtype=np.float32)
             self._non_finite()
+            self.stats.dropped_seconds += data.shape[0] / self.rate_hz  # silence stands in
         if data.ndim == 2:
             data = data.mean(axis=1, dtype=np.float32)
         data = np.ascontiguousarray(data, dtype=np.float32)

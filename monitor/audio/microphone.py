@@ -156,6 +156,7 @@ class MicrophoneSource:
         self._generation = 0
         self._resample: Resampler | None = None
         self._early: list[tuple[np.ndarray, bool]] = []
+        self._early_dropped_samples = 0
         self._next_start = 0.0
         self._last_block = 0.0
 
@@ -179,8 +180,8 @@ class MicrophoneSource:
             return  # a late block from a stream already closed
         if self._resample is None:  # the stream started before open() returned
             if len(self._early) >= self._queue_frames:
-                self._early.pop(0)
-                self.stats.dropped += 1
+                lost, _ = self._early.pop(0)
+                self._early_dropped_samples += lost.shape[0]  # seconds once the rate is known
             self._early.append((block, overflowed))
             return
         self._last_block = self._clock()
@@ -192,8 +193,7 @@ class MicrophoneSource:
         frame = AudioFrame(samples, self._next_start)
         self._next_start += frame.duration_seconds
         if len(self._queue) >= self._queue_frames:
-            self._queue.popleft()
-            self.stats.dropped += 1
+            self.stats.dropped_seconds += self._queue.popleft().duration_seconds
         self._queue.append(frame)
         self._wake.set()
 
@@ -230,6 +230,8 @@ class MicrophoneSource:
                 continue
             self._captured = True
             self._resample = Resampler(handle.rate_hz, self.stats, f"audio device {self.device!r}")
+            self.stats.dropped_seconds += self._early_dropped_samples / handle.rate_hz
+            self._early_dropped_samples = 0
             # Time goes on from the wall clock across an outage, and never backwards.
             self._next_start = max(self._next_start, self._clock() - self._started)
             self._last_block = self._clock()

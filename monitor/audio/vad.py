@@ -36,9 +36,9 @@ class SpeechChunk:
 class FrameVad:
     """Streaming core: frames → per-frame decisions → hangover → speech chunks.
 
-    Subclasses set ``frame_samples`` and implement :meth:`classify`. Counters (in VAD frames):
-    ``frames_total`` classified, ``frames_speech`` kept as speech, ``frames_dropped`` missing
-    from the input (a gap in the incoming timestamps: the source dropped or lost audio).
+    Subclasses set ``frame_samples`` and implement :meth:`classify`. Counters: ``frames_total``
+    classified, ``frames_speech`` kept as speech (VAD frames), ``dropped_seconds`` missing from
+    the input (a gap in the incoming timestamps: the source dropped or lost audio), in seconds.
     """
 
     frame_samples: int
@@ -49,7 +49,7 @@ class FrameVad:
         self.hangover_ms = hangover_ms
         self.frames_total = 0
         self.frames_speech = 0
-        self.frames_dropped = 0
+        self.dropped_seconds = 0.0
         self.reset()
 
     @property
@@ -79,7 +79,7 @@ class FrameVad:
         if self._expected_start is not None:
             gap = frame.start_seconds - self._expected_start
             if gap > self.frame_seconds / 2:
-                self.frames_dropped += round(gap / self.frame_seconds)
+                self.dropped_seconds += gap
                 self._restart_at(frame.start_seconds)
         if self._buffer.shape[0] == 0:
             self._buffer_start = frame.start_seconds

@@ -46,6 +46,7 @@ from monitor.audio.frames import (
 )
 from monitor.audio.wyoming_wire import (
     BROKEN_EVENT,
+    audio_seconds,
     bound_port,
     broken,
     read_event,
@@ -77,16 +78,20 @@ class WyomingEndpoint:
 
 def parse_endpoint(spec: str) -> WyomingEndpoint:
     """The endpoint of a source spec; a malformed one raises InputError naming it."""
-    problem = "expected wyoming://HOST:PORT or wyoming-listen://HOST:PORT, optionally ?once"
+    problem = (
+        "expected wyoming://HOST:PORT (PORT 1..65535) or wyoming-listen://HOST:PORT (PORT "
+        "0..65535, 0 = any free port), optionally ?once"
+    )
     parts = urlsplit(spec)
     try:
         port = parts.port
-    except ValueError:
+    except ValueError:  # beyond 65535, or not a number
         port = None
     if (
         parts.scheme not in SCHEMES
         or not parts.hostname
         or port is None
+        or (port == 0 and parts.scheme != SCHEMES[1])  # connecting needs a real port
         or parts.path not in ("", "/")
         or parts.query not in ("", "once")
     ):
@@ -204,19 +209,22 @@ async def decode_frames(
     frame = RATE_HZ * frame_ms // 1000
     pending = np.zeros(0, dtype=np.int16)
     emitted = 0  # samples received so far: the stream's clock
+    in_turn = False  # audio came since the last end of a turn
     async for event in events:
         if event is None:  # a connection ended: drain the resampler
             samples = decoder.flush()
         else:
+            in_turn = in_turn or AudioStart.is_type(event.type) or AudioChunk.is_type(event.type)
             try:
                 samples = decoder.process(event)
             except ValueError as error:
-                stats.dropped += 1
+                stats.dropped_seconds += audio_seconds(event)
                 logger.warning("%s: audio chunk dropped: %s", name, error)
                 continue
         pending = np.concatenate([pending, samples])
         last = event is None or AudioStop.is_type(event.type)
-        ended = turns and last
+        ended = turns and last and in_turn
+        in_turn = in_turn and not last
         while pending.shape[0] >= frame or (last and pending.shape[0]):
             out, pending = pending[:frame], pending[frame:]
             stats.frames_total += 1
@@ -399,7 +407,7 @@ class WyomingSource:
         if self._owner is client:
             self._owner_seen = self._clock()
         if self._owner is not client:
-            self.stats.dropped += 1
+            self.stats.dropped_seconds += audio_seconds(event)
             client.rejected = not stop  # its session ends with its audio-stop
             return
         client.streamed = True

@@ -15,10 +15,12 @@ overlapping utterance is not measured, and counted as dropped); ``audio-stop`` e
 speaker's turn (:attr:`AudioFrame.utterance_end`).
 
 Upstream down or refusing: the client gets a Wyoming ``error`` event at once (the connect attempt
-gives up after :data:`CONNECT_SECONDS`) and its connection is closed, as a refused connection
-would be; one warning is logged, and the upstream is probed again with random capped backoff.
-While it is down, clients get the error without a new attempt; the first probe that connects
-logs one line, and clients are relayed again.
+gives up after :data:`CONNECT_SECONDS`) and then the end of the stream, as from a refused
+connection (what it still sends is read and let go, so the error is not lost to a reset); one
+warning is logged, and the upstream is probed again with random capped backoff. While it is
+down, clients get the error without a new attempt; the first probe that connects logs one line,
+and clients are relayed again. An upstream that hangs up mid-request: an ``error`` to its client
+too.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from monitor.audio.frames import AudioFrame, Sleep, SourceStats, check_frame_ms
 from monitor.audio.wyoming import decode_frames
 from monitor.audio.wyoming_wire import (
     BROKEN_EVENT,
+    audio_seconds,
     bound_port,
     broken,
     encode_event,
@@ -86,7 +89,9 @@ class ProxyEndpoint:
 
 def parse_proxy(spec: str) -> ProxyEndpoint:
     """The endpoint of a proxy spec; a malformed one raises InputError naming it."""
-    problem = f"expected {SCHEME}://HOST:PORT?upstream=tcp://HOST:PORT"
+    problem = (
+        f"expected {SCHEME}://HOST:PORT?upstream=tcp://HOST:PORT, the upstream's PORT 1..65535"
+    )
     parts = urlsplit(spec)
     query = parse_qs(parts.query, keep_blank_values=True)
     upstream = urlsplit(query["upstream"][0]) if list(query) == ["upstream"] else None
@@ -103,7 +108,7 @@ def parse_proxy(spec: str) -> ProxyEndpoint:
         or len(query["upstream"]) != 1
         or upstream.scheme != "tcp"
         or not upstream.hostname
-        or upstream_port is None
+        or not upstream_port  # None, or 0: no port to connect to
         or upstream.path not in ("", "/")
         or upstream.query
     ):
@@ -137,41 +142,38 @@ def annotate_info(info: Event) -> Event:
     return Event(type=info.type, data=data, payload=info.payload)
 
 
-def _audio_seconds(event: Event) -> float:
-    """Seconds of audio in a chunk (0 when its format fields are unusable)."""
-    data = event.data if isinstance(event.data, dict) else {}
-    try:
-        per_second = int(data["rate"]) * int(data["width"]) * int(data["channels"])
-    except (KeyError, TypeError, ValueError):
-        return 0.0
-    return len(event.payload or b"") / per_second if per_second > 0 else 0.0
-
-
 class SideTap:
     """The measuring side's inbox: the audio of one utterance at a time, never waited for.
 
     :meth:`offer` is called on the relay path after an event went on; it only ever calls
-    ``put_nowait``. What does not fit is dropped and counted in seconds of audio.
+    ``put_nowait``. What does not fit is dropped, counted in seconds of audio
+    (``stats.dropped_seconds``), and the rest of that utterance is not measured either: a cut
+    utterance ends at its ``audio-stop`` (or, if even that found the queue full, before the
+    next utterance starts), so the daemon still closes its window there.
     """
 
-    def __init__(self, max_events: int = 512) -> None:
+    def __init__(self, max_events: int = 512, stats: SourceStats | None = None) -> None:
         self.queue: asyncio.Queue[Event | None] = asyncio.Queue(max_events)
-        self.dropped_seconds = 0.0
+        self.stats = stats if stats is not None else SourceStats()  # the source's counters
         self._owner: object | None = None  # the connection whose utterance is measured
-        self._broken = False  # a drop inside the current utterance: resume at its next start
+        self._broken = False  # a drop inside the current utterance: the rest is not measured
+        self._end_owed = False  # a cut utterance's end is not in the queue yet
 
     def offer(self, who: object, event: Event) -> None:
         start, stop = AudioStart.is_type(event.type), AudioStop.is_type(event.type)
         if not (start or stop or AudioChunk.is_type(event.type)):
             return
         if start and self._owner in (None, who):
-            self._owner, self._broken = who, False
-        if self._owner is not who or self._broken:
-            self.dropped_seconds += _audio_seconds(event)
+            if self._end_owed and self._put(None):
+                self._end_owed = False
+            self._owner, self._broken = who, self._end_owed
+        if self._owner is not who:
+            self._drop(event)
             return
-        if not self._put(event):
-            self.dropped_seconds += _audio_seconds(event)
+        if (self._broken and not stop) or not self._put(event):
+            self._drop(event)
             self._broken = True
+            self._end_owed = self._end_owed or stop
         if stop:
             self._owner = None
 
@@ -179,7 +181,10 @@ class SideTap:
         """A connection closed: its open utterance (if measured) ends here."""
         if self._owner is who:
             self._owner = None
-            self._put(None)
+            self._end_owed = not self._put(None)
+
+    def _drop(self, event: Event) -> None:
+        self.stats.dropped_seconds += audio_seconds(event)
 
     def _put(self, item: Event | None) -> bool:
         try:
@@ -330,6 +335,8 @@ class _Relay(AsyncEventHandler):
             self.upstream.close()
             self.upstream = None
         await self._farewell(f"upstream {self.proxy.endpoint.upstream} {problem}")
+        # a client that neither sends nor hangs up (a half-open connection) is let go too
+        asyncio.get_running_loop().call_later(LINGER_SECONDS, self.writer.close)
 
     async def _farewell(self, text: str) -> None:
         """A Wyoming error, then the end of what we send (the client reads both)."""
@@ -370,14 +377,14 @@ class WyomingProxySource:
         self._clock = clock
         self._rng = rng or random.Random()
         self._closed: asyncio.Event | None = None
-        self.tap = SideTap(tap_events)
+        self.tap = SideTap(tap_events, self.stats)
         self.upstream = _Upstream(self)
         self.port = endpoint.port  # the bound port once serving (differs when 0 was asked)
 
     @property
     def dropped_seconds(self) -> float:
         """Audio relayed but not measured (the measuring side was behind), in seconds."""
-        return self.tap.dropped_seconds
+        return self.stats.dropped_seconds
 
     def backoff_seconds(self, attempt: int) -> float:
         """Random delay before upstream probe ``attempt`` (1-based), as every source retries."""

@@ -16,6 +16,23 @@ WYOMING_VERSION = "1.10.2"
 """The protocol version our own events carry (the pinned ``wyoming`` package's)."""
 
 
+PLAIN_BYTES_PER_SECOND = 32000
+"""16 kHz, 16-bit mono: how a chunk whose format fields are unusable is counted."""
+
+
+def audio_seconds(event: Event) -> float:
+    """Seconds of audio in a chunk: what dropped audio is counted in. A chunk whose format fields
+    are unusable counts as 16 kHz 16-bit mono (its bytes were audio all the same)."""
+    data = event.data if isinstance(event.data, dict) else {}
+    try:
+        per_second = int(data["rate"]) * int(data["width"]) * int(data["channels"])
+    except (KeyError, TypeError, ValueError):
+        per_second = PLAIN_BYTES_PER_SECOND
+    if per_second <= 0:
+        per_second = PLAIN_BYTES_PER_SECOND
+    return len(event.payload or b"") / per_second
+
+
 def bound_port(server: AsyncTcpServer) -> int:
     """The port a started server listens on (the one the OS chose when 0 was asked)."""
     listening = server._server  # the package keeps its asyncio server there

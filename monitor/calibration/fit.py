@@ -527,7 +527,8 @@ def calibrate_speakers(
     """Fit every bucket the speakers allow: a bucket is kept while at least
     ``min_speakers_fraction`` of the speakers (and at least 2) have enough speech for it.
     The short buckets (:data:`SHORT_BUCKETS`) are fitted on ``crops`` of the utterances, and
-    skipped without them.
+    skipped without them (unless the typical utterance is shorter than the bucket: then whole
+    utterances are pooled to its length, as for every other bucket).
 
     With a Dask ``client`` the score matrices are computed and fitted by its workers in row
     groups (:mod:`monitor.calibration.cluster`), never whole here; the calibration is the
@@ -540,8 +541,11 @@ def calibrate_speakers(
     per_feature: dict[str, list[BucketCalibration]] = {}
     used: list[dict[str, Any]] = []
     separable: SeparableNotes = {}
+    typical = float(np.median(np.concatenate([s.speech_seconds for s in speakers])))
     for seconds in sorted_buckets(buckets):
-        short = seconds in SHORT_BUCKETS
+        # a crop stands for a short test where utterances are longer than the bucket; where they
+        # are shorter (single digits), whole utterances pooled to the length still serve
+        short = seconds in SHORT_BUCKETS and typical > seconds
         if short and crops is None:
             continue
         usable = len(plan_splits(speakers, seconds, template_seconds)[0])
@@ -676,7 +680,9 @@ def _crops(
             lengths[seconds] = list(features)
     if "embedding" in features:
         for seconds in TRACKING_LENGTHS:
-            lengths.setdefault(seconds, []).extend([] if seconds in lengths else ["embedding"])
+            wanted = lengths.setdefault(seconds, [])
+            if "embedding" not in wanted:
+                wanted.append("embedding")
     lengths = {k: v for k, v in lengths.items() if v}
     if not lengths:
         return {}

@@ -86,7 +86,8 @@ def run_command(
     err_console.print(
         f"stopped ({summary.stop_reason}): {summary.windows} windows from "
         f"{summary.audio_seconds:.0f} s of audio, {summary.alerts} alerts, "
-        f"{summary.frames_dropped} frames dropped, {summary.audio_device_errors} device errors",
+        f"{summary.dropped_seconds:.1f} s of audio dropped, "
+        f"{summary.audio_device_errors} device errors",
         **out,
     )
     # Everything is committed and closed. Skip the interpreter's teardown of torch and

@@ -160,7 +160,9 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
     """The corpus under ``root``; ``split`` keeps speakers whose ``original_split`` matches.
 
     Raises InputError when ``root`` is not a directory, the metadata is malformed, ``split`` is
-    given without an ``original_split`` column, or no readable utterance remains.
+    given without an ``original_split`` column, no readable utterance remains, or a speaker's
+    folder name cannot be an alias (:func:`check_speaker_names`: enrol, calibrate, evaluate
+    and every other command apply the same rule, before any audio is processed).
     """
     base = Path(root).absolute()
     if not base.is_dir():
@@ -217,7 +219,7 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
         raise InputError(str(base), f"no readable <speaker>/<utterance>.{suffixes} files{where}")
     speakers = tuple(sorted({u.speaker for u in utterances}))
     by_name = {_nfc(s): row for s, row in metadata.items()}
-    return Corpus(
+    corpus = Corpus(
         root=base,
         speakers=speakers,
         utterances=tuple(utterances),
@@ -225,3 +227,5 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
         unreadable=tuple(unreadable),
         empty_speakers=tuple(empty),
     )
+    check_speaker_names(corpus)  # one rule for every command that reads a corpus
+    return corpus

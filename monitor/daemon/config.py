@@ -32,7 +32,9 @@ Check = Callable[[Any], str | None]
 def _setting(default: Any, doc: str, check: Check | None = None, *, secret: bool = False) -> Any:
     """A documented field; ``check`` returns a problem string for a bad value, else None.
     A ``secret`` value is never shown in an error (the key is named, the value is not)."""
-    return field(default=default, metadata={"doc": doc, "check": check, "secret": secret})
+    return field(
+        default=default, repr=not secret, metadata={"doc": doc, "check": check, "secret": secret}
+    )
 
 
 def _positive(value: float) -> str | None:
@@ -114,7 +116,8 @@ class DaemonSettings:
         "mic", "mic, mic:DEVICE, file:PATH or stdin[:RATE[:CHANNELS]] (s16le PCM)", _source
     )
     db: str = _setting(
-        "voxmeter.db", "SQLite database (templates, ledger, outbox); one daemon each (<db>.lock)"
+        "voxmeter.db",
+        "SQLite database (templates, ledger, outbox); one daemon each (flock on the file)",
     )
     device_id: str = _setting("", "name of this device in MQTT topics; empty = host name")
     duration_seconds: float = _setting(
@@ -242,6 +245,12 @@ class TrackerSettings:
     )
     merge_seconds: float = _setting(
         6.0, "unknown-N tracks merge only when each holds this much speech", _positive
+    )
+    min_open_seconds: float = _setting(
+        2.0,
+        "a window with less speech may join a track but never opens one (too short to know "
+        "a new voice from a known one)",
+        _non_negative,
     )
     track_idle_seconds: float = _setting(
         300.0, "an unknown-N track with no window for this long expires", _positive

@@ -98,6 +98,7 @@ class DaemonStarted:
     period_start_unix: float  # start of the current budget period
     states: Mapping[str, BudgetState]  # track alias → budget state restored from the store
     budget_bits: float  # the configured budget per speaker
+    speech_seconds: float = 0.0  # speech scored in the current period so far (the ledger's)
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ class PipelineStats:
 
     frames_total: int  # audio frames seen by the VAD since start
     frames_speech: int  # of which speech
-    frames_dropped: int  # dropped because a queue was full (oldest first)
+    dropped_seconds: float  # audio lost before the VAD or missing from its input, seconds
     audio_device_errors: int  # device failures since start (each retried)
     audio_seconds: float  # seconds of audio consumed since start
     windows: int  # windows scored since start

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -23,7 +23,7 @@ from monitor.daemon.evidence import ScoredWindow
 from monitor.errors import StoreError
 from monitor.jsonsafe import finite_bits
 from monitor.store.database import Store
-from monitor.store.ledger import WindowRecord
+from monitor.store.ledger import TrackPeriod, WindowRecord
 from monitor.vocabulary import FigureKey
 
 
@@ -227,3 +227,20 @@ def restored_track(
     return TrackRestored(
         replace(figures, state=state, budget_bits=budget_bits, budget_measure=budget_measure)
     )
+
+
+def expired_on_restart(
+    unknown: Sequence[TrackPeriod], *, now_unix: float, idle_seconds: float, max_tracks: int
+) -> set[str]:
+    """The ``unknown-N`` tracks of the ledger a starting daemon must not resume: those silent for
+    longer than ``idle_seconds`` (wall clock, the daemon's downtime included) and, of the rest,
+    all but the ``max_tracks`` heard last — the tracker would have expired them too, and an
+    expired track never comes back (its number is never reused)."""
+    heard = sorted(
+        (t for t in unknown if t.last_window_end is not None),
+        key=lambda t: (t.last_window_end, t.track),
+        reverse=True,
+    )
+    live = [t for t in heard if now_unix - float(t.last_window_end or 0.0) <= idle_seconds]
+    keep = {t.track for t in live[:max_tracks]}
+    return {t.track for t in unknown} - keep

@@ -56,7 +56,7 @@ from monitor.daemon.events import (
 from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
 from monitor.daemon.exporters.mqtt import topics_for
 from monitor.daemon.incremental import IncrementalWindows
-from monitor.daemon.ledger import LedgerWriter, restored_track
+from monitor.daemon.ledger import LedgerWriter, expired_on_restart, restored_track
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
 from monitor.daemon.turns import TurnSplitter
@@ -83,7 +83,7 @@ class RunSummary:
     audio_seconds: float
     frames_total: int
     frames_speech: int
-    frames_dropped: int
+    dropped_seconds: float  # audio lost (queue full, gaps, bad chunks, a second client)
     audio_device_errors: int
     last: dict[str, Figures]  # track → the figures of its last scored window
     alerts: int  # budget state changes (each one alert)
@@ -169,6 +169,7 @@ class Pipeline:
         #: (``run_daemon`` sets it; None in tests, which run in-process).
         self.watchdog: ExitWatchdog | None = None
         self._windows = 0
+        self.period_speech_seconds = 0.0  # restored from the ledger at start (DaemonStarted)
         self._busy: dict[str, float] = {"features": 0.0, "scorer": 0.0, "ledger": 0.0}
         self.audio_seconds = 0.0
         self.last: dict[str, Figures] = {}
@@ -209,8 +210,20 @@ class Pipeline:
         self.track_scorer.period_start_unix = period
         tracks = self.store.tracks(period)
         self.tracker.skip_numbers(tracks)
-        for track in tracks:
-            kept = self.store.track_period(track, period)
+        periods = [self.store.track_period(track, period) for track in tracks]
+        self.period_speech_seconds = sum(kept.speech_seconds for kept in periods)
+        gone = expired_on_restart(
+            [kept for kept in periods if _unknown(kept.track)],
+            now_unix=now,
+            idle_seconds=settings.tracker.track_idle_seconds,
+            max_tracks=settings.tracker.max_unknown_tracks,
+        )
+        for kept in periods:
+            track = kept.track
+            if track in gone:  # expired while we ran or while we were down: stays expired
+                logger.info("ledger track %s expired: not resumed", track)
+                events.append(TrackExpired(track, "unknown", 0.0, now))
+                continue
             if _unknown(track):
                 kind, identity = "unknown", None
             elif track in self.tracker.profile_identities:
@@ -435,7 +448,7 @@ class Pipeline:
         return PipelineStats(
             frames_total=self.vad.frames_total,
             frames_speech=self.vad.frames_speech,
-            frames_dropped=self.vad.frames_dropped + source_stats.dropped + source_stats.non_finite,
+            dropped_seconds=self.vad.dropped_seconds + source_stats.dropped_seconds,
             audio_device_errors=source_stats.device_errors,
             audio_seconds=audio,
             windows=self._windows,
@@ -517,6 +530,7 @@ class Pipeline:
             period_start_unix=self.track_scorer.period_start_unix,
             states=dict(self.budget.states),
             budget_bits=self.config.budget.bits,
+            speech_seconds=self.period_speech_seconds,
         )
         for event in (opening, *startup):
             await self.queues["events"].put(event)
@@ -569,7 +583,7 @@ class Pipeline:
             audio_seconds=self.audio_seconds,
             frames_total=stats.frames_total,
             frames_speech=stats.frames_speech,
-            frames_dropped=stats.frames_dropped,
+            dropped_seconds=stats.dropped_seconds,
             audio_device_errors=stats.audio_device_errors,
             last=dict(self.last),
             alerts=self._alerts,

@@ -8,14 +8,15 @@ A window whose embedding is within the profile threshold of a local profile belo
 profile (the best one). Otherwise it joins the closest ``unknown-N`` track within the cluster
 threshold (a track holding a template's worth of speech is held to the tighter ``mature``
 one, and one whose windows sit far tighter than that also to its own spread), or opens a new
-``unknown-N``. Two windows never open a track: one that may hold two voices (``mixed``) and one
-close enough to a profile that it may be the member (``ambiguous``); they are skipped (their
-seconds counted). An unknown track's centroid is the seconds-weighted mean of its windows
-(re-normalised, as features pool embeddings); when two tracks of enough speech come within the
-merge cosine, the younger is merged into the older (:class:`TrackExpired` with
-``merged_into``), so one voice's evidence pools in one track. Unknown tracks idle for
-``track_idle_seconds`` expire; so does the least recently heard one when more than
-``max_unknown_tracks`` exist. The clock is a constructor argument so tests drive expiry.
+``unknown-N``. Three windows never open a track: one that may hold two voices (``mixed``), one
+close enough to a profile that it may be the member (``ambiguous``) and one shorter than
+``min_open_seconds``; they are skipped (their seconds counted). An unknown track's centroid is
+the seconds-weighted mean of its windows (re-normalised, as features pool embeddings); when two
+tracks of enough speech come within the merge cosine, the smaller is merged into the larger
+(:class:`TrackExpired` with ``merged_into``), so one voice's evidence pools in one track.
+Unknown tracks idle for ``track_idle_seconds`` expire; so does the least recently heard one when
+more than ``max_unknown_tracks`` exist. The clock is a constructor argument so tests drive
+expiry.
 """
 
 from __future__ import annotations
@@ -156,7 +157,8 @@ class SpeakerTracker:
             events += merged
             tracked = TrackedWindow(window, survivor.track, "unknown", None, cosine, False)
             return tracked, events
-        if window.mixed or best_profile >= t.at(t.ambiguous, seconds):
+        short = seconds < self.settings.min_open_seconds
+        if window.mixed or short or best_profile >= t.at(t.ambiguous, seconds):
             self.skipped_seconds += seconds
             return None, events
         if len(self.clusters) >= self.settings.max_unknown_tracks:

@@ -68,6 +68,8 @@ class TurnSplitter:
 
     def split(self, window: SpeechWindow) -> list[SpeechWindow]:
         """The window cut at every change found (pieces in stream order)."""
+        if self.change_cosine <= -1.0:  # no threshold fitted: nothing can be found
+            return [window]
         cosines = self.cosines(window)
         cuts = [int(k) + 1 for k in np.flatnonzero(cosines < self.change_cosine)]
         if not cuts:

@@ -20,6 +20,10 @@ _CHUNK_ELEMENTS = 4_000_000
 #: ``optimal`` holds O(k) terms for one k: 10⁷ steps take about 0.5 GB and 2 s; beyond that a
 #: user's typo would exhaust memory, so larger k is refused.
 MAX_OPTIMAL_STEPS = 10_000_000
+#: Largest ε per release that ``voxmeter compose`` accepts: 100 nats is 144 bits per release,
+#: beyond what any population can disclose (log2 of 10¹⁰ people is 33 bits); up to it, every
+#: bound is finite for up to MAX_OPTIMAL_STEPS steps and any δ.
+MAX_EPSILON_NATS = 100.0
 
 
 def _check_eps(eps: float) -> float:
@@ -58,7 +62,7 @@ def drv(eps: float, steps: np.ndarray | int, delta: float) -> npt.NDArray[np.flo
     with np.errstate(over="ignore"):  # e^ε overflows past ε ≈ 709: the bound is then +inf
         growth = np.expm1(eps)
     return cast(
-        npt.NDArray[np.float64], np.sqrt(2.0 * k * math.log(1.0 / delta)) * eps + k * eps * growth
+        npt.NDArray[np.float64], np.sqrt(2.0 * k * -math.log(delta)) * eps + k * eps * growth
     )
 
 
@@ -69,7 +73,7 @@ def kairouz_advanced(eps: float, steps: np.ndarray | int, delta: float) -> np.nd
     g = k * eps * math.tanh(eps / 2.0)  # = k ε (e^ε - 1)/(e^ε + 1)
     with np.errstate(over="ignore"):  # absurd ε (~1e300): a term is +inf, the minimum is k·ε
         second = g + eps * np.sqrt(2.0 * k * np.log(math.e + np.sqrt(k * eps * eps) / delta))
-    third = g + eps * np.sqrt(2.0 * k * math.log(1.0 / delta))
+    third = g + eps * np.sqrt(2.0 * k * -math.log(delta))
     return np.minimum(k * eps, np.minimum(second, third))
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from monitor.disclosure.composition import (
+    MAX_EPSILON_NATS,
     MAX_OPTIMAL_STEPS,
     basic,
     drv,
@@ -47,8 +48,10 @@ def parse_steps(tokens: Sequence[str]) -> list[int]:
 
 def compose_rows(epsilon: float, delta: float, steps: Sequence[int]) -> list[CompositionRow]:
     """Validate the options (InputError naming the bad one) and compute every bound."""
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise InputError("--epsilon", f"must be a finite number > 0, got {epsilon}")
+    if not (math.isfinite(epsilon) and 0 < epsilon <= MAX_EPSILON_NATS):
+        raise InputError(
+            "--epsilon", f"must be in (0, {MAX_EPSILON_NATS:g}] nats per release, got {epsilon:g}"
+        )
     if not (0.0 < delta < 1.0):
         raise InputError("--delta", f"must lie in (0, 1), got {delta}")
     if not steps:

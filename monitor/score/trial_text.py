@@ -183,19 +183,15 @@ def consume_chunks(path: Path, third: pa.DataType, consumer: Callable[[Iterator[
         return consumer(_slow_chunks(path, third))
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Lines of a file the readers above accepted (so bounded and UTF-8)."""
-    return bounded_lines(path)
-
-
 def row_lines(path: Path, rows: Iterable[int]) -> dict[int, int]:
-    """Line number (1-based) of each 0-based row index, rows being the non-blank lines."""
+    """Line number (1-based) of each 0-based row index, rows being the non-blank lines (of a
+    file a reader above accepted: bounded lines of UTF-8)."""
     wanted = sorted(set(rows))
     found: dict[int, int] = {}
     if not wanted:
         return found
     row = -1
-    for number, text in _lines(path):
+    for number, text in bounded_lines(path):
         if not text.split():
             continue
         row += 1
@@ -209,7 +205,7 @@ def row_lines(path: Path, rows: Iterable[int]) -> dict[int, int]:
 def pair_at(path: Path, row: int) -> tuple[int, list[str]]:
     """Line number and fields of a 0-based row (for messages only)."""
     line = row_lines(path, [row])[row]
-    for number, text in _lines(path):
+    for number, text in bounded_lines(path):
         if number == line:
             return line, text.split()
     raise AssertionError("unreachable: the row was just found")
@@ -217,7 +213,7 @@ def pair_at(path: Path, row: int) -> tuple[int, list[str]]:
 
 def first_line_of_pair(path: Path, pair: list[str]) -> int:
     """Line number of the first line holding the pair (for the 'repeats line' message)."""
-    for number, text in _lines(path):
+    for number, text in bounded_lines(path):
         if text.split()[:2] == pair:
             return number
     raise AssertionError("unreachable: the pair was just read")

@@ -63,13 +63,29 @@ def writable(path: Path, status: os.stat_result) -> bool:
     return bool(status.st_mode & stat.S_IWUSR) and os.access(path, os.W_OK)
 
 
+def _read_only_file_system(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def refuse_read_only(path: Path, status: os.stat_result) -> None:
     """StoreError for a database this process must not write; never chmod it writable."""
-    if not writable(path, status):
+    if writable(path, status):
+        return
+    mode = f"mode {stat.S_IMODE(status.st_mode):04o}"
+    if status.st_mode & stat.S_IWUSR and _read_only_file_system(path):
+        raise StoreError(f"{path}: the database is on a read-only file system; nothing was changed")
+    if status.st_mode & stat.S_IWUSR:  # the owner may write it, this user may not
         raise StoreError(
-            f"{path}: the database is read-only (mode {stat.S_IMODE(status.st_mode):04o}); "
-            "nothing was changed: make it writable (chmod u+w) to change it"
+            f"{path}: the database is not writable by this user ({mode}, owner uid "
+            f"{status.st_uid}); nothing was changed: run as its owner"
         )
+    raise StoreError(
+        f"{path}: the database is read-only ({mode}); nothing was changed: make it writable "
+        "(chmod u+w) to change it"
+    )
 
 
 def _wal_in_use(path: Path) -> bool:
@@ -94,10 +110,13 @@ def recognise(path: Path) -> bool:
 
     Reads only: a file that is not ours is left exactly as it was, bytes and mode.
     """
-    if path.stat().st_size == 0 and not _wal_in_use(path):
-        return False
-    with path.open("rb") as file:
-        header = file.read(100)
+    try:
+        if path.stat().st_size == 0 and not _wal_in_use(path):
+            return False
+        with path.open("rb") as file:
+            header = file.read(100)
+    except OSError as error:
+        raise StoreError(f"{path}: cannot read: {error.strerror or error}") from error
     if len(header) == 100 and header[:16] == _MAGIC:
         application_id = int.from_bytes(header[68:72], "big")
         if application_id == APPLICATION_ID:

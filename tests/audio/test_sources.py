@@ -504,7 +504,7 @@ def test_microphone_drops_oldest_when_consumer_lags() -> None:
         frames = mic.frames()
         first = await anext(frames)
         await asyncio.to_thread(backend.streams[0]._thread.join)  # all blocks delivered
-        while mic.stats.dropped < len(blocks) - 1 - 8:  # and taken in by the loop
+        while mic.stats.dropped_seconds < (len(blocks) - 1 - 8) * 0.01 - 1e-9:  # taken in
             await asyncio.sleep(0)
         rest = [await anext(frames) for _ in range(8)]
         mic.close()
@@ -514,7 +514,8 @@ def test_microphone_drops_oldest_when_consumer_lags() -> None:
     frames = asyncio.run(asyncio.wait_for(run(), 10))
     values = [int(f.samples[0]) for f in frames]
     assert values[1:] == list(range(42, 50))  # the newest 8 survive
-    assert mic.stats.dropped == 50 - len(frames)  # every block not yielded was dropped
+    # every 10 ms block not yielded was dropped: counted in seconds
+    assert mic.stats.dropped_seconds == pytest.approx((50 - len(frames)) * 0.01)
     # Timestamps keep the dropped audio as a gap rather than closing it up.
     assert frames[1].start_seconds == pytest.approx(
         frames[0].start_seconds + (values[1] - values[0]) * 0.01

@@ -87,12 +87,12 @@ def test_hangover_matches_reference(rng: np.random.Generator, hangover_ms: int) 
         assert c.end_seconds == pytest.approx(c.start_seconds + c.duration_seconds)
 
 
-def test_gap_in_timestamps_counts_dropped_frames() -> None:
+def test_gap_in_timestamps_counts_dropped_seconds() -> None:
     vad = LoudnessVad(hangover_ms=0)
     loud = np.full(1600, 500, dtype=np.int16)
     vad.process(AudioFrame(loud, 0.0))
     chunks = vad.process(AudioFrame(loud, 0.5))  # 0.4 s missing after the first 0.1 s
-    assert vad.frames_dropped == 40
+    assert vad.dropped_seconds == pytest.approx(0.4)
     assert chunks[0].start_seconds == pytest.approx(0.5)
     assert vad.frames_total == 20
 

@@ -125,3 +125,20 @@ def test_close_turn_scores_a_second_or_more_and_counts_less() -> None:
     (window,) = windower.process(second)
     assert window.start_seconds == pytest.approx(1.25)
     assert windower.dropped_seconds == pytest.approx(0.75)
+
+
+def test_a_turn_that_ends_closes_a_short_window_from_one_second_of_speech() -> None:
+    windower = Windower(3.0)
+    speech = np.arange(round(1.4 * RATE_HZ), dtype=np.int16)
+    assert windower.process(SpeechChunk(speech, 5.0, 6.4)) == []
+    (window,) = windower.close_turn()
+    assert window.speech_seconds == pytest.approx(1.4)
+    assert (window.start_seconds, window.end_seconds) == (5.0, pytest.approx(6.4))
+    np.testing.assert_array_equal(window.samples, speech.astype(np.float32) / 32768)
+    assert windower.pending_seconds == 0.0
+    windower.process(SpeechChunk(speech[: round(0.9 * RATE_HZ)], 9.0, 9.9))
+    assert windower.close_turn() == []  # under 1 s: counted as speech seconds only, no window
+    assert windower.pending_seconds == 0.0
+    windower.process(SpeechChunk(np.zeros(4 * RATE_HZ, dtype=np.int16), 12.0, 16.0))
+    (rest,) = windower.close_turn()  # the full window went out before; its 1 s remainder here
+    assert rest.speech_seconds == pytest.approx(1.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -14,14 +15,17 @@ import soundfile as sf
 import soxr
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
+from wyoming.event import Event
 from wyoming.info import Describe, Info
 
 from monitor.audio.file import FileSource, read_audio
+from monitor.audio.frames import AudioFrame, SourceStats
 from monitor.audio.spec import open_source
 from monitor.audio.wyoming import (
     WyomingDecoder,
     WyomingEndpoint,
     WyomingSource,
+    decode_frames,
     parse_endpoint,
     pcm_to_float,
 )
@@ -135,7 +139,7 @@ def test_a_wyoming_client_streaming_to_us_gives_the_file_sources_samples(
     expected, expected_starts = file_frames(path)
     np.testing.assert_array_equal(samples, expected)
     np.testing.assert_allclose(starts, expected_starts, atol=1e-9)
-    assert source.stats.dropped == 0
+    assert source.stats.dropped_seconds == 0
 
 
 @pytest.mark.corpus
@@ -184,7 +188,7 @@ def test_a_second_client_during_a_session_is_dropped_and_a_lost_service_retried(
     samples = asyncio.run(asyncio.wait_for(scenario(), 60))
     np.testing.assert_array_equal(samples[: expected.shape[0]], expected)
     np.testing.assert_array_equal(samples[expected.shape[0] :], expected)
-    assert source.stats.dropped > 0
+    assert source.stats.dropped_seconds > 0
 
     # wyoming:// reconnects after the service hung up (each connection streams the file again)
     async def twice() -> int:
@@ -276,6 +280,9 @@ BROKEN_SESSIONS = {
 }
 
 
+BAD_CHUNK_SECONDS = 640 / 32000 + 16 / 32000 + 16 / 16000  # no rate; rate "fast"; width 1.5 → 1
+
+
 def test_hostile_clients_are_dropped_and_the_listener_goes_on() -> None:
     """Chunks without a rate, events without a type, a client cut off mid-chunk: each is one
     warning, and the next client's audio arrives whole (the source used to die on KeyError)."""
@@ -307,7 +314,7 @@ def test_hostile_clients_are_dropped_and_the_listener_goes_on() -> None:
         first = asyncio.create_task(anext(frames))
         for messages in BROKEN_SESSIONS.values():
             await send(messages)  # one after the other: none of them is a second client
-        while source.stats.dropped < 3:  # the frames side decoded the three bad chunks
+        while source.stats.dropped_seconds < BAD_CHUNK_SECONDS - 1e-9:  # the three bad chunks
             assert not first.done()
             await asyncio.sleep(0.01)
         assert not first.done()  # nothing broken became audio
@@ -321,7 +328,8 @@ def test_hostile_clients_are_dropped_and_the_listener_goes_on() -> None:
 
     samples = asyncio.run(asyncio.wait_for(scenario(), 30))
     np.testing.assert_array_equal(samples, speech)  # 16 kHz mono in, the same samples out
-    assert source.stats.dropped == 3  # the three chunks with a bad format
+    # the three chunks with a bad format, in seconds (unusable fields: as 16 kHz 16-bit mono)
+    assert source.stats.dropped_seconds == pytest.approx(BAD_CHUNK_SECONDS)
 
 
 def test_a_microphone_service_that_breaks_or_restarts_is_read_again() -> None:
@@ -445,7 +453,7 @@ def test_a_client_silent_mid_session_is_taken_over() -> None:
             got.append((await anext(frames)).samples)
         stalled.write(raw_event("audio-chunk", FMT16, first.astype("<i2").tobytes()))
         await stalled.drain()
-        while source.stats.dropped < 1:  # the stalled client's late chunk arrived: counted
+        while source.stats.dropped_seconds <= 0:  # the stalled client's late chunk: counted
             await asyncio.sleep(0.01)
         source.close()
         got += [frame.samples async for frame in frames]
@@ -455,7 +463,8 @@ def test_a_client_silent_mid_session_is_taken_over() -> None:
 
     samples = asyncio.run(asyncio.wait_for(scenario(), 30))
     np.testing.assert_array_equal(samples, np.concatenate([first, second]))
-    assert source.stats.dropped == 1  # the silent client's chunk after the take-over
+    # the silent client's chunk after the take-over, in seconds
+    assert source.stats.dropped_seconds == pytest.approx(first.shape[0] / 16000)
 
 
 def test_a_microphone_service_gone_silent_is_reconnected() -> None:
@@ -493,3 +502,32 @@ def test_a_microphone_service_gone_silent_is_reconnected() -> None:
     samples, source = asyncio.run(asyncio.wait_for(scenario(), 30))
     np.testing.assert_array_equal(samples, np.concatenate([speech, speech]))
     assert len(connections) == 2 and source.stats.device_errors == 1
+
+
+def test_with_turns_each_audio_stop_marks_the_last_frame_of_its_utterance() -> None:
+    fmt = {"rate": 16000, "width": 2, "channels": 1}
+
+    def utterance(samples: int) -> list[Event]:
+        pcm = np.ones(samples, dtype="<i2").tobytes()
+        return [
+            AudioStart(**fmt).event(),
+            AudioChunk(audio=pcm, **fmt).event(),
+            AudioStop().event(),
+        ]
+
+    async def events() -> AsyncIterator[Event | None]:
+        for event in [*utterance(1000), *utterance(960), None]:  # 960: frames end exactly
+            yield event
+
+    async def collect(turns: bool) -> list[AudioFrame]:
+        stats = SourceStats()
+        return [f async for f in decode_frames(events(), 30, stats, "test", turns=turns)]
+
+    plain = asyncio.run(collect(False))
+    assert not any(f.utterance_end for f in plain)
+    marked = asyncio.run(collect(True))
+    ends = [i for i, f in enumerate(marked) if f.utterance_end]
+    lengths = [f.samples.shape[0] for f in marked]
+    assert lengths == [480, 480, 40, 480, 480, 0]  # an empty frame carries a bare mark
+    assert ends == [2, 5]  # each audio-stop once (the connection's end adds none)
+    assert [f.start_seconds for f in marked] == [0, 0.03, 0.06, 0.0625, 0.0925, 0.1225]

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from wyoming.asr import Transcribe
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.event import Event
 from wyoming.info import Describe, Info
 from wyoming.wake import Detect
@@ -22,6 +23,7 @@ from monitor.audio.spec import parse_source
 from monitor.audio.wyoming_proxy import (
     VIA,
     ProxyEndpoint,
+    SideTap,
     WyomingProxySource,
     annotate_info,
     parse_proxy,
@@ -107,6 +109,35 @@ def test_info_names_every_program_as_passing_through_voxmeter_and_keeps_the_rest
     assert "voxmeter" in (info.asr[0].models[0].description or "")
     assert annotate_info(upstream_info).data["asr"][0]["a_future_field"] == [1, 2]
     assert upstream_info.data["asr"][0]["name"] == "faster-whisper"  # the original is untouched
+
+
+def _drain(queue: asyncio.Queue[Event | None]) -> list[str | None]:
+    items = []
+    while not queue.empty():
+        item = queue.get_nowait()
+        items.append(None if item is None else item.type)
+    return items
+
+
+def test_the_side_tap_measures_one_utterance_at_a_time_and_counts_what_it_drops() -> None:
+    tap = SideTap(4)
+    start = AudioStart(rate=16000, width=2, channels=1).event()
+    chunk = AudioChunk(rate=16000, width=2, channels=1, audio=b"\0\0" * 4800).event()  # 0.3 s
+    stop = AudioStop().event()
+    a, b = object(), object()
+    for who, event in [(a, start), (b, start), (a, chunk), (b, chunk), (a, stop), (b, stop)]:
+        tap.offer(who, event)
+    tap.offer(a, Transcribe().event())  # not audio: not measured, not counted
+    assert _drain(tap.queue) == ["audio-start", "audio-chunk", "audio-stop"]
+    assert tap.stats.dropped_seconds == pytest.approx(0.3)  # b's overlapping utterance
+    for event in [start, chunk, chunk, chunk, chunk, stop]:  # 4 fit, not the rest
+        tap.offer(a, event)
+    assert tap.stats.dropped_seconds == pytest.approx(0.6)
+    assert _drain(tap.queue) == ["audio-start", "audio-chunk", "audio-chunk", "audio-chunk"]
+    tap.offer(b, start)  # the cut utterance's end goes in first
+    assert _drain(tap.queue) == [None, "audio-start"]
+    tap.left(b)
+    assert _drain(tap.queue) == [None]
 
 
 # ---- relay against a real speech-to-text service --------------------------------------------

@@ -116,12 +116,12 @@ def changed(
 
 
 def stats(
-    total: int, speech: int, dropped: int, *, errors: int = 0, rtf: float = 0.1
+    total: int, speech: int, dropped_seconds: float, *, errors: int = 0, rtf: float = 0.1
 ) -> PipelineStats:
     return PipelineStats(
         frames_total=total,
         frames_speech=speech,
-        frames_dropped=dropped,
+        dropped_seconds=dropped_seconds,
         audio_device_errors=errors,
         audio_seconds=total * 0.03,
         windows=speech // 100,

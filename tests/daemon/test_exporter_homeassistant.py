@@ -144,11 +144,21 @@ def test_discovery_needs_mqtt_and_a_plain_prefix(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"homeassistant\.node_id"):
         load_config(None, ["homeassistant.node_id=a.b"])
     config = load_config(None, ["mqtt.enabled=true", "homeassistant.discovery=true"])
+    registry = Registry()
     with open_store(tmp_path / "v.db") as store:
         built = build_exporters(
-            config, store=store, db_path=tmp_path / "v.db", device_id="d", registry=Registry()
+            config, store=store, db_path=tmp_path / "v.db", device_id="d", registry=registry
         )
     assert [e.name for e in built] == ["prometheus", "mqtt", "homeassistant"]
+    assert registry.get_sample_value("voxmeter_mqtt_enabled") == 1.0
+    alone = Registry()  # no MQTT: pending alerts are no alert (rules.yml reads this gauge)
+    with open_store(tmp_path / "v.db") as store:
+        built = build_exporters(
+            load_config(None, []), store=store, db_path=tmp_path / "v.db", device_id="d",
+            registry=alone,
+        )  # fmt: skip
+    assert [e.name for e in built] == ["prometheus"]
+    assert alone.get_sample_value("voxmeter_mqtt_enabled") == 0.0
 
 
 def test_entities_carry_the_figures_and_vanish_with_their_speaker(

@@ -141,12 +141,14 @@ def test_unknown_track_information_gain_follows_top_candidate_and_expires() -> N
 def test_pipeline_stats_become_counter_increments_and_gauges() -> None:
     exporter, registry = make_exporter()
     get = registry.get_sample_value
-    assert get("voxmeter_frames_total", {"kind": "dropped"}) == 0.0  # present before any stats
-    exporter.apply(stats(1000, 400, 0, rtf=0.12))
-    exporter.apply(stats(2500, 900, 30, errors=2, rtf=0.2))
+    assert get("voxmeter_audio_dropped_seconds_total") == 0.0  # present before any stats
+    assert get("voxmeter_frames_total", {"kind": "dropped"}) is None  # one unit: seconds
+    exporter.apply(stats(1000, 400, 0.0, rtf=0.12))
+    exporter.apply(stats(2500, 900, 0.9, errors=2, rtf=0.2))
     assert get("voxmeter_frames_total", {"kind": "total"}) == 2500
     assert get("voxmeter_frames_total", {"kind": "speech"}) == 900
-    assert get("voxmeter_frames_total", {"kind": "dropped"}) == 30
+    assert get("voxmeter_audio_dropped_seconds_total") == pytest.approx(0.9)
+    assert get("voxmeter_audio_seconds_total") == pytest.approx(2500 * 0.03)
     assert get("voxmeter_audio_device_errors_total") == 2
     assert get("voxmeter_realtime_factor") == pytest.approx(0.2)
     assert get("voxmeter_queue_depth", {"queue": "frames"}) == 3

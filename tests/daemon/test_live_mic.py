@@ -51,5 +51,5 @@ def test_speech_played_into_the_virtual_microphone_is_scored(
     assert [e.figures.track for e in scored[:3]] == ["home-1"] * 3
     # kept up with the live device (no frame dropped for a full queue), and each window's
     # latency clock covers at least the work done on it (not a wall-clock bound)
-    assert summary.frames_dropped == 0
+    assert summary.dropped_seconds == 0
     assert all(e.latency_seconds >= sum(e.stage_seconds.values()) for e in scored)

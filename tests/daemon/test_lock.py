@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from monitor.errors import StoreError
 from monitor.store.database import open_store
 from tests.daemon.test_stdin_runs import pcm
 from tests.realparts import stop_process
-from tests.realparts.mosquitto import MosquittoBroker
+from tests.realparts.mosquitto import MosquittoBroker, free_port
 
 START_TIMEOUT_SECONDS = 90.0
 
@@ -119,9 +120,15 @@ def test_second_daemon_refused_until_the_first_is_killed(
     assert third.returncode == 0, errors.decode()
 
 
-def daemon_command(db: str, broker: MosquittoBroker, client_id: str) -> list[str]:
+def daemon_command(
+    db: str, broker: MosquittoBroker, client_id: str, metrics_port: int
+) -> list[str]:
+    """Both daemons ask for the same broker client id and the same metrics port: a second one
+    that got past the lock would knock the first off the broker or fail to bind."""
     return [
         *COMMAND, "--db", db,
+        "--set", "prometheus.enabled=true",
+        "--set", f"prometheus.port={metrics_port}",
         "--set", "mqtt.enabled=true",
         "--set", f"mqtt.port={broker.port}",
         "--set", f'mqtt.client_id="{client_id}"',
@@ -141,9 +148,10 @@ def test_a_second_daemon_by_another_name_never_reaches_the_broker(
     daemon_corpus, daemon_db: Path, tmp_path: Path, mosquitto: MosquittoBroker
 ) -> None:
     client_id = "voxmeter-lock-test"
+    metrics_port = free_port()
     symlink = tmp_path / "via-symlink.db"
     first = subprocess.Popen(
-        daemon_command(str(daemon_db), mosquitto, client_id),
+        daemon_command(str(daemon_db), mosquitto, client_id, metrics_port),
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -161,7 +169,7 @@ def test_a_second_daemon_by_another_name_never_reaches_the_broker(
         os.link(daemon_db, hardlink)
         for name in (str(symlink), str(hardlink), "./voxmeter.db"):
             second = subprocess.run(
-                daemon_command(name, mosquitto, client_id),
+                daemon_command(name, mosquitto, client_id, metrics_port),
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
@@ -176,6 +184,8 @@ def test_a_second_daemon_by_another_name_never_reaches_the_broker(
         time.sleep(1.0)  # a connection would have been logged by now
         assert connections(mosquitto, client_id) == 1, mosquitto.log_path.read_text()
         assert first.poll() is None  # never knocked off, still running
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+            assert b"voxmeter_" in r.read()  # the port is still the first daemon's
         assert not hardlink.with_name("via-hardlink.db-wal").exists()  # no stray log
         assert not hardlink.with_name("via-hardlink.db-shm").exists()
     finally:

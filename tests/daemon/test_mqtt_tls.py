@@ -228,3 +228,42 @@ def test_tls_files_need_tls() -> None:
             load_config(None, [f"mqtt.{key}=/etc/x.pem"])
     with pytest.raises(ConfigError, match=r"'mqtt\.keyfile': needs mqtt\.certfile"):
         load_config(None, ["mqtt.tls=true", "mqtt.keyfile=/etc/x.key"])
+
+
+def test_home_assistant_discovery_goes_over_the_same_tls(
+    tls_broker: TlsBroker, tls_certificates: Certificates, tmp_path: Path
+) -> None:
+    from tests.daemon.exporter_events import started
+    from tests.daemon.test_exporter_homeassistant import PREFIX, configs, household
+
+    settings = tls_settings(tls_certificates, tls_broker.tls_port, host="localhost")
+
+    async def scenario() -> None:
+        with household(tmp_path / "v.db") as store:
+            ha = HomeAssistantExporter(
+                HomeAssistantSettings(discovery=True, discovery_prefix=PREFIX),
+                settings,
+                store=store,
+                device_id=DEVICE,
+            )
+            async with subscribed(tls_broker, "#") as seen, running(ha):  # type: ignore[arg-type]
+                await ha.handle(started())
+                await seen.wait(lambda: len(configs(seen)) >= 3)  # the device's entities
+                assert ha.connected
+
+    run(scenario)
+
+
+@pytest.mark.corpus
+def test_voxmeter_run_with_an_unusable_ca_file_is_one_line(
+    daemon_db: Path, daemon_corpus: Any, tmp_path: Path
+) -> None:
+    missing = tmp_path / "missing-ca.pem"
+    done = voxmeter_run(
+        "--db", str(daemon_db), "--source", f"file:{daemon_corpus.known_stream}", "--fast",
+        "--set", "mqtt.enabled=true", "--set", "mqtt.tls=true",
+        "--set", f"mqtt.cafile={missing}",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "mqtt.cafile" in done.stderr and str(missing) in done.stderr

@@ -212,3 +212,13 @@ def test_a_window_nearer_a_profile_is_not_taken_by_an_unknown_track(
     tracked, _ = t.process(window(between, 1))
     # below the member's 0.7 at 3 s, yet nearer the member than unknown-1: nobody's
     assert tracked is None and t.clusters["unknown-1"].windows == 1
+
+
+def test_a_short_window_joins_but_never_opens_a_track(rng: np.random.Generator) -> None:
+    v = voices(rng, 2)
+    t = fitted_tracker([])
+    assert t.process(window(v[1], 0, seconds=1.5)) == (None, [])
+    opened, _ = t.process(window(v[1], 1, seconds=2.0))
+    joined, _ = t.process(window(v[1], 2, seconds=1.0))
+    assert opened is not None and joined is not None and joined.track == opened.track
+    assert t.skipped_seconds == 1.5

@@ -22,6 +22,7 @@ from monitor.features.base import (
 from monitor.features.embedding import CampplusEmbedding, EcapaEmbedding, UnitEmbedding
 from monitor.features.embedding_onnx import GRAPHS, export, graph_path
 from monitor.features.weights import weights_dir
+from tests.numeric import FLOAT32_NETWORK_RTOL
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "embedding_reference.json").read_text())
 CLASSES: dict[str, type[UnitEmbedding]] = {"ecapa": EcapaEmbedding, "campplus": CampplusEmbedding}
@@ -53,6 +54,7 @@ def _speech(corpus_root: Path) -> list[np.ndarray]:
 
 
 @pytest.mark.corpus
+@pytest.mark.parity
 @pytest.mark.parametrize("backend", list(GRAPHS))
 def test_onnx_embeddings_match_torch_on_corpus_files(
     backend: str, graphs: Path, corpus_root: Path
@@ -64,7 +66,9 @@ def test_onnx_embeddings_match_torch_on_corpus_files(
         for piece in (audio, audio[:16000]):
             ours, theirs = onnx.embed(piece, 16000), reference.embed(piece, 16000)
             assert np.linalg.norm(theirs) == pytest.approx(1.0)
-            assert _relative(ours, theirs) <= 1e-5, (backend, len(piece))
+            # measured ≤ 4.2e-6 under torch's native, avx2 and default kernels; ONNX Runtime
+            # picks its own kernels per CPU: the tolerance of any float32 network on any x86
+            assert _relative(ours, theirs) <= FLOAT32_NETWORK_RTOL, (backend, len(piece))
 
 
 @pytest.mark.corpus

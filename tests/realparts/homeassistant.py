@@ -33,6 +33,7 @@ from tests.realparts import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("VOXMETER_HA_VENV", REPO / ".venv-ha"))
+ASSIST = REPO / "scripts" / "ha" / "assist.py"
 UNAVAILABLE = VENV / "UNAVAILABLE"  # the installer's one-line reason when it could not install
 START_TIMEOUT_SECONDS = 180.0
 T = TypeVar("T")
@@ -110,22 +111,6 @@ class HomeAssistant:
             ) from error
         return json.loads(text) if text else None
 
-    def post_bytes(self, path: str, payload: bytes, headers: dict[str, str]) -> Any:
-        """POST raw bytes (the speech-to-text API takes the audio as the body)."""
-        req = urllib.request.Request(
-            f"{self.url}{path}",
-            payload,
-            {"Authorization": f"Bearer {self.token}", **headers},
-            method="POST",
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=120) as reply:
-                return json.loads(reply.read().decode())
-        except urllib.error.HTTPError as error:
-            raise HomeAssistantError(
-                f"POST {path}: HTTP {error.code} {error.read().decode()[:500]}"
-            ) from error
-
     def onboard(self) -> None:
         """Create the owner through the onboarding API and keep an access token."""
         client_id = f"{self.url}/"
@@ -170,6 +155,28 @@ class HomeAssistant:
     def states(self) -> dict[str, dict[str, Any]]:
         """entity_id → state object, every entity."""
         return {s["entity_id"]: s for s in self.request("GET", "/api/states")}
+
+    def assist(self, stt_entity: str, pcm: bytes) -> list[dict[str, Any]]:
+        """Run the voice pipeline's speech-to-text stage on 16 kHz s16le ``pcm`` over the
+        WebSocket API (scripts/ha/assist.py, in Home Assistant's venv); its events in order."""
+        audio = self.directory / "assist.pcm"
+        audio.write_bytes(pcm)
+        result = subprocess.run(
+            [
+                str(VENV / "bin" / "python"),
+                str(ASSIST),
+                self.url,
+                self.token,
+                stt_entity,
+                str(audio),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if result.returncode != 0:
+            raise HomeAssistantError(f"assist pipeline run failed: {result.stderr[-2000:]}")
+        return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
     def log_lines(self) -> list[str]:
         """The log's first lines of every record (records start with a timestamp)."""

@@ -10,6 +10,7 @@ id keep working and get it on their first write.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import stat
@@ -151,12 +152,15 @@ def test_a_read_only_database_stays_read_only(tmp_path: Path) -> None:
     before = fingerprint(folder)
     listed = runner.invoke(app, ["db", "list", "--db", str(db), "--json"])  # reading works
     assert listed.exit_code == 0, listed.stderr
-    assert [i["alias"] for i in __import__("json").loads(listed.stdout)] == ["spk1", "spk2", "spk3"]
+    assert [i["alias"] for i in json.loads(listed.stdout)] == ["spk1", "spk2", "spk3"]
     assert runner.invoke(app, ["status", "--db", str(db), "--json"]).exit_code == 0
     assert runner.invoke(app, ["db", "check", "--db", str(db)]).exit_code == 0
     for name in ("db remove", "enroll"):
         args = commands(db, tmp_path / name.replace(" ", "-"))[name]
         one_error_line(runner.invoke(app, args), str(db), "read-only (mode 0444)", "chmod u+w")
+    done = voxmeter_run(db)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "read-only (mode 0444)" in done.stderr
     assert fingerprint(folder) == before  # 0444 stays 0444, nothing beside it
     assert stat.S_IMODE(db.stat().st_mode) == 0o444
 
@@ -200,6 +204,9 @@ def test_a_damaged_database_is_refused_and_can_be_recovered(tmp_path: Path) -> N
         args = commands(db, tmp_path / name.replace(" ", "-"))[name]
         one_error_line(runner.invoke(app, args), str(db), "damaged", "db recover")
     one_error_line(runner.invoke(app, ["db", "check", "--db", str(db)]), "damaged", "db recover")
+    done = voxmeter_run(db)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "the database is damaged" in done.stderr and "db recover" in done.stderr
     assert fingerprint(folder) == before
 
     out = tmp_path / "recovered.db"
@@ -282,3 +289,22 @@ def test_a_hard_linked_database_is_not_written(tmp_path: Path) -> None:
     with open_store(db, read_only=True) as store:  # reading through either name is safe
         assert len(store.identities()) == 3
     assert {k: v for k, v in fingerprint(tmp_path).items() if k in before} == before
+
+
+def test_an_old_schema_made_before_the_application_id_is_migrated_and_marked(
+    tmp_path: Path,
+) -> None:
+    from monitor.store.database import connect, migrate
+    from monitor.store.schema import SCHEMA_VERSION
+
+    db = tmp_path / "voxmeter.db"
+    path, conn = connect(db)
+    migrate(conn, path, target=1)  # schema 1, as the first voxmeter releases left it
+    conn.execute("PRAGMA application_id = 0")
+    conn.execute("INSERT INTO identities (alias, metadata, created) VALUES ('old', '{}', 'x')")
+    conn.close()
+    assert header_application_id(db) == 0
+    with open_store(db, create=False) as store:  # what `voxmeter run` does at start
+        assert store.schema_version == SCHEMA_VERSION
+        assert [i.alias for i in store.identities()] == ["old"]
+    assert header_application_id(db) == APPLICATION_ID

@@ -46,6 +46,7 @@ def build_exporters(
     prometheus: PrometheusExporter | None = None
     if config.prometheus.enabled:
         prometheus = PrometheusExporter(config.prometheus, db_path=db_path, registry=registry)
+        prometheus.set_mqtt_enabled(config.mqtt.enabled)
         exporters.append(prometheus)
     if config.mqtt.enabled:
         exporters.append(

@@ -8,8 +8,9 @@ Home Assistant creates an entity for every retained JSON config on
   ``exceeded``), both reading the speaker's retained state topic that
   :class:`~monitor.daemon.exporters.mqtt.MqttExporter` already publishes;
 - per device: ``binary_sensor`` *online* (connectivity, the existing status topic and its last
-  will), ``sensor`` *templates* (N) and ``sensor`` *speech seconds*, the last two from a retained
-  device state topic this exporter publishes.
+  will), ``sensor`` *templates* (N) and ``sensor`` *speech seconds* (scored in the current
+  budget period: restored from the ledger at start, zero at a new period), the last two from a
+  retained device state topic this exporter publishes.
 
 Every entity has a ``device`` block, an ``origin`` block, a ``unique_id`` and the status topic
 as availability. Entities vanish (an empty retained config) when an ``unknown-N`` track expires
@@ -258,6 +259,7 @@ class HomeAssistantExporter:
         self._cleared: dict[str, None] = {}  # speaker state topics to clear, after the configs
         self._device: dict[str, Any] = {"templates": 0, "speech_seconds": 0.0}
         self._device_dirty = False
+        self._period_start_unix: float | None = None
         self._started = asyncio.Event()
         self._wake = asyncio.Event()
         self.connected = False
@@ -300,10 +302,17 @@ class HomeAssistantExporter:
                     self._speakers.discard(alias)
                     self._add_speaker(alias)
                 self._device["templates"] = max(event.templates.values(), default=0)
+                # this period's figure as the ledger holds it: a restart neither zeroes it nor
+                # leaves the last run's retained figure standing until the first new window
+                self._device["speech_seconds"] = round(event.speech_seconds, 3)
+                self._period_start_unix = event.period_start_unix
                 self._device_dirty = True
                 self._started.set()
             case WindowScored():
                 self._add_speaker(event.figures.track)
+                if event.figures.period_start_unix != self._period_start_unix:
+                    self._period_start_unix = event.figures.period_start_unix
+                    self._device["speech_seconds"] = 0.0  # a new budget period counts afresh
                 self._device["speech_seconds"] = round(
                     self._device["speech_seconds"] + event.window_speech_seconds, 3
                 )

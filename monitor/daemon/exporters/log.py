@@ -68,7 +68,7 @@ class LogExporter:
                         "fields": {
                             "frames": event.frames_total,
                             "speech": event.frames_speech,
-                            "dropped": event.frames_dropped,
+                            "dropped_seconds": round(event.dropped_seconds, 3),
                             "device_errors": event.audio_device_errors,
                             "rtf": round(event.realtime_factor, 4),
                             "tracks": event.tracks,

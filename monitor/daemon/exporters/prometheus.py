@@ -100,10 +100,14 @@ class Metrics:
             "Seconds of speech attributed to the speaker since the daemon started.",
             ("speaker",),
         )
-        self.frames = counter(
-            "voxmeter_frames",
-            "Audio frames: total seen, speech, dropped (queue full).",
-            ("kind",),
+        self.frames = counter("voxmeter_frames", "VAD frames: total seen, speech.", ("kind",))
+        self.audio_seconds = counter(
+            "voxmeter_audio_seconds", "Seconds of audio read from the source."
+        )
+        self.audio_dropped_seconds = counter(
+            "voxmeter_audio_dropped_seconds",
+            "Seconds of audio lost before scoring: a full queue, a gap in the input, a chunk "
+            "that could not be decoded, a second Wyoming client.",
         )
         self.stage_seconds = Histogram(
             "voxmeter_stage_seconds",
@@ -140,10 +144,14 @@ class Metrics:
         self.mqtt_connected = gauge(
             "voxmeter_mqtt_connected", "1 while the MQTT broker connection is up."
         )
+        self.mqtt_enabled = gauge(
+            "voxmeter_mqtt_enabled",
+            "1 when this daemon publishes to MQTT (alerts rules on the outbox need it).",
+        )
         self.audio_device_errors = counter(
             "voxmeter_audio_device_errors", "Audio device failures since the daemon started."
         )
-        for kind in ("total", "speech", "dropped"):
+        for kind in ("total", "speech"):
             self.frames.labels(kind)  # export 0 before the first stats, so rate() works
         for state in BUDGET_STATES:
             self.alerts.labels(state)
@@ -260,6 +268,10 @@ class PrometheusExporter:
     async def handle(self, event: DaemonEvent) -> None:
         self.apply(event)
 
+    def set_mqtt_enabled(self, enabled: bool) -> None:
+        """Whether an MQTT exporter drains the outbox: without one, pending alerts are normal."""
+        self.metrics.mqtt_enabled.set(1.0 if enabled else 0.0)
+
     def set_mqtt_connected(self, connected: bool) -> None:
         """Connection listener for the MQTT exporter."""
         self.metrics.mqtt_connected.set(1.0 if connected else 0.0)
@@ -346,6 +358,9 @@ class PrometheusExporter:
         previous = _frame_counts(last)
         for kind, value in _frame_counts(event).items():
             m.frames.labels(kind).inc(max(0, value - previous[kind]))
+        m.audio_seconds.inc(max(0.0, event.audio_seconds - (last.audio_seconds if last else 0.0)))
+        dropped_before = last.dropped_seconds if last else 0.0
+        m.audio_dropped_seconds.inc(max(0.0, event.dropped_seconds - dropped_before))
         previous_errors = last.audio_device_errors if last else 0
         m.audio_device_errors.inc(max(0, event.audio_device_errors - previous_errors))
         m.realtime_factor.set(event.realtime_factor)
@@ -356,12 +371,8 @@ class PrometheusExporter:
 def _frame_counts(stats: PipelineStats | None) -> dict[str, int]:
     """Frame totals by ``kind`` label (all 0 before the first stats)."""
     if stats is None:
-        return {"total": 0, "speech": 0, "dropped": 0}
-    return {
-        "total": stats.frames_total,
-        "speech": stats.frames_speech,
-        "dropped": stats.frames_dropped,
-    }
+        return {"total": 0, "speech": 0}
+    return {"total": stats.frames_total, "speech": stats.frames_speech}
 
 
 def _count_pending(db_path: Path) -> int:

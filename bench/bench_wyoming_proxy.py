@@ -1,0 +1,170 @@
+"""Latency the Wyoming proxy adds from ``audio-stop`` to ``transcript``, against direct, same run.
+
+A real pocketsphinx speech-to-text service (tests/realparts/wyoming_upstreams.py) runs in its
+own process and prints, for each utterance, when the ``audio-stop`` reached it and when its
+``transcript`` left (CLOCK_MONOTONIC: one clock for every process). Each corpus utterance (its
+first second) is sent twice, on a new connection each time as Home Assistant's pipeline does:
+directly and through the proxy, the order alternating. Before the ``audio-stop``, a ``describe``
+waits until the service has decoded the audio so far (unpaced audio would queue behind the
+decoder, which holds the GIL, and delay the stop's arrival by seconds). The client's latency
+minus the service's own time is what the way there and back costs; the proxy's *added*
+latency is that cost through the proxy minus the direct one, utterance by utterance. The proxy
+runs in this process with its measuring side busy as in the daemon (decode, resample, WebRTC
+VAD, windower, a short window at each ``audio-stop``). Transcripts must be the same both ways.
+
+Run: ``python -m bench wyoming_proxy`` (``VOXMETER_BENCH_UTTERANCES``, default 200) →
+bench/results/wyoming_proxy.json and one summary line. Target: p95 added ≤ 5 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from wyoming.asr import Transcribe
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.info import Describe
+
+from bench.common import CORPUS, RESULTS_DIR, write_results
+from monitor.audio.file import read_audio
+from monitor.audio.vad import WebRtcVad
+from monitor.audio.windows import Windower
+from monitor.audio.wyoming_proxy import ProxyEndpoint, WyomingProxySource
+
+RESULTS = RESULTS_DIR / "wyoming_proxy.json"
+UTTERANCE_SECONDS = 1.0  # a short command; pocketsphinx decodes it in ~0.7 s of CPU
+CHUNK_SAMPLES = 1024  # 64 ms, wyoming-satellite's and Home Assistant's chunk
+TARGET_P95_MS = 5.0
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def utterances(count: int) -> list[bytes]:
+    """The first second of ``count`` corpus files (sorted), as 16-bit 16 kHz PCM."""
+    files = sorted(CORPUS.glob("*/*.flac"))[:count]
+    if len(files) < count:
+        raise SystemExit(f"need {count} corpus files at {CORPUS} (set VOXMETER_CORPUS)")
+    pcm = []
+    for path in files:
+        audio, _ = read_audio(path)
+        head = audio[: round(UTTERANCE_SECONDS * 16000)]
+        pcm.append((np.clip(head, -1, 1) * 32767).astype("<i2").tobytes())
+    return pcm
+
+
+async def transcribe(port: int, pcm: bytes) -> tuple[float, str]:
+    """Send one utterance as Home Assistant does; seconds from audio-stop to transcript."""
+    fmt = {"rate": 16000, "width": 2, "channels": 1}
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        await client.write_event(Transcribe(language="en").event())
+        await client.write_event(AudioStart(**fmt).event())
+        step = CHUNK_SAMPLES * 2
+        for i in range(0, len(pcm), step):
+            await client.write_event(AudioChunk(audio=pcm[i : i + step], **fmt).event())
+        await client.write_event(Describe().event())  # a barrier: answered once the audio is
+        while (event := await client.read_event()) is not None and event.type != "info":
+            pass  # decoded, so the service is idle when the audio-stop comes, as when it
+        started = time.perf_counter()  # keeps up with audio streamed in real time
+        await client.write_event(AudioStop().event())
+        while (event := await client.read_event()) is not None:
+            if event.type == "transcript":
+                return time.perf_counter() - started, str(event.data.get("text", ""))
+    raise RuntimeError("the service closed the connection without a transcript")
+
+
+async def measuring_side(source: WyomingProxySource, counts: dict[str, int]) -> None:
+    """The daemon's front end on the proxy's frames, on this event loop."""
+    vad, windower = WebRtcVad(), Windower(3.0)
+    async for frame in source.frames():
+        chunks = vad.process(frame)
+        if frame.utterance_end:
+            chunks += vad.flush()
+        windows = [w for c in chunks for w in windower.process(c)]
+        if frame.utterance_end:
+            windows += windower.close_turn()
+        counts["windows"] += len(windows)
+
+
+async def run(count: int) -> dict[str, Any]:
+    pcm = utterances(count)
+    service = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.realparts.wyoming_upstreams",
+        "asr",
+        "--timings",
+        stdout=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert service.stdout is not None
+    try:
+        port = int((await service.stdout.readline()).split()[1])
+        source = WyomingProxySource(ProxyEndpoint("127.0.0.1", 0, "127.0.0.1", port))
+        counts = {"windows": 0}
+        side = asyncio.get_running_loop().create_task(measuring_side(source, counts))
+        while not source.port:
+            await asyncio.sleep(0.01)
+        ports = {"direct": port, "proxy": source.port}
+        seen: dict[str, list[float]] = {"direct": [], "proxy": []}
+        cost: dict[str, list[float]] = {"direct": [], "proxy": []}
+        mismatches = 0
+        for i, audio in enumerate(pcm):
+            texts = {}
+            for arm in ("direct", "proxy") if i % 2 == 0 else ("proxy", "direct"):
+                latency, texts[arm] = await transcribe(ports[arm], audio)
+                arrived, sent = map(float, (await service.stdout.readline()).split()[1:])
+                seen[arm].append(latency)
+                cost[arm].append(latency - (sent - arrived))
+            mismatches += texts["direct"] != texts["proxy"]
+        source.close()
+        await side
+    finally:
+        service.terminate()
+        await service.wait()
+    added = np.array(cost["proxy"]) - np.array(cost["direct"])
+    ms = 1000.0
+
+    def pct(values: Any, q: float) -> float:
+        return round(float(np.percentile(np.asarray(values) * ms, q)), 3)
+
+    return {
+        "utterances": count,
+        "utterance_seconds": UTTERANCE_SECONDS,
+        "added_ms": {"p50": pct(added, 50), "p95": pct(added, 95), "max": pct(added, 100)},
+        "transport_ms": {arm: {"p50": pct(v, 50), "p95": pct(v, 95)} for arm, v in cost.items()},
+        "audio_stop_to_transcript_ms": {
+            arm: {"p50": pct(v, 50), "p95": pct(v, 95)} for arm, v in seen.items()
+        },
+        "transcripts_differing": mismatches,
+        "measured_windows": counts["windows"],
+        "dropped_seconds": source.dropped_seconds,
+        "target_p95_ms": TARGET_P95_MS,
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        },
+    }
+
+
+def main() -> None:
+    count = int(os.environ.get("VOXMETER_BENCH_UTTERANCES", "200"))
+    results = asyncio.run(run(count))
+    write_results(RESULTS, results)
+    added, direct = results["added_ms"], results["audio_stop_to_transcript_ms"]["direct"]
+    print(
+        f"wyoming proxy: {count} utterances, added audio-stop→transcript latency "
+        f"p50 {added['p50']:.2f} ms, p95 {added['p95']:.2f} ms (target ≤ {TARGET_P95_MS:g}); "
+        f"direct p50 {direct['p50']:.0f} ms; transcripts differing "
+        f"{results['transcripts_differing']}; load {results['machine']['load_average_1m_at_end']}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""A real Home Assistant (2025.4) uses voxmeter's Wyoming proxy as its speech-to-text service.
+
+The upstream is a real offline Wyoming ASR server (pocketsphinx, tests/realparts/
+wyoming_upstreams.py); the daemon runs with ``wyoming-proxy://…?upstream=tcp://…`` in this
+process. Home Assistant's Wyoming config flow, given the proxy's address, ends in
+``create_entry``; speech sent through Home Assistant's voice pipeline (WebSocket, as a satellite
+sends it) reaches the upstream
+through the proxy, the transcript comes back — the one the upstream gives directly — and the
+daemon measured the audio that passed."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.daemon.build import build_pipeline
+from monitor.daemon.config import load_config
+from monitor.store.database import open_store
+from tests.daemon.conftest import DaemonCorpus
+from tests.realparts.homeassistant import HomeAssistant
+
+pytestmark = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.homeassistant]
+
+proxy = pytest.importorskip(
+    "monitor.audio.wyoming_proxy", reason="this build has no wyoming-proxy source yet (issue 19)"
+)
+COMMAND = "turn on the kitchen light"
+
+
+async def blocking(function: Any, *args: Any) -> Any:
+    """Home Assistant's REST calls off the loop: the proxy and the upstream run on it."""
+    return await asyncio.get_running_loop().run_in_executor(None, function, *args)
+
+
+def test_home_assistant_transcribes_through_the_proxy(
+    home_assistant: HomeAssistant,
+    daemon_corpus: DaemonCorpus,
+    tmp_path: Path,
+) -> None:
+    from wyoming.asr import Transcribe
+
+    from tests.audio.wyoming_peers import conversation, talk
+    from tests.realparts.wyoming_upstreams import serve, speech
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng not installed (scripts/install-system.sh installs it)")
+    ha = home_assistant
+    db = tmp_path / "proxy.db"
+    shutil.copy(daemon_corpus.db, db)
+    db.chmod(0o600)
+    audio = speech(COMMAND)
+
+    async def scenario() -> tuple[dict[str, Any], list[Any], str, list[bytearray], float]:
+        records: list[bytearray] = []
+        server, upstream_port = await serve("asr", records=records)
+        (direct,) = await talk(upstream_port, conversation(audio, Transcribe().event()))
+        records.clear()  # from here on, only what came through the proxy
+        config = load_config(
+            None,
+            [
+                f"daemon.source=wyoming-proxy://127.0.0.1:0?upstream=tcp://127.0.0.1:{upstream_port}",
+                f"daemon.db={db}",
+                "prometheus.enabled=false",
+                "wyoming.zeroconf=false",
+            ],
+        )
+        with open_store(db) as store:
+            pipeline = build_pipeline(config, store=store, exporters=[])
+            source = pipeline.source
+            assert isinstance(source, proxy.WyomingProxySource)
+            running = asyncio.get_running_loop().create_task(pipeline.run())
+            async with asyncio.timeout(120):
+                while not source.port:
+                    await asyncio.sleep(0.05)
+            flow = await blocking(
+                ha.config_flow, "wyoming", {"host": "127.0.0.1", "port": source.port}
+            )
+            stt = await blocking(stt_entity, ha)
+            events = await blocking(ha.assist, stt, audio.astype("<i2").tobytes())
+            async with asyncio.timeout(120):  # the measuring side saw the audio pass
+                while pipeline.audio_seconds < audio.shape[0] / 16000 - 0.1:
+                    await asyncio.sleep(0.1)
+            measured = pipeline.audio_seconds
+            pipeline.stop("test over")
+            await running
+        await server.stop()
+        return flow, events, str(direct.data["text"]), records, measured
+
+    flow, events, direct_text, records, measured = asyncio.run(scenario())
+    assert flow["type"] == "create_entry", flow
+    assert "voxmeter" in flow["title"], flow["title"]  # the user sees it passes through us
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "run-start" and kinds[-1] == "run-end" and "error" not in kinds, events
+    (done,) = [e for e in events if e["type"] == "stt-end"]
+    text = done["data"]["stt_output"]["text"]
+    assert text == direct_text and direct_text.strip(), (text, direct_text)
+    # the upstream's only utterance since the direct one came through the proxy, all of it
+    assert any(b"audio-stop" in r and len(r) > audio.nbytes for r in records), len(records)
+    assert measured == pytest.approx(audio.shape[0] / 16000, abs=0.1)
+    assert ha.problems("wyoming", "voxmeter", "stt") == []
+
+
+def stt_entity(ha: HomeAssistant) -> str:
+    """The speech-to-text entity the Wyoming entry created (waits for it)."""
+    from tests.realparts.homeassistant import wait_until
+
+    def found() -> str | None:
+        names = [e for e in ha.states() if e.startswith("stt.")]
+        return names[0] if names else None
+
+    return wait_until(found, 60, "a stt entity")

@@ -1,0 +1,142 @@
+"""deploy/homeassistant-addon: the add-on's config.yaml carries what the Supervisor requires (a
+config it cannot validate makes the add-on vanish from the store without an error in the UI),
+and run.sh's mapping of the options gives a config.toml the daemon itself accepts.
+
+The rules are those of the Supervisor's add-on schema (supervisor/addons/validate.py and
+options.py): required name, version, slug, description, arch; option types it understands;
+``services`` as ``mqtt|mysql:provide|want|need``; ports as ``NUMBER/tcp|udp``."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from monitor.daemon.config import load_config
+from monitor.errors import ConfigError
+from tests.deploy.promql import DEPLOY
+
+ADDON = DEPLOY / "homeassistant-addon" / "voxmeter"
+ARCHES = {"amd64", "aarch64", "armhf", "armv7", "i386"}
+SLUG = re.compile(r"[-_.A-Za-z0-9]+")
+SERVICE = re.compile(r"(mqtt|mysql):(provide|want|need)")
+PORT = re.compile(r"\d+(/(tcp|udp))?")
+BOUNDS = r"(\((-?[\d.]+)?,(-?[\d.]+)?\))?"
+ELEMENT = re.compile(
+    rf"(bool|email|url|port|str{BOUNDS}|password{BOUNDS}|int{BOUNDS}|float{BOUNDS}"
+    r"|match\((?P<match>.*)\)|list\((?P<list>.+)\)|device(\(subsystem=[a-z]+\))?)\??"
+)
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    loaded = yaml.safe_load((ADDON / "config.yaml").read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def accepts(element: str, value: Any) -> bool:
+    """Whether the Supervisor would take ``value`` for an option of type ``element``."""
+    found = ELEMENT.fullmatch(element)
+    assert found, element
+    kind = re.match(r"[a-z]+", element)
+    assert kind is not None
+    name = kind.group()
+    if name == "bool":
+        return isinstance(value, bool)
+    if name in ("int", "port"):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if name == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if name == "match":
+        return isinstance(value, str) and re.fullmatch(found.group("match"), value) is not None
+    if name == "list":
+        return value in found.group("list").split("|")
+    return isinstance(value, str)
+
+
+def test_config_yaml_has_what_the_supervisor_requires(config: dict[str, Any]) -> None:
+    for key in ("name", "version", "slug", "description"):
+        assert isinstance(config.get(key), str) and config[key], key
+    assert SLUG.fullmatch(config["slug"])
+    assert isinstance(config["arch"], list) and set(config["arch"]) <= ARCHES and config["arch"]
+    assert config["discovery"] == ["wyoming"]  # Home Assistant's Wyoming integration is offered it
+    assert all(SERVICE.fullmatch(s) for s in config["services"])
+    assert any(s.startswith("mqtt:") for s in config["services"])
+    assert all(PORT.fullmatch(p) for p in config["ports"])
+    assert all(v is None or isinstance(v, int) for v in config["ports"].values())
+    assert set(config["ports_description"]) == set(config["ports"])
+    options, schema = config["options"], config["schema"]
+    assert isinstance(options, dict) and isinstance(schema, dict)
+    for key, element in schema.items():
+        assert isinstance(element, str) and ELEMENT.fullmatch(element), (key, element)
+        if not element.endswith("?"):
+            assert key in options, f"required option {key} has no default"
+        if key in options:
+            assert accepts(element, options[key]), (key, element, options[key])
+    assert set(options) <= set(schema)
+    assert str(config["version"]) == _project_version()
+    builds = yaml.safe_load((ADDON / "build.yaml").read_text())["build_from"]
+    assert set(builds) == set(config["arch"])
+
+
+def test_run_script_is_valid_shell() -> None:
+    result = subprocess.run(["bash", "-n", str(ADDON / "run.sh")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("with_broker", [True, False])
+def test_options_become_a_config_the_daemon_accepts(
+    config: dict[str, Any], tmp_path: Path, with_broker: bool
+) -> None:
+    options = {**config["options"], "budget_bits": 3.5, "device_id": "kitchen"}
+    (tmp_path / "options.json").write_text(json.dumps(options))
+    broker = ["--mqtt-host", "core-mosquitto", "--mqtt-port", "1883"]
+    broker += ["--mqtt-username", "addons", "--mqtt-password", 'p"w\\1']
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ADDON / "options_to_config.py"),
+            str(tmp_path / "options.json"),
+            str(tmp_path / "config.toml"),
+            *(broker if with_broker else []),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    try:
+        loaded = load_config(tmp_path / "config.toml", [])
+    except ConfigError as error:
+        if "unknown audio source 'wyoming-proxy:" in str(error):  # issue 19's proxy not merged
+            pytest.skip("this build has no wyoming-proxy source yet")
+        raise
+    assert loaded.daemon.source == (
+        f"wyoming-proxy://0.0.0.0:10555?upstream={config['options']['upstream']}"
+    )
+    assert (loaded.daemon.device_id, loaded.budget.bits) == ("kitchen", 3.5)
+    assert loaded.budget.period_seconds == config["options"]["period_hours"] * 3600
+    assert loaded.mqtt.enabled is with_broker
+    assert loaded.homeassistant.discovery is with_broker
+    if with_broker:
+        assert (loaded.mqtt.host, loaded.mqtt.username, loaded.mqtt.password) == (
+            "core-mosquitto",
+            "addons",
+            'p"w\\1',
+        )
+        # the Mosquitto add-on without TLS: on the Supervisor's network, accepted explicitly
+        assert (loaded.mqtt.tls, loaded.mqtt.allow_plaintext_password) == (False, True)
+    assert (tmp_path / "config.toml").stat().st_mode & 0o077 == 0  # it holds a password
+
+
+def _project_version() -> str:
+    text = (DEPLOY.parent / "pyproject.toml").read_text()
+    found = re.search(r'^version = "([^"]+)"', text, re.M)
+    assert found
+    return found.group(1)
