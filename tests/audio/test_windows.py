@@ -125,3 +125,11 @@ def test_close_turn_scores_a_second_or_more_and_counts_less() -> None:
     (window,) = windower.process(second)
     assert window.start_seconds == pytest.approx(1.25)
     assert windower.dropped_seconds == pytest.approx(0.75)
+
+
+def test_windows_of_one_turn_continue_and_a_pause_starts_a_new_turn() -> None:
+    chunks = make_chunks([RATE_HZ * 7, RATE_HZ * 4], [0, RATE_HZ])  # 7 s, a 1 s pause, 4 s
+    windower = Windower(3.0, turn_pause_seconds=0.3)
+    windows = [w for c in chunks for w in windower.process(c)] + windower.close_turn()
+    assert [w.speech_seconds for w in windows] == [3.0, 3.0, 1.0, 3.0, 1.0]
+    assert [w.continues for w in windows] == [False, True, True, False, True]
