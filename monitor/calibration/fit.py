@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from monitor.calibration.bucket_fit import SeparableNotes, fit_trials, warn_separable
 from monitor.calibration.buckets import (
     DEFAULT_BUCKETS,
