@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from monitor.daemon.budget import BudgetMachine
-from monitor.daemon.config import BudgetSettings
 from monitor.daemon.events import TrackExpired
 from monitor.daemon.evidence import TrackEvidence, TrackScorer
 from monitor.daemon.ledger import LedgerWriter
+from monitor.daemon.settings import BudgetSettings
 from monitor.features.base import Observation, get_feature
 from monitor.store.database import open_store
 from tests.daemon.exporter_events import scored, started
