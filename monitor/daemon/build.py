@@ -16,7 +16,7 @@ from pathlib import Path
 from monitor.audio.frames import AudioSource
 from monitor.audio.microphone import MicrophoneSource
 from monitor.audio.spec import Retry, open_source
-from monitor.calibration.fit import CalibrationSet, load_default
+from monitor.calibration.buckets import CalibrationSet, load_default
 from monitor.daemon.config import Config
 from monitor.daemon.events import Exporter
 from monitor.daemon.exporters import build_exporters

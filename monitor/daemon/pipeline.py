@@ -343,6 +343,7 @@ class Pipeline:
                     end_seconds=window.end_seconds,
                     speech_seconds=window.speech_seconds,
                     mixed=window.mixed,
+                    continues=window.continues,
                     observations=dict(zip(names, observations, strict=True)),
                     closed_monotonic=item.closed_monotonic,
                     closed_unix=item.closed_unix,

@@ -255,6 +255,11 @@ def _check_version(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
+def default_db_path() -> Path:
+    """``$VOXMETER_DB`` or ``./voxmeter.db``."""
+    return Path(os.environ.get("VOXMETER_DB") or "voxmeter.db")
+
+
 def open_store(
     path: str | os.PathLike[str],
     *,

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from monitor.calibration.fit import DEFAULT_PATH as DEFAULT_CALIBRATION
+from monitor.calibration.buckets import DEFAULT_PATH as DEFAULT_CALIBRATION
 from monitor.daemon.budget import BudgetMachine
 from monitor.daemon.config import BudgetSettings
 from tests.daemon.conftest import hand_calibration

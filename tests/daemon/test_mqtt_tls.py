@@ -252,3 +252,18 @@ def test_home_assistant_discovery_goes_over_the_same_tls(
                 assert ha.connected
 
     run(scenario)
+
+
+@pytest.mark.corpus
+def test_voxmeter_run_with_an_unusable_ca_file_is_one_line(
+    daemon_db: Path, daemon_corpus: Any, tmp_path: Path
+) -> None:
+    missing = tmp_path / "missing-ca.pem"
+    done = voxmeter_run(
+        "--db", str(daemon_db), "--source", f"file:{daemon_corpus.known_stream}", "--fast",
+        "--set", "mqtt.enabled=true", "--set", "mqtt.tls=true",
+        "--set", f"mqtt.cafile={missing}",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "mqtt.cafile" in done.stderr and str(missing) in done.stderr

@@ -326,11 +326,12 @@ class MqttExporter:
                     ceiling = s.reconnect_min_seconds
                     await self._session(client)
             except aiomqtt.MqttError as error:
-                problem = connection_problem(error)
-                level = (
-                    logging.WARNING if self.connected or problem.startswith("TLS") else logging.INFO
+                # a lost connection or a TLS refusal is news; a broker still away is not
+                tls = isinstance(error.__context__, ssl.SSLError)
+                level = logging.WARNING if self.connected or tls else logging.INFO
+                logger.log(
+                    level, "MQTT broker %s:%d: %s", s.host, s.port, connection_problem(error)
                 )
-                logger.log(level, "MQTT broker %s:%d: %s", s.host, s.port, problem)
             except StoreError:
                 logger.exception("cannot read the alert outbox; retrying")
             finally:
