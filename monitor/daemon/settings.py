@@ -134,7 +134,7 @@ class AudioSettings:
     hangover_ms: int = _setting(300, "speech kept after the VAD says silence (ms)", _non_negative)
     window_seconds: float = _setting(3.0, "seconds of speech per window", _window_length)
     turn_pause_seconds: float = _setting(
-        0.3,
+        0.05,
         "a pause this long (after the VAD's hangover) ends the window: a turn may change hands; "
         "0 = windows run across pauses",
         _non_negative,
