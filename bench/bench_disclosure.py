@@ -20,12 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from monitor.disclosure.lid import (
-    fit_lid_calibration,
-    lid_log_posteriors,
-    lid_per_trial,
-    lid_summary,
-)
+from monitor.calibration.lid_fit import fit_lid_calibration
+from monitor.disclosure.lid import lid_log_posteriors, lid_per_trial, lid_summary
 from monitor.disclosure.ranks import chunk_rows, rank_histogram
 from monitor.disclosure.srd import fit_rank_model, srd_stats
 

@@ -29,9 +29,8 @@ from bench.common import CORPUS, RESULTS_DIR, best_of, write_results
 from monitor.audio.vad import speech_only
 from monitor.corpus import scan_corpus
 from monitor.disclosure.baselines import eer_rocch, eer_sweep
-from monitor.enroll import default_cache_dir
 from monitor.features.base import EMBEDDING_BACKENDS, get_feature, set_embedding_backend
-from monitor.features.extract import FeatureCache, extract_many
+from monitor.features.extract import FeatureCache, default_cache_dir, extract_many
 
 RESULTS = RESULTS_DIR / "embedding.json"
 RATE = 16000

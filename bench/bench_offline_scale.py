@@ -83,7 +83,7 @@ def bench_score_files(folder: Path, sizes: list[int]) -> dict[str, Any]:
 
 
 def bench_matrix(folder: Path, n: int, *, repeats: int = 3) -> dict[str, Any]:
-    from monitor.cluster import SyntheticMatrix
+    from monitor.blocks.synthetic import SyntheticMatrix
 
     S, m = SyntheticMatrix(T=n, N=n, seed=1)(0, n)
     matrix, truth = folder / "M.npy", folder / "T.npy"
@@ -140,7 +140,8 @@ def bench_scaling(T: int, N: int, *, workers: int = 2, rows_per_task: int = 500)
     """Audit a synthetic T × N matrix generated in row blocks by the workers of a LocalCluster."""
     from distributed import Client, LocalCluster
 
-    from monitor.cluster import DaskRows, SyntheticMatrix
+    from monitor.blocks.synthetic import SyntheticMatrix
+    from monitor.blocks.workers import DaskRows
     from monitor.score.matrix import rows_report
     from monitor.score.report import report_json
 

@@ -43,15 +43,14 @@ import numpy as np
 
 from bench.common import CORPUS, RESULTS_DIR, write_results
 from bench.household import Segment, Stream, make_stream, overlaps, trimmed
-from monitor.calibration.fit import load_default
+from monitor.calibration.buckets import load_default
 from monitor.corpus import scan_corpus
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
 from monitor.daemon.events import DaemonEvent, FeatureWindow, TrackExpired, WindowScored
 from monitor.daemon.scorer import score_track
-from monitor.enroll import default_cache_dir
 from monitor.features.base import FEATURE_NAMES, get_feature, set_embedding_backend
-from monitor.features.extract import FeatureCache, extract_many
+from monitor.features.extract import FeatureCache, default_cache_dir, extract_many
 from monitor.store.database import open_store
 from monitor.store.templates import Enrolment
 
@@ -122,7 +121,12 @@ class Recorded:
 
 
 def run_stream(
-    db: Path, stream: Stream, backend: str, folder: Path, features: Sequence[str]
+    db: Path,
+    stream: Stream,
+    backend: str,
+    folder: Path,
+    features: Sequence[str],
+    overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One stream through build_pipeline; windows, tracks and figures compared with the truth."""
     work = folder / f"run-{stream.path.stem}-{backend}.db"
@@ -141,6 +145,7 @@ def run_stream(
             'logging.level="warning"',
             f'features.embedding="{backend}"',
             f"features.enabled={json.dumps(list(features))}",
+            *overrides,
         ],
     )
     collector = Collector()
@@ -355,10 +360,48 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def table(results: dict[str, Any]) -> str:
+    """The README's table: one column per backend and rate, one row per measure."""
+    runs = results["backends"]
+    names = list(runs)
+
+    def pct(key: str) -> Any:
+        return lambda s: f"{100 * s[key]:.1f} %"
+
+    def lid(s: dict[str, Any]) -> str:
+        e = s["disclosure_error_lid"]
+        return f"{e['median']:.2f} / {e['p95']:.2f} bit"
+
+    rows = [
+        ("streams × audio minutes", lambda s: f"{s['streams']} × {s['audio_minutes']:.1f}"),
+        ("windows", lambda s: f"{s['windows']}"),
+        ("windows holding > 1 voice (≤ 2 %)", pct("mixed_windows")),
+        ("windows given to no track", pct("skipped_windows")),
+        ("member windows to the right member (≥ 97 %)", pct("member_right")),
+        ("stranger windows to a member (≤ 1 %)", pct("stranger_to_member")),
+        ("tracks per stranger (≤ 1.1)", lambda s: f"{s['tracks_per_stranger']:.2f}"),
+        ("purity (≥ 95 %)", pct("purity")),
+        ("coverage", pct("coverage")),
+        ("DER", pct("der")),
+        ("pooled-disclosure error, combined.lid: median / p95", lid),
+        ("persons within 0.1 bit (≥ 95 %)", lambda s: (
+            f"{100 * s['disclosure_error_lid']['share_within_0.1']:.0f} % of {s['persons']}")),
+    ]  # fmt: skip
+    lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for label, cell in rows:
+        lines.append(f"| {label} | " + " | ".join(cell(runs[n]["summary"]) for n in names) + " |")
+    return "\n".join(lines)
+
+
 def held_out_speakers(backend: str) -> list[str]:
-    """Test-split speakers, checked disjoint from the shipped calibration's dev speakers."""
+    """Test-split speakers, checked disjoint from the shipped calibration's dev speakers (its
+    split, its listed speakers and those of its tracking statistics)."""
     speakers = _speakers("test")
-    dev = set(load_default(backend).metadata.get("dev_speakers", []))
+    metadata = load_default(backend).metadata
+    if metadata.get("split") != "train":
+        raise SystemExit(f"bench tracking: the {backend} calibration is not fitted on 'train'")
+    dev = set(metadata.get("dev_speakers", []))
+    dev |= set(metadata.get("tracking", {}).get("source", {}).get("speakers", []))
     overlap = sorted(dev & set(speakers))
     if overlap:
         raise SystemExit(f"bench tracking: calibration speakers in the test split: {overlap[:5]}")
@@ -383,6 +426,9 @@ def main(argv: Sequence[str] = ()) -> None:
         help="features the daemon extracts (embedding alone: the tracker's, fastest)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--set", action="append", default=[], help="a daemon setting, as voxmeter run --set"
+    )
     args = parser.parse_args(list(argv))
     load = os.getloadavg()
     results: dict[str, Any] = {
@@ -412,7 +458,7 @@ def main(argv: Sequence[str] = ()) -> None:
                         index, speech=speech, pool=speakers, minutes=minutes, seed=args.seed,
                         folder=folder, rate_hz=rate,
                     )  # fmt: skip
-                    run = run_stream(db, stream, backend, folder, features)
+                    run = run_stream(db, stream, backend, folder, features, args.set)
                     stream.path.unlink()
                     runs.append(run)
                     print(f"{backend} {rate} Hz stream {index}: {json.dumps(run['counts'])}",
@@ -425,6 +471,7 @@ def main(argv: Sequence[str] = ()) -> None:
                 }
     results["load_average_at_end"] = os.getloadavg()
     write_results(args.out, results)
+    print(table(results))
 
 
 __all__ = ["Segment", "main"]

@@ -46,9 +46,8 @@ def corpus_matrices(
     """(dev, eval) score matrices from cached observations, or the reason they are unavailable."""
     try:
         from monitor.corpus import scan_corpus
-        from monitor.enroll import default_cache_dir
         from monitor.features.base import TemplateBatch, get_feature
-        from monitor.features.extract import FeatureCache
+        from monitor.features.extract import FeatureCache, default_cache_dir
     except ImportError as error:
         return f"feature modules not available ({error})"
     cache = FeatureCache(cache_dir or default_cache_dir())

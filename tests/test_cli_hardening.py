@@ -24,7 +24,7 @@ import pytest
 import soundfile as sf
 from typer.testing import CliRunner
 
-from monitor.calibration.fit import DEFAULT_PATH
+from monitor.calibration.buckets import DEFAULT_PATH
 from monitor.cli import app
 from monitor.store import open_store
 from monitor.store.database import SCHEMA_VERSION

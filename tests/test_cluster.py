@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from monitor.blocks.synthetic import SyntheticMatrix
+from monitor.blocks.workers import DaskRows, dask_client
 from monitor.cli import app
-from monitor.cluster import DaskRows, SyntheticMatrix, dask_client
 from monitor.disclosure.matrix_scan import InMemoryRows
 from monitor.errors import InputError
 from monitor.features.base import embedding_backend
@@ -192,8 +193,8 @@ def test_score_matrix_with_two_jobs_prints_the_single_process_report(matrix_file
 def test_the_lid_fit_on_the_matrix_itself_runs_on_the_workers_with_the_same_bits(
     cluster_client, tmp_path
 ):
-    from monitor.disclosure.lid import fit_layout, fit_lid_calibration
-    from monitor.score.cluster import NpyRows, fit_lid_on_workers
+    from monitor.calibration.lid_fit import fit_layout, fit_lid_calibration
+    from monitor.score.npy_rows import NpyRows, fit_lid_on_workers
 
     T, N = 7000, 320  # more than one of the fit's row groups, and the warm start's sample
     S, m = SyntheticMatrix(T=T, N=N, seed=9, separation=1.2)(0, T)

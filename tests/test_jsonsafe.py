@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from monitor.calibration.fit import _from_jsonable
+from monitor.calibration.buckets import _from_jsonable
 from monitor.jsonsafe import finite_bits, jsonable
 from monitor.score.report import to_json_text
 

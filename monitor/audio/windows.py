@@ -35,6 +35,9 @@ class SpeechWindow:
     mixed: bool = False
     """True when the window may hold two voices (a change was found but not placed exactly):
     it is scored for a track that already exists, never the first window of a new one."""
+    continues: bool = False
+    """True when the window follows the previous one within the same turn (no pause, no turn
+    end, no change of speaker between them): the same voice, most likely."""
 
 
 class Windower:
@@ -68,6 +71,7 @@ class Windower:
         self._starts: list[float] = []
         self._held = 0
         self._last_end = -np.inf
+        self._continues = False  # the next window continues the turn of the last one
 
     @property
     def pending_seconds(self) -> float:
@@ -102,7 +106,9 @@ class Windower:
             self.dropped_seconds += held / RATE_HZ
             self.reset()
             return []
-        return [self._cut(held)]
+        window = self._cut(held)
+        self._continues = False
+        return [window]
 
     def flush(self, *, min_seconds: float = 0.0) -> list[SpeechWindow]:
         """End of stream: the held speech as one short window if it has ≥ ``min_seconds``."""
@@ -125,7 +131,9 @@ class Windower:
             start_seconds=float(self._starts[0]),
             end_seconds=float(self._starts[last] + inside / RATE_HZ),
             speech_seconds=n / RATE_HZ,
+            continues=self._continues,
         )
+        self._continues = True
         rest = self._pieces[last][inside:]
         self._pieces = ([rest] if rest.shape[0] else []) + self._pieces[last + 1 :]
         self._starts = (

@@ -83,7 +83,7 @@ DB_HELP = "Template database (default: $VOXMETER_DB or ./voxmeter.db)."
 
 
 def db_path(db: Path | None) -> Path:
-    from monitor.enroll import default_db_path
+    from monitor.store.database import default_db_path
 
     return db if db is not None else default_db_path()
 

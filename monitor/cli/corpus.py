@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -31,6 +31,10 @@ from monitor.cli.common import (
     warning_lines,
 )
 from monitor.errors import VoxmeterError
+
+if TYPE_CHECKING:
+    from monitor.calibration.buckets import CalibrationSet
+    from monitor.store.enroll import EnrolmentReport
 
 
 @user_errors
@@ -61,27 +65,14 @@ def enroll_command(
     """Build one template per speaker and feature from a corpus (replacing old templates)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from monitor.cluster import shared_scheduler
+    from monitor.blocks.workers import shared_scheduler
     from monitor.corpus import check_speaker_names, scan_corpus
-    from monitor.enroll import default_cache_dir, enroll_corpus
-    from monitor.features.base import FEATURE_NAMES
-    from monitor.features.extract import FeatureCache
+    from monitor.features.extract import FeatureCache, default_cache_dir
     from monitor.store import open_store
+    from monitor.store.enroll import enroll_corpus
 
     select_embedding(embedding)
-    if utterances is not None and seconds is not None:
-        raise VoxmeterError("--utterances and --seconds exclude each other: give one")
-    if seconds is not None and not 0 < seconds < float("inf"):
-        raise VoxmeterError(f"--seconds must be a positive number, got {seconds:g}")
-    names = tuple(name.strip() for name in features.split(",") if name.strip())
-    unknown = [name for name in names if name not in FEATURE_NAMES]
-    if unknown or not names:
-        raise VoxmeterError(
-            f"--features {features!r}: unknown {unknown or 'empty list'}; "
-            f"known: {','.join(FEATURE_NAMES)}"
-        )
-    if local and "embedding" not in names:
-        raise VoxmeterError("--local needs the embedding feature (local profiles track voices)")
+    names = _enrolment_features(features, utterances, seconds, local)
     scanned = scan_corpus(corpus, split=split)
     check_speaker_names(scanned)  # before the database is touched or any audio processed
     path = db_path(db)
@@ -116,6 +107,35 @@ def enroll_command(
                     progress=progress,
                     min_speech_seconds=min_speech,
                 )
+    _print_enrolment(report, path, utterances, seconds)
+
+
+def _enrolment_features(
+    features: str, utterances: int | None, seconds: float | None, local: bool
+) -> tuple[str, ...]:
+    """The features asked for, after checking the options together (VoxmeterError, exit 2)."""
+    from monitor.features.base import FEATURE_NAMES
+
+    if utterances is not None and seconds is not None:
+        raise VoxmeterError("--utterances and --seconds exclude each other: give one")
+    if seconds is not None and not 0 < seconds < float("inf"):
+        raise VoxmeterError(f"--seconds must be a positive number, got {seconds:g}")
+    names = tuple(name.strip() for name in features.split(",") if name.strip())
+    unknown = [name for name in names if name not in FEATURE_NAMES]
+    if unknown or not names:
+        raise VoxmeterError(
+            f"--features {features!r}: unknown {unknown or 'empty list'}; "
+            f"known: {','.join(FEATURE_NAMES)}"
+        )
+    if local and "embedding" not in names:
+        raise VoxmeterError("--local needs the embedding feature (local profiles track voices)")
+    return names
+
+
+def _print_enrolment(
+    report: EnrolmentReport, path: Path, utterances: int | None, seconds: float | None
+) -> None:
+    """What was left out (stderr, one line each) and the summary line (stdout)."""
     out = {"markup": False, "highlight": False, "soft_wrap": True}
     for file, reason in report.skipped_files:
         err_console.print(f"voxmeter: skipped file {file}: {reason}", **out)
@@ -210,7 +230,7 @@ def _feature_list(text: str) -> tuple[str, ...]:
 
 
 def _check_loss(loss: str) -> str:
-    from monitor.calibration.fit import LOSSES
+    from monitor.calibration.buckets import LOSSES
 
     if loss not in LOSSES:
         raise VoxmeterError(f"--loss {loss!r}: expected one of {', '.join(LOSSES)}")
@@ -310,7 +330,7 @@ def calibrate_command(
 
     select_embedding(embedding)
     from monitor.calibration.fit import calibrate_corpus
-    from monitor.enroll import default_cache_dir
+    from monitor.features.extract import default_cache_dir
     from monitor.outputs import check_output_file
 
     names = _feature_list(features)
@@ -335,6 +355,13 @@ def calibrate_command(
             progress=lambda text: err_console.print(f"fitting {text}", markup=False),
             min_speech_seconds=min_speech,
         )
+    _save_calibration(calibration, skipped, out, db)
+
+
+def _save_calibration(
+    calibration: CalibrationSet, skipped: Sequence[tuple[str, str]], out: Path, db: Path | None
+) -> None:
+    """Write the calibration (and store it in the database if one is named), then say so."""
     _print_skipped(skipped)
     calibration.save(out)
     db_path = (
@@ -400,28 +427,18 @@ def evaluate_command(
     embedding: EmbeddingOption = None,
 ) -> None:
     """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
-    from monitor.calibration.fit import CalibrationSet, default_path
-    from monitor.cluster import shared_scheduler
-    from monitor.enroll import default_cache_dir
+    from monitor.blocks.workers import shared_scheduler
     from monitor.errors import InputError
     from monitor.evaluate import evaluate_corpus
+    from monitor.features.extract import default_cache_dir
     from monitor.outputs import check_output_folder
-    from monitor.userfiles import MAX_JSON_BYTES, regular_file
 
     select_embedding(embedding)
-    shipped = default_path()
     names = _feature_list(features)
     loss = _check_loss(loss)
     tests = [t for t in _seconds_list(test_seconds, "--test-seconds") if t is not None]
     templates = _seconds_list(template_seconds, "--template-seconds", allow_rest=True)
-    if lid_from not in (None, "calibration", "crossfit"):
-        raise VoxmeterError(f"--lid-from {lid_from!r}: expected 'calibration' or 'crossfit'")
-    calibration_path = calibration if calibration is not None else shipped
-    loaded = None
-    if calibration is not None or lid_from == "calibration" or shipped.is_file():
-        loaded = CalibrationSet.load(regular_file(calibration_path, max_bytes=MAX_JSON_BYTES))
-        if "embedding" in names:
-            loaded.check_embedding_backend(str(calibration_path))
+    loaded, calibration_path = _audit_calibration(calibration, lid_from, names)
     check_output_folder(out, "--out")
     if protected is not None and not protected.is_dir():
         raise InputError(str(protected), "--protected: not a corpus folder")
@@ -460,3 +477,23 @@ def evaluate_command(
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _audit_calibration(
+    calibration: Path | None, lid_from: str | None, names: Sequence[str]
+) -> tuple[CalibrationSet | None, Path]:
+    """The calibration an audit reads its LID weights from (given, or the shipped one if there
+    is one), and its path."""
+    from monitor.calibration.buckets import CalibrationSet, default_path
+    from monitor.userfiles import MAX_JSON_BYTES, regular_file
+
+    shipped = default_path()
+    if lid_from not in (None, "calibration", "crossfit"):
+        raise VoxmeterError(f"--lid-from {lid_from!r}: expected 'calibration' or 'crossfit'")
+    calibration_path = calibration if calibration is not None else shipped
+    loaded = None
+    if calibration is not None or lid_from == "calibration" or shipped.is_file():
+        loaded = CalibrationSet.load(regular_file(calibration_path, max_bytes=MAX_JSON_BYTES))
+        if "embedding" in names:
+            loaded.check_embedding_backend(str(calibration_path))
+    return loaded, calibration_path

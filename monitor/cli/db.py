@@ -128,8 +128,7 @@ def db_remove_command(
 ) -> None:
     """Delete an identity with its templates and local profiles, and that speaker's feature
     cache entries (they hold the voice embedding of every utterance)."""
-    from monitor.enroll import default_cache_dir
-    from monitor.features.extract import FeatureCache
+    from monitor.features.extract import FeatureCache, default_cache_dir
     from monitor.store import open_store
 
     path = db_path(db)
@@ -217,8 +216,8 @@ def db_recover_command(
 
 def _cache_folder(cache: Path | None) -> Path:
     """The cache folder asked for (or the default); a file there is a user error."""
-    from monitor.enroll import default_cache_dir
     from monitor.errors import InputError
+    from monitor.features.extract import default_cache_dir
 
     directory = cache or default_cache_dir()
     if directory.exists() and not directory.is_dir():

@@ -179,12 +179,8 @@ def score_command(
     With --jobs N or --scheduler, Dask workers read row blocks of a .npy matrix from the file
     (it must be at the same path on every worker) and the figures are those of one process.
     """
-    from monitor.score.report import (
-        render_report,
-        report_json,
-        score_report_from_files,
-        to_json_text,
-    )
+    from monitor.score.command import score_report_from_files
+    from monitor.score.report import render_report, report_json, to_json_text
 
     with _PassBar() as progress:
         report = score_report_from_files(

@@ -69,6 +69,7 @@ class FeatureWindow:
     closed_unix: float  # the same instant, wall clock
     feature_seconds: float  # CPU wall time spent extracting the features
     mixed: bool = False  # may hold two voices (monitor.daemon.turns): never opens a track
+    continues: bool = False  # follows the previous window within one turn (same voice, likely)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
-from monitor.calibration.fit import CalibrationSet
+from monitor.calibration.buckets import CalibrationSet
 from monitor.daemon.events import CompositionBounds, Disclosure
 from monitor.disclosure.composition import kairouz_advanced, nats_to_bits, optimal
 from monitor.disclosure.ranks import single_threaded_blas

@@ -16,7 +16,9 @@ tracks of enough speech come within the merge cosine, the smaller is merged into
 (:class:`TrackExpired` with ``merged_into``), so one voice's evidence pools in one track.
 Unknown tracks idle for ``track_idle_seconds`` expire; so does the least recently heard one when
 more than ``max_unknown_tracks`` exist. The clock is a constructor argument so tests drive
-expiry.
+expiry. A window that continues the previous one's turn (no pause, no change found between
+them) stays with that track while it is as close to it as the join threshold: a turn's short
+tail is the same voice even when 1 s of it cannot prove so against a profile.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.calibration.tracking import TrackerThresholds, fixed_thresholds
-from monitor.daemon.config import TrackerSettings
 from monitor.daemon.events import FeatureWindow, TrackedWindow, TrackExpired
+from monitor.daemon.settings import TrackerSettings
 from monitor.store.templates import LocalProfile
 from monitor.vocabulary import TRACKING_FEATURE
 
@@ -105,6 +107,7 @@ class SpeakerTracker:
         self.clusters: dict[str, _Cluster] = {}
         self._numbers = itertools.count(1)
         self.skipped_seconds = 0.0  # speech of windows assigned to no track
+        self._previous: str | None = None  # track of the last window (None: it had none)
 
     def skip_numbers(self, used: Iterable[str]) -> None:
         """Never reuse an unknown-N name already in the ledger (after a restart)."""
@@ -135,6 +138,39 @@ class SpeakerTracker:
     def process(self, window: FeatureWindow) -> tuple[TrackedWindow | None, list[TrackExpired]]:
         """Assign ``window`` to a track, or to none (see module docstring); also returns the
         tracks that expired or were merged meanwhile, to be handled before the window."""
+        tracked, events = self._assign(window)
+        self._previous = None if tracked is None else tracked.track
+        return tracked, events
+
+    def _continued(
+        self, window: FeatureWindow, vector: npt.NDArray[np.float64]
+    ) -> TrackedWindow | None:
+        """A window that continues the last one's turn stays with its track when it is at least
+        as close to it as the join threshold (a turn's short tail is the same voice)."""
+        track = self._previous
+        if not window.continues or track is None:
+            return None
+        needed = self.thresholds.at(self.thresholds.cluster, window.speech_seconds)
+        if track in self.profile_identities:
+            k = self.profile_aliases.index(track)
+            cosine = float(self.profile_matrix[k] @ vector)
+            if cosine < needed:
+                return None
+            return TrackedWindow(
+                window, track, "local", self.profile_identities[track], cosine, False
+            )
+        cluster = self.clusters.get(track)
+        if cluster is None:
+            return None
+        cosine = float(cluster.centroid @ vector)
+        if cosine < needed:
+            return None
+        cluster.join(vector, window.speech_seconds, cosine)
+        cluster.last_seen = self.clock()
+        cluster.last_seen_seconds = window.end_seconds
+        return TrackedWindow(window, track, "unknown", None, cosine, False)
+
+    def _assign(self, window: FeatureWindow) -> tuple[TrackedWindow | None, list[TrackExpired]]:
         events = self.expire()
         if EMBEDDING not in window.observations:
             raise ValueError("the tracker needs the embedding feature in every window")
@@ -150,6 +186,9 @@ class SpeakerTracker:
                 alias = self.profile_aliases[best]
                 identity = self.profile_identities[alias]
                 return TrackedWindow(window, alias, "local", identity, best_profile, False), events
+        continued = self._continued(window, vector)
+        if continued is not None:
+            return continued, events
         joined = self._join(window, vector, seconds, best_profile)
         if joined is not None:
             cluster, cosine = joined

@@ -81,11 +81,12 @@ class TurnSplitter:
             lo = first * self.part_samples
             hi = window.samples.shape[0] if stop == cosines.size + 1 else stop * self.part_samples
             inner = first > 0 and stop <= cosines.size and stop - first == 1
-            pieces.append(_piece(window, lo, hi, mixed=inner or window.mixed))
+            continues = window.continues and first == 0  # after a change: another voice
+            pieces.append(_piece(window, lo, hi, mixed=inner or window.mixed, continues=continues))
         return pieces
 
 
-def _piece(window: SpeechWindow, lo: int, hi: int, *, mixed: bool) -> SpeechWindow:
+def _piece(window: SpeechWindow, lo: int, hi: int, *, mixed: bool, continues: bool) -> SpeechWindow:
     """Samples [lo, hi) of ``window``; its stream span is placed by speech time (pauses inside a
     window are not in its samples, so the span is an estimate within the window's own)."""
     total = window.samples.shape[0]
@@ -96,4 +97,5 @@ def _piece(window: SpeechWindow, lo: int, hi: int, *, mixed: bool) -> SpeechWind
         end_seconds=window.start_seconds + span * hi / total,
         speech_seconds=(hi - lo) / RATE_HZ,
         mixed=mixed,
+        continues=continues,
     )

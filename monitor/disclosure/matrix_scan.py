@@ -5,7 +5,7 @@ pass counts the true identity's rank (above, ties), the non-mated maximum per ro
 scores per block of the sorted core (:mod:`monitor.disclosure.blocks`) and the range; the second
 fills the linkability histograms on that range. Each statistic of a row block merges exactly
 with the others' (integer counts, per-row values), so row blocks may also be scanned by separate
-workers (:class:`monitor.cluster.DaskRows`) and merged with :func:`merge_scans`.
+workers (:class:`monitor.blocks.workers.DaskRows`) and merged with :func:`merge_scans`.
 """
 
 from __future__ import annotations

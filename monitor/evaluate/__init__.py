@@ -9,16 +9,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from monitor.calibration.fit import CalibrationSet
+from monitor.blocks.workers import dask_client, shared_scheduler
+from monitor.calibration.buckets import CalibrationSet
 from monitor.calibration.protocol import NotEnoughSpeakersError
-from monitor.cluster import dask_client, shared_scheduler
+from monitor.calibration.trial_rows import BlockProgress
 from monitor.corpus.speakers import MIN_SPEECH_SECONDS, load_speakers
 from monitor.errors import InputError
-from monitor.evaluate.audit import Audit, protected_audit, run_audit
-from monitor.evaluate.cluster import BlockProgress
+from monitor.evaluate.audit import run_audit
+from monitor.evaluate.protected import protected_audit
+from monitor.evaluate.results import Audit
 
 if TYPE_CHECKING:
-    from distributed import Client
+    from monitor.blocks.workers import Client
 
 __all__ = ["Audit", "evaluate_corpus"]
 

@@ -19,10 +19,10 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import ScalarFormatter
 
-from monitor.calibration.fit import LOSSES
+from monitor.calibration.buckets import LOSSES
 from monitor.disclosure.lid import lid_ccdf
 from monitor.disclosure.srd import betabinom_pmf
-from monitor.evaluate.audit import Audit, composition_curves
+from monitor.evaluate.results import Audit, composition_curves
 
 DPI = 110
 

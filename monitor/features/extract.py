@@ -4,7 +4,7 @@ Enrolment, calibration and evaluation all need the same per-file observations, s
 :class:`FeatureCache` stores them on disk (one JSON file per audio file, keyed by absolute path,
 size and modification time; one slot per feature version, and the embedding's version names its
 backend) and :func:`extract_many` extracts every corpus file once, optionally on Dask workers
-(:mod:`monitor.cluster`).
+(:mod:`monitor.blocks.workers`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from monitor.cluster import dask_client, map_batches, uses_cluster
+from monitor.blocks.workers import dask_client, map_batches, uses_cluster
 from monitor.errors import InputError, StoreError
 from monitor.features.base import (
     FEATURE_NAMES,
@@ -166,6 +166,14 @@ _ENTRY_NAME = re.compile(r"[0-9a-f]{32}\.json")
 """An entry's file name: see ``FeatureCache._entry``."""
 _TEMPORARY_NAME = re.compile(r"tmp[a-z0-9_]{8}\.tmp")
 """A ``tempfile.mkstemp(suffix=".tmp")`` left over by a write that was killed."""
+
+
+def default_cache_dir() -> Path:
+    """``$VOXMETER_CACHE`` or ``$XDG_CACHE_HOME/voxmeter/features`` (``~/.cache/...``)."""
+    if os.environ.get("VOXMETER_CACHE"):
+        return Path(os.environ["VOXMETER_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "voxmeter" / "features"
 
 
 class FeatureCache:
@@ -389,7 +397,7 @@ def extract_many(
 
     Files that cannot be read are collected in ``errors`` with their InputError, never dropped
     silently. ``jobs`` > 1 extracts on a Dask LocalCluster of that many worker processes (one
-    torch thread each), ``scheduler`` on a running Dask cluster (:mod:`monitor.cluster`), one
+    torch thread each), ``scheduler`` on a running Dask cluster (:mod:`monitor.blocks.workers`), one
     task per batch of files; this process alone reads and writes the cache.
     """
     names = _check_features(features)

@@ -13,18 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from monitor.calibration.lid_fit import fit_lid_calibration
 from monitor.disclosure.baselines import (
     baselines_of_blocks,
     linkability_bins,
     linkability_of_counts,
 )
 from monitor.disclosure.blocks import matrix_blocks
-from monitor.disclosure.lid import (
-    LidCalibration,
-    cllr_of_costs,
-    fit_lid_calibration,
-    lid_summary,
-)
+from monitor.disclosure.lid import LidCalibration, cllr_of_costs, lid_summary
 from monitor.disclosure.matrix_scan import (
     InMemoryRows,
     MatrixScan,
@@ -106,7 +102,7 @@ def rows_report(
     fit_on_eval: Callable[[], LidCalibration] | None = None,
 ) -> ScoreReport:
     """:func:`matrix_report` of a matrix visited in row blocks, in memory or on Dask workers
-    (:class:`monitor.cluster.DaskRows`); the figures do not depend on where the rows are.
+    (:class:`monitor.blocks.workers.DaskRows`); the figures do not depend on where the rows are.
     ``fit_on_eval`` fits the LID calibration on the whole matrix when neither a dev matrix nor
     a weight and bias is given (a matrix spread over workers needs one of them)."""
     if fit_loss not in FIT_LOSSES:

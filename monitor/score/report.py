@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,11 +20,8 @@ import numpy as np
 from monitor.disclosure.baselines import baselines_of_blocks, cllr, linkability
 from monitor.disclosure.blocks import gap_values, pooled_blocks
 from monitor.disclosure.zebra import ZebraResult, finite_scores, zebra_of_blocks
-from monitor.errors import InputError
 from monitor.jsonsafe import jsonable
-from monitor.score.matrix_files import read_matrix_trials
-from monitor.score.trials import PairScores, read_scores_key
-from monitor.userfiles import regular_file
+from monitor.score.trials import PairScores
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -92,99 +87,6 @@ def pairs_report(pairs: PairScores) -> ScoreReport:
         metrics = _pooled_metrics(pairs.tar, pairs.non)
         value = cllr(pairs.tar, pairs.non)
     return ScoreReport(Cllr=value, notes=collect_notes(caught), **metrics)
-
-
-def score_report_from_files(
-    *,
-    scores: Path | None = None,
-    key: Path | None = None,
-    matrix: Path | None = None,
-    truth: Path | None = None,
-    dev_matrix: Path | None = None,
-    dev_truth: Path | None = None,
-    lid_weight: float | None = None,
-    lid_bias: float | None = None,
-    fit_loss: str = "cll",
-    jobs: int = 1,
-    scheduler: str | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> ScoreReport:
-    """Check which inputs were given, read them, and build the report (InputError on misuse).
-
-    With ``jobs`` > 1 or a ``scheduler`` a .npy matrix is scored in row blocks by Dask workers
-    (:mod:`monitor.score.cluster`; ``progress(done, total)`` per pass); same figures."""
-    from monitor.cluster import uses_cluster
-
-    on_workers = uses_cluster(jobs, scheduler)
-    pair_mode = scores is not None or key is not None
-    matrix_mode = matrix is not None or truth is not None
-    if pair_mode and matrix_mode:
-        raise InputError("--scores/--key", "cannot be combined with --matrix/--truth")
-    if not pair_mode and not matrix_mode:
-        raise InputError("voxmeter score", "give --scores S --key K, or --matrix M --truth T")
-    if fit_loss not in FIT_LOSSES:
-        raise InputError("--fit-loss", f"{fit_loss!r} is not one of {', '.join(FIT_LOSSES)}")
-    if pair_mode:
-        if scores is None or key is None:
-            raise InputError("--scores" if scores is None else "--key", "missing: give both")
-        extras = [dev_matrix, dev_truth, lid_weight, lid_bias]
-        if any(x is not None for x in extras):
-            raise InputError("--scores/--key", "dev data and LID options need --matrix/--truth")
-        if on_workers:
-            raise InputError("--jobs/--scheduler", "only a --matrix is scored on Dask workers")
-        _check_files(scores, key)
-        pairs = read_scores_key(scores, key)
-        try:
-            return pairs_report(pairs)
-        except ValueError as error:  # input the readers accepted but the metrics cannot use
-            raise InputError(f"{scores} + {key}", f"cannot be scored: {error}") from error
-    if matrix is None or truth is None:
-        raise InputError("--matrix" if matrix is None else "--truth", "missing: give both")
-    if (dev_matrix is None) != (dev_truth is None):
-        raise InputError("--dev-matrix/--dev-truth", "give both or neither")
-    if (lid_weight is None) != (lid_bias is None):
-        raise InputError("--lid-weight/--lid-bias", "give both or neither")
-    if lid_weight is not None and dev_matrix is not None:
-        raise InputError("--lid-weight", "give either a dev matrix or a weight and bias, not both")
-    for name, value in (("--lid-weight", lid_weight), ("--lid-bias", lid_bias)):
-        if value is not None and not math.isfinite(value):
-            raise InputError(name, f"must be a finite number, got {value}")
-    _check_files(matrix, truth, dev_matrix, dev_truth)
-    if on_workers:
-        from monitor.score.cluster import matrix_report_on_workers
-
-        try:
-            return matrix_report_on_workers(
-                matrix,
-                truth,
-                jobs=jobs,
-                scheduler=scheduler,
-                dev_paths=(dev_matrix, dev_truth) if dev_matrix and dev_truth else None,
-                lid_weight=lid_weight,
-                lid_bias=lid_bias,
-                fit_loss=fit_loss,
-                progress=progress,
-            )
-        except ValueError as error:  # the metrics refuse what the workers read
-            raise InputError(str(matrix), f"cannot be scored: {error}") from error
-    from monitor.score.matrix import matrix_report  # keeps `voxmeter score` start-up fast
-
-    S, m = read_matrix_trials(matrix, truth)
-    dev = read_matrix_trials(dev_matrix, dev_truth) if dev_matrix and dev_truth else None
-    try:
-        return matrix_report(
-            S, m, dev=dev, lid_weight=lid_weight, lid_bias=lid_bias, fit_loss=fit_loss
-        )
-    except ValueError as error:  # input the readers accepted but the metrics cannot use
-        raise InputError(str(matrix), f"cannot be scored: {error}") from error
-
-
-def _check_files(*paths: Path | None) -> None:
-    """Every file given is a regular file, before any is read: a FIFO or /dev/zero named as
-    the second file must not wait for, or read, the first one."""
-    for path in paths:
-        if path is not None:
-            regular_file(path)
 
 
 # ---- JSON ------------------------------------------------------------------------------------
@@ -306,24 +208,3 @@ def render_report(report: ScoreReport, console: Console) -> None:
     console.print(table)
     for note in report.notes:
         console.print(f"note: {note}", style="yellow", markup=False, highlight=False)
-
-
-_MOVED = {
-    "matrix_report": "monitor.score.matrix",
-    "rows_report": "monitor.score.matrix",
-    "CompositionRow": "monitor.score.compose",
-    "compose_json": "monitor.score.compose",
-    "compose_rows": "monitor.score.compose",
-    "parse_steps": "monitor.score.compose",
-    "render_composition": "monitor.score.compose",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """The matrix report and the composition at their former address, imported on first use
-    (new code imports them from :mod:`monitor.score.matrix` / :mod:`monitor.score.compose`)."""
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(_MOVED[name]), name)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from monitor.store.base import Database, dumps, utc_now
 
 if TYPE_CHECKING:
-    from monitor.calibration.fit import CalibrationSet
+    from monitor.calibration.buckets import CalibrationSet
 
 __all__ = ["CalibrationRecord", "CalibrationsMixin"]
 
@@ -56,7 +56,7 @@ class CalibrationsMixin(Database):
             return int(cursor.lastrowid or 0)
 
     def save_calibration(self, calibration: CalibrationSet, *, name: str = "default") -> int:
-        """Store a :class:`~monitor.calibration.fit.CalibrationSet` (its ``to_json()``) with
+        """Store a :class:`~monitor.calibration.buckets.CalibrationSet` (its ``to_json()``) with
         ``corpus``, ``protocol`` and the fit date (``date`` or ``created``) from its metadata."""
         metadata = calibration.metadata
 
@@ -90,7 +90,7 @@ class CalibrationsMixin(Database):
         daemon then falls back to ``CalibrationSet.load_default()``)."""
         # the store sits below calibration (which reads features and templates): a top-level
         # import would be upward; only loading a stored calibration needs it
-        from monitor.calibration.fit import CalibrationSet
+        from monitor.calibration.buckets import CalibrationSet
 
         record = self.calibration_record(name)
         if record is None:

@@ -142,3 +142,11 @@ def test_a_turn_that_ends_closes_a_short_window_from_one_second_of_speech() -> N
     windower.process(SpeechChunk(np.zeros(4 * RATE_HZ, dtype=np.int16), 12.0, 16.0))
     (rest,) = windower.close_turn()  # the full window went out before; its 1 s remainder here
     assert rest.speech_seconds == pytest.approx(1.0)
+
+
+def test_windows_of_one_turn_continue_and_a_pause_starts_a_new_turn() -> None:
+    chunks = make_chunks([RATE_HZ * 7, RATE_HZ * 4], [0, RATE_HZ])  # 7 s, a 1 s pause, 4 s
+    windower = Windower(3.0, turn_pause_seconds=0.3)
+    windows = [w for c in chunks for w in windower.process(c)] + windower.close_turn()
+    assert [w.speech_seconds for w in windows] == [3.0, 3.0, 1.0, 3.0, 1.0]
+    assert [w.continues for w in windows] == [False, True, True, False, True]

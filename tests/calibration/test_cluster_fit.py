@@ -15,13 +15,16 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import monitor.calibration.lid_fit as lid_fit
 import monitor.calibration.protocol as protocol
 import monitor.disclosure.lid as lid_module
-from monitor.calibration.cluster import fit_on_workers
-from monitor.calibration.fit import COMBINED, CalibrationSet, calibrate_speakers, fit_trials
+from monitor.blocks.workers import DaskRows
+from monitor.calibration.bucket_fit import fit_trials
+from monitor.calibration.buckets import COMBINED, CalibrationSet
+from monitor.calibration.fit import calibrate_speakers
+from monitor.calibration.fit_rows import fit_on_workers
 from monitor.calibration.protocol import pool_trials, scored_trials
 from monitor.cli import app
-from monitor.cluster import DaskRows
 from tests.calibration.synthetic import synthetic_speakers
 from tests.evaluate.test_cli_end_to_end import link_subset
 
@@ -59,8 +62,8 @@ def test_many_row_groups_warm_start_and_no_whole_matrix_in_this_process(
     # Groups of 2 blocks of 5 rows (9 groups per matrix) and a warm start on a sample: the
     # path of a large matrix, with the layout (fixed here) sent to the workers with each task.
     monkeypatch.setattr(lid_module, "CACHE_ELEMENTS", 60)
-    monkeypatch.setattr(lid_module, "_GROUP_BLOCKS", 2)
-    monkeypatch.setattr(lid_module, "_WARM_SAMPLE", 64)
+    monkeypatch.setattr(lid_fit, "_GROUP_BLOCKS", 2)
+    monkeypatch.setattr(lid_fit, "_WARM_SAMPLE", 64)
     local = _calibrate(speakers)
 
     def never(*args: Any) -> None:

@@ -9,16 +9,10 @@ import warnings
 import numpy as np
 import pytest
 
-from monitor.calibration.fit import (
-    COMBINED,
-    BucketCalibration,
-    CalibrationSet,
-    calibrate_speakers,
-    fit_fusion_weights,
-    fit_trials,
-    fuse_scores,
-    load_default,
-)
+from monitor.calibration.bucket_fit import fit_trials
+from monitor.calibration.buckets import COMBINED, BucketCalibration, CalibrationSet, load_default
+from monitor.calibration.fit import calibrate_speakers
+from monitor.calibration.fusion import fit_fusion_weights, fuse_scores
 from monitor.calibration.protocol import score_trials
 from monitor.disclosure.ranks import rank_histogram
 from monitor.disclosure.srd import betabinom_pmf, srd_stats
@@ -241,7 +235,7 @@ def test_shipped_calibrations_are_package_data() -> None:
     import importlib.resources
     import tomllib
 
-    from monitor.calibration.fit import DEFAULT_PATH, default_path
+    from monitor.calibration.buckets import DEFAULT_PATH, default_path
 
     shipped = importlib.resources.files("monitor.calibration") / "shipped"
     names = sorted(p.name for p in shipped.iterdir() if p.name.endswith(".json"))

@@ -18,11 +18,10 @@ import pytest
 import soundfile as sf
 
 from monitor.audio.file import read_audio
-from monitor.calibration.fit import COMBINED, BucketCalibration, CalibrationSet
+from monitor.calibration.buckets import COMBINED, BucketCalibration, CalibrationSet
 from monitor.corpus import scan_corpus
-from monitor.enroll import default_cache_dir
 from monitor.features.base import FEATURE_NAMES, get_feature
-from monitor.features.extract import FeatureCache, extract_many
+from monitor.features.extract import FeatureCache, default_cache_dir, extract_many
 from monitor.store.database import open_store
 from monitor.store.templates import Enrolment
 

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from monitor.calibration.fit import DEFAULT_PATH as DEFAULT_CALIBRATION
+from monitor.calibration.buckets import DEFAULT_PATH as DEFAULT_CALIBRATION
 from tests.daemon.conftest import hand_calibration
 from tests.daemon.test_e2e_exporters import (
     REPO,

@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry as Registry
 
-from monitor.daemon.config import HomeAssistantSettings, load_config
+from monitor.daemon.config import load_config
 from monitor.daemon.events import TrackExpired
 from monitor.daemon.exporters import build_exporters
 from monitor.daemon.exporters.homeassistant import HomeAssistantExporter, safe_id
 from monitor.daemon.exporters.mqtt import MqttExporter
+from monitor.daemon.settings import HomeAssistantSettings
 from monitor.errors import ConfigError
 from monitor.features.base import Observation
 from monitor.store.database import Store, open_store
@@ -114,6 +115,7 @@ def check_config(topic: str, config: dict[str, Any]) -> None:
     device = config["device"]
     assert device["identifiers"] == [f"voxmeter_{node}"] and device["name"] == f"voxmeter {DEVICE}"
     assert {"manufacturer", "model", "sw_version"} <= device.keys()
+    assert config["origin"]["name"] == "voxmeter" and config["origin"]["sw_version"]
     if object_id == "online":
         assert component == "binary_sensor" and config["device_class"] == "connectivity"
         assert (config["payload_on"], config["payload_off"]) == ("online", "offline")
@@ -207,12 +209,20 @@ def test_entities_carry_the_figures_and_vanish_with_their_speaker(
                 }
 
                 await handle(pair, TrackExpired("unknown-3", "unknown", 30.0, 1.8e9))
+                gone = TOPICS.speaker_state("unknown-3")
                 await sub.wait(
                     lambda: (
                         [k for k, v in configs(sub).items() if v is None and "unknown-3" in k]
                         and len([v for v in configs(sub).values() if v is None]) == 2
+                        and retained(sub, gone) == b""
                     )
                 )
+                # both configs cleared before the state they read (HA would render an empty one)
+                order = [m.topic.value for m in sub.messages if not m.payload]
+                assert order.index(gone) > max(
+                    order.index(t) for t in order if "unknown-3" in t and t.endswith("/config")
+                )
+                assert order.count(gone) == 1  # once, by discovery: the MQTT exporter leaves it
 
             # member.b leaves the household; the next run clears its entities and its figures
             store.remove_local_profile("member.b")

@@ -6,17 +6,16 @@ clear log line and no connection. A password never crosses the network in clear 
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from monitor.daemon.config import HomeAssistantSettings, MqttSettings, load_config
+from monitor.daemon.config import load_config
 from monitor.daemon.exporters.homeassistant import HomeAssistantExporter
 from monitor.daemon.exporters.mqtt import MqttExporter, tls_context
+from monitor.daemon.settings import HomeAssistantSettings, MqttSettings
 from monitor.errors import ConfigError
 from monitor.store.database import open_store
 from tests.daemon.exporter_events import changed
@@ -29,6 +28,7 @@ from tests.daemon.test_exporter_mqtt import (
     subscribed,
     until,
 )
+from tests.daemon.test_start_checks import voxmeter_run
 from tests.realparts.certificates import Certificates
 from tests.realparts.mosquitto import MosquittoBroker, free_port, wait_for_port
 
@@ -187,16 +187,6 @@ def test_unusable_tls_files_are_one_config_error_naming_the_key(
             )  # type: ignore[arg-type]
 
 
-def voxmeter_run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor.cli", "run", "--set", "prometheus.port=0", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 def test_a_clear_text_password_to_another_host_needs_an_opt_in(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -252,3 +242,18 @@ def test_home_assistant_discovery_goes_over_the_same_tls(
                 assert ha.connected
 
     run(scenario)
+
+
+@pytest.mark.corpus
+def test_voxmeter_run_with_an_unusable_ca_file_is_one_line(
+    daemon_db: Path, daemon_corpus: Any, tmp_path: Path
+) -> None:
+    missing = tmp_path / "missing-ca.pem"
+    done = voxmeter_run(
+        "--db", str(daemon_db), "--source", f"file:{daemon_corpus.known_stream}", "--fast",
+        "--set", "mqtt.enabled=true", "--set", "mqtt.tls=true",
+        "--set", f"mqtt.cafile={missing}",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "mqtt.cafile" in done.stderr and str(missing) in done.stderr

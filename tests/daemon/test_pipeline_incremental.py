@@ -1,5 +1,6 @@
 """The event loop stays free: speech is fed to the feature streams on the feeder thread as it
-arrives, and a window's end only finishes them (no whole-window phone decoding anywhere)."""
+arrives, and a window's end only finishes them (whole-window decoding only for the windows the
+feeder could not stream, and never on the loop thread)."""
 
 from __future__ import annotations
 
@@ -54,5 +55,8 @@ def test_windows_are_streamed_off_the_loop_thread(daemon_corpus: Any, daemon_db:
             del phone.observe  # the registry's instance outlives this test
     assert summary.windows >= 2
     assert feeding and all(name.startswith("voxmeter-feed") for name in feeding)
-    assert incremental.streamed >= summary.windows and incremental.fallbacks == 0
-    assert whole == []  # no window decoded whole, on any thread
+    # most windows were streamed; a window after speech the windower dropped (a turn's end
+    # under min_window_seconds) is extracted whole, off the loop thread as well
+    assert incremental.streamed >= summary.windows / 2
+    assert len(whole) == incremental.fallbacks
+    assert all(name.startswith("voxmeter-work") for name in whole)

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from monitor.calibration.fit import COMBINED, fuse_scores
+from monitor.calibration.buckets import COMBINED
+from monitor.calibration.fusion import fuse_scores
 from monitor.daemon.scorer import PreparedTemplates, Scorer, score_track
 from monitor.disclosure.composition import basic, kairouz_advanced, optimal
 from monitor.disclosure.lid import lid_per_trial, lid_posteriors

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from monitor.calibration.tracking import TrackerThresholds
-from monitor.daemon.config import TrackerSettings
 from monitor.daemon.events import FeatureWindow
+from monitor.daemon.settings import TrackerSettings
 from monitor.daemon.tracker import SpeakerTracker
 from monitor.features.base import Observation
 from monitor.store.templates import LocalProfile
@@ -222,3 +222,19 @@ def test_a_short_window_joins_but_never_opens_a_track(rng: np.random.Generator) 
     joined, _ = t.process(window(v[1], 2, seconds=1.0))
     assert opened is not None and joined is not None and joined.track == opened.track
     assert t.skipped_seconds == 1.5
+
+
+def test_a_turns_short_tail_stays_with_its_track(rng: np.random.Generator) -> None:
+    v = voices(rng, 3)
+    t = fitted_tracker([profile("home-1", "0001", v[0])], cluster=(0.5, 0.5, 0.5))
+    tail = at_cosine(v[0], v[1], 0.6)  # below 0.9 for a 1 s window against the profile
+    head, _ = t.process(window(v[0], 0))
+    assert head is not None and head.track == "home-1"
+    kept, _ = t.process(replace(window(tail, 1, seconds=1.0), continues=True))
+    assert kept is not None and (kept.track, kept.kind) == ("home-1", "local")
+    # the same window starting a new turn proves nothing: skipped
+    assert t.process(window(tail, 2, seconds=1.0))[0] is None
+    # and a continuation far from the track is not kept
+    t.process(window(v[0], 3))
+    far = at_cosine(v[0], v[2], 0.2)
+    assert t.process(replace(window(far, 4, seconds=1.0), continues=True))[0] is None

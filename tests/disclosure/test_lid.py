@@ -13,11 +13,11 @@ from hypothesis.extra.numpy import arrays
 from scipy.optimize import minimize
 from scipy.special import expit
 
+from monitor.calibration.lid_fit import fit_lid_calibration
 from monitor.disclosure import ranks
 from monitor.disclosure.lid import (
     LidCalibration,
     calibrated_llr,
-    fit_lid_calibration,
     lid_ccdf,
     lid_log_posteriors,
     lid_per_trial,

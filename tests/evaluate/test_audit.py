@@ -11,11 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.calibration.fit import COMBINED, calibrate_speakers
+from monitor.calibration.buckets import COMBINED
+from monitor.calibration.fit import calibrate_speakers
 from monitor.calibration.protocol import SpeakerUtterances
-from monitor.evaluate.audit import composition_curves, protected_audit, run_audit
+from monitor.evaluate.audit import run_audit
+from monitor.evaluate.markdown import bits, percent
 from monitor.evaluate.plots import write_plots
-from monitor.evaluate.report import bits, percent, write_report
+from monitor.evaluate.protected import protected_audit
+from monitor.evaluate.report import write_report
+from monitor.evaluate.results import composition_curves
 from tests.calibration.synthetic import synthetic_speakers
 
 FEATURES = ("f0", "embedding")

@@ -17,9 +17,9 @@ import pytest
 import soundfile as sf
 from typer.testing import CliRunner
 
-from monitor.calibration.fit import COMBINED, CalibrationSet
+from monitor.calibration.buckets import COMBINED, CalibrationSet
 from monitor.cli import app
-from monitor.evaluate.report import bits, percent
+from monitor.evaluate.markdown import bits, percent
 from monitor.store import open_store
 
 runner = CliRunner()

@@ -16,13 +16,15 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from monitor.calibration.fit import COMBINED, CalibrationSet, calibrate_speakers
+from monitor.blocks.workers import dask_client
+from monitor.calibration.buckets import COMBINED, CalibrationSet
+from monitor.calibration.fit import calibrate_speakers
 from monitor.calibration.protocol import pool_trials, scored_trials
+from monitor.calibration.trial_rows import trial_rows
 from monitor.cli import app
-from monitor.cluster import dask_client
 from monitor.disclosure.lid import LidCalibration, lid_per_trial
-from monitor.evaluate.audit import Audit, audit_blocks, audit_feature, run_audit
-from monitor.evaluate.cluster import trial_rows
+from monitor.evaluate.audit import audit_blocks, audit_feature, run_audit
+from monitor.evaluate.results import Audit
 from tests.calibration.synthetic import synthetic_speakers
 from tests.evaluate.test_cli_end_to_end import link_subset
 

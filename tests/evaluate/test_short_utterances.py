@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from monitor.cli import app
-from monitor.enroll import _file_problem, _pool_kept
 from monitor.features.base import Observation
 from monitor.features.extract import FileFeatures
+from monitor.store.enroll import _file_problem, _pool_kept
 
 runner = CliRunner(env={"COLUMNS": "1000"})
 FAST = ("--features", "f0,embedding")  # pocketsphinx adds minutes and nothing these tests check
@@ -135,8 +135,8 @@ def test_a_file_empty_for_one_feature_serves_the_others() -> None:
 
 
 def test_dev_overlap_says_what_is_true() -> None:
-    from monitor.calibration.fit import CalibrationSet
-    from monitor.evaluate.audit import dev_overlap
+    from monitor.calibration.buckets import CalibrationSet
+    from monitor.evaluate.lid_setup import dev_overlap
 
     def calibration(**metadata: object) -> CalibrationSet:
         return CalibrationSet({}, dict(metadata))

@@ -12,7 +12,7 @@ import pytest
 import soundfile
 from typer.testing import CliRunner
 
-from monitor.calibration.fit import BucketCalibration, CalibrationSet
+from monitor.calibration.buckets import BucketCalibration, CalibrationSet
 from monitor.cli import app
 from monitor.daemon.build import check_template_model, load_calibration
 from monitor.daemon.config import load_config

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.calibration.fit import BucketCalibration, CalibrationSet
+from monitor.calibration.buckets import BucketCalibration, CalibrationSet
 from monitor.errors import StoreError
 from monitor.features.base import Observation
 from monitor.store import Enrolment, Store, open_store

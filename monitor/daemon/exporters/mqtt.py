@@ -43,7 +43,7 @@ from typing import Any, Protocol
 import aiomqtt
 
 from monitor import __version__
-from monitor.daemon.config import MqttSettings, is_loopback
+from monitor.daemon.config import is_loopback
 from monitor.daemon.events import (
     BOUNDS,
     DaemonEvent,
@@ -56,6 +56,7 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
+from monitor.daemon.settings import MqttSettings
 from monitor.errors import ConfigError, StoreError
 from monitor.store.outbox import OutboxMessage
 
@@ -326,11 +327,12 @@ class MqttExporter:
                     ceiling = s.reconnect_min_seconds
                     await self._session(client)
             except aiomqtt.MqttError as error:
-                problem = connection_problem(error)
-                level = (
-                    logging.WARNING if self.connected or problem.startswith("TLS") else logging.INFO
+                # a lost connection or a TLS refusal is news; a broker still away is not
+                tls = isinstance(error.__context__, ssl.SSLError)
+                level = logging.WARNING if self.connected or tls else logging.INFO
+                logger.log(
+                    level, "MQTT broker %s:%d: %s", s.host, s.port, connection_problem(error)
                 )
-                logger.log(level, "MQTT broker %s:%d: %s", s.host, s.port, problem)
             except StoreError:
                 logger.exception("cannot read the alert outbox; retrying")
             finally:

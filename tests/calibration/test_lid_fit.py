@@ -13,16 +13,16 @@ import pytest
 from scipy.optimize import minimize
 from scipy.special import expit
 
+from monitor.blocks.synthetic import SyntheticMatrix
+from monitor.calibration import lid_fit
+from monitor.calibration.lid_fit import DEFAULT_C, fit_lid_calibration
 from monitor.calibration.protocol import score_trials
-from monitor.cluster import SyntheticMatrix
 from monitor.disclosure import lid as lid_module
 from monitor.disclosure import ranks
 from monitor.disclosure.lid import (
-    DEFAULT_C,
     LidCalibration,
     calibrated_costs,
     calibrated_llr,
-    fit_lid_calibration,
     lid_and_costs,
     lid_per_trial,
     znorm_rows,
@@ -113,7 +113,7 @@ def fit_path(request, monkeypatch) -> str:
     """Small matrices are fitted by Newton from (0, prior); a tiny warm-start sample and
     few-row blocks put them through the path a 10⁴ × 10⁴ matrix takes."""
     if request.param == "warm-started":
-        monkeypatch.setattr(lid_module, "_WARM_SAMPLE", 64)
+        monkeypatch.setattr(lid_fit, "_WARM_SAMPLE", 64)
         monkeypatch.setattr(lid_module, "CACHE_ELEMENTS", 700)
     return str(request.param)
 
@@ -178,12 +178,12 @@ def test_separable_fit_warns_and_matches_the_penalised_optimum(c, fit_path, rng)
 
 def test_fit_does_not_depend_on_the_number_of_threads(rng, monkeypatch):
     monkeypatch.setattr(lid_module, "CACHE_ELEMENTS", 700)
-    monkeypatch.setattr(lid_module, "_GROUP_BLOCKS", 3)  # 21 row groups of 3 blocks of 7 rows
-    monkeypatch.setattr(lid_module, "_WARM_SAMPLE", 256)
+    monkeypatch.setattr(lid_fit, "_GROUP_BLOCKS", 3)  # 21 row groups of 3 blocks of 7 rows
+    monkeypatch.setattr(lid_fit, "_WARM_SAMPLE", 256)
     S, m = heavy_tailed(rng, 440, 100, 2.0)
     fits = []
     for threads in (1, 2, 5):
-        monkeypatch.setattr(lid_module, "FIT_THREADS", threads)
+        monkeypatch.setattr(lid_fit, "FIT_THREADS", threads)
         fits.append(fit_lid_calibration(S, m))
     assert fits[0] == fits[1] == fits[2]  # to the last bit
 
@@ -218,15 +218,15 @@ def test_fit_of_a_large_float32_matrix_is_the_reference_optimum(monkeypatch):
     # 2000 × 3000 float32: the warm start, its refinement and the full passes run as for
     # 10⁴ × 10⁴, where each pass over all entries is what costs (about a second).
     S, m = SyntheticMatrix(T=2000, N=3000, seed=4)(0, 2000)
-    assert 2000 * 2999 // lid_module._WARM_SAMPLE >= 4  # the warm start is used
+    assert 2000 * 2999 // lid_fit._WARM_SAMPLE >= 4  # the warm start is used
     passes = []
-    matrix_sums = lid_module._matrix_sums
+    matrix_sums = lid_fit._matrix_sums
 
     def counted(*args):
         sums_at = matrix_sums(*args)
         return lambda w, b, loss: passes.append(loss) or sums_at(w, b, loss)
 
-    monkeypatch.setattr(lid_module, "_matrix_sums", counted)
+    monkeypatch.setattr(lid_fit, "_matrix_sums", counted)
     cal = fit_lid_calibration(S, m)
     assert_close_to_reference(cal, reference_fit(S, m))
     assert passes == [False, False]  # two passes, neither needing the loss

@@ -1,4 +1,5 @@
-"""``calibrate``'s score matrices in row groups on Dask workers (``--jobs``, ``--scheduler``).
+"""A bucket fitted over row groups of its score matrices kept on workers (``calibrate --jobs``,
+``--scheduler``): what a group is, and how the groups' results add.
 
 This process pools a bucket's tests and templates (:func:`pool_trials`: T·D values, not T·N
 scores) and scatters them to every worker once. The workers score every feature once, in the
@@ -21,62 +22,40 @@ the kept features at each pass.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from monitor.calibration.fit import (
-    COMBINED,
-    BucketCalibration,
-    SeparableNotes,
-    fit_fusion_sums,
-    fitted_bucket,
-    fuse_scores,
-    fusion_blocks,
-    fusion_sums,
-    lid_noting,
-)
-from monitor.calibration.protocol import PooledTrials
-from monitor.cluster import DaskRows, load_rows
-from monitor.disclosure.lid import (
+from monitor.blocks.workers import DaskRows, regrouped_rows
+from monitor.calibration.bucket_fit import SeparableNotes, fitted_bucket, lid_noting
+from monitor.calibration.buckets import COMBINED, BucketCalibration
+from monitor.calibration.fusion import fit_fusion_sums, fuse_scores, fusion_blocks, fusion_sums
+from monitor.calibration.lid_fit import (
     FitLayout,
     FitScan,
-    LidCalibration,
     SumsAt,
     fit_group_sums,
     fit_layout,
     fit_lid_passes,
     scan_fit_group,
 )
+from monitor.calibration.protocol import PooledTrials
+from monitor.calibration.trial_rows import TrialLoader, pooled_arrays
+from monitor.disclosure.lid import LidCalibration
 from monitor.disclosure.ranks import (
     histogram_of_rank_counts,
     single_threaded_blas,
     true_rank_counts,
 )
-from monitor.evaluate.cluster import TrialLoader
 from monitor.features.base import embedding_backend
 
 if TYPE_CHECKING:
-    from distributed import Client
+    from monitor.blocks.workers import Client
 
 Blocks = dict[str, np.ndarray]
 """A group's rows of every feature's score matrix."""
-
-
-def _joined_rows(
-    r0: int, r1: int, bounds: tuple[tuple[int, int], ...], *parts: tuple[Blocks, np.ndarray]
-) -> tuple[Blocks, np.ndarray]:
-    """A Dask task: rows [r0, r1) of every matrix, with their truth, cut from the scoring
-    blocks ``bounds`` (their ``parts``, made by other tasks) that cover them."""
-    cut = [
-        (slice(max(r0, b0) - b0, min(r1, b1) - b0), scores, truth)
-        for (b0, b1), (scores, truth) in zip(bounds, parts, strict=True)
-    ]
-    joined = {n: np.concatenate([scores[n][rows] for rows, scores, _ in cut]) for n in parts[0][0]}
-    return joined, np.concatenate([truth[rows] for rows, _, truth in cut])
 
 
 def bucket_rows(client: Client, pooled: PooledTrials, layout: FitLayout) -> DaskRows:
@@ -84,19 +63,14 @@ def bucket_rows(client: Client, pooled: PooledTrials, layout: FitLayout) -> Dask
     groups: scored in the blocks this process scores (one task each, so the workers share the
     scoring), then cut and joined into groups."""
     features = tuple(pooled.tests)
-    arrays = [pooled.truth, *(a for f in features for a in (pooled.tests[f], pooled.templates[f]))]
-    shared = list(client.scatter(arrays, broadcast=True, hash=False))
-    loader = TrialLoader(features, features, pooled.N, embedding_backend())
-    blocks = pooled.blocks()
-    starts = [b0 for b0, _ in blocks]
-    scored = [client.submit(load_rows, loader, b0, b1, *shared, pure=False) for b0, b1 in blocks]
-    groups = layout.groups(pooled.T)
-    kept = []
-    for g0, g1 in groups:
-        first, stop = bisect.bisect_right(starts, g0) - 1, bisect.bisect_left(starts, g1)
-        bounds = tuple(blocks[first:stop])
-        kept.append(client.submit(_joined_rows, g0, g1, bounds, *scored[first:stop], pure=False))
-    return DaskRows(client, loader, (pooled.T, pooled.N), blocks=groups, kept=kept)
+    return regrouped_rows(
+        client,
+        TrialLoader(features, features, pooled.N, embedding_backend()),
+        (pooled.T, pooled.N),
+        blocks=pooled.blocks(),
+        groups=layout.groups(pooled.T),
+        shared=pooled_arrays(pooled),
+    )
 
 
 def _matrix(scores: Blocks, name: str, fusion: Mapping[str, float]) -> np.ndarray:

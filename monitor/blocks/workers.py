@@ -1,4 +1,16 @@
-"""Dask workers for the corpus commands (enroll, calibrate, evaluate) and large score matrices.
+"""The one module that talks to Dask: independent blocks run on workers, results merged here in
+block order, so the figures are those of the same blocks run in this process.
+
+The commands (``enroll``, ``calibrate``, ``evaluate``, ``score --matrix``) say what a block is
+and how results add; they hand this module picklable per-block functions and never see a
+worker. Two shapes of work:
+
+- :func:`map_batches`: a pure function over batches of independent items (files to extract,
+  speakers to fit), results handed back per batch as they finish;
+- :class:`DaskRows`: the row blocks of a (T, N) score matrix made on the workers (a
+  :class:`monitor.disclosure.matrix_scan.RowSource`, as :class:`InMemoryRows` is in this
+  process), each pass's per-block results in row order; :func:`regrouped_rows` keeps rows
+  made in one set of blocks on the workers in another (a fit's row groups).
 
 ``--jobs 1`` without ``--scheduler`` stays in this process (no cluster: small runs and tests stay
 fast). ``--jobs N`` starts a LocalCluster of N single-threaded worker processes on the loopback
@@ -10,11 +22,11 @@ writes the feature cache; so the cache is that of the machine the command runs o
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -22,7 +34,7 @@ import numpy as np
 from monitor.errors import InputError
 
 if TYPE_CHECKING:
-    from distributed import Client
+    from distributed import Client as Client
 
 logger = logging.getLogger(__name__)
 
@@ -231,25 +243,55 @@ def _scattered(client: Client, value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True)
-class SyntheticMatrix:
-    """A reproducible synthetic (T, N) float32 score matrix made row by row: row i draws, from a
-    generator seeded by (seed, i), its true identity, the mated score (normal, raised by
-    ``separation``) and then N standard normal scores, the mated one put in place. Any block
-    of rows is the same wherever and however it is made."""
+Rows = Any
+"""A block's rows: an array (r1 − r0, N), or {name: array} for several matrices at once."""
 
-    T: int
-    N: int
-    seed: int = 0
-    separation: float = 3.0
 
-    def __call__(self, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray]:
-        S = np.empty((r1 - r0, self.N), dtype=np.float32)
-        m = np.empty(r1 - r0, dtype=np.int64)
-        for i in range(r0, r1):
-            rng = np.random.default_rng([self.seed, i])
-            m[i - r0] = rng.integers(self.N)
-            mated = np.float32(rng.standard_normal(dtype=np.float32) + self.separation)
-            S[i - r0] = rng.standard_normal(self.N, dtype=np.float32)
-            S[i - r0, m[i - r0]] = mated
-        return S, m
+def _cut(rows: Rows, part: slice) -> Rows:
+    return (
+        {name: array[part] for name, array in rows.items()}
+        if isinstance(rows, dict)
+        else rows[part]
+    )
+
+
+def _join(parts: list[Rows]) -> Rows:
+    if isinstance(parts[0], dict):
+        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+    return np.concatenate(parts)
+
+
+def _joined_rows(
+    r0: int, r1: int, bounds: tuple[tuple[int, int], ...], *parts: tuple[Rows, np.ndarray]
+) -> tuple[Rows, np.ndarray]:
+    """A Dask task: rows [r0, r1), with their truth, cut from the blocks ``bounds`` (their
+    ``parts``, made by other tasks) that cover them."""
+    cut = [
+        (slice(max(r0, b0) - b0, min(r1, b1) - b0), rows, truth)
+        for (b0, b1), (rows, truth) in zip(bounds, parts, strict=True)
+    ]
+    joined = _join([_cut(rows, part) for part, rows, _ in cut])
+    return joined, np.concatenate([truth[part] for part, _, truth in cut])
+
+
+def regrouped_rows(
+    client: Client,
+    load: Callable[..., tuple[Rows, np.ndarray]],
+    shape: tuple[int, int],
+    *,
+    blocks: Sequence[tuple[int, int]],
+    groups: Sequence[tuple[int, int]],
+    shared: Sequence[Any] = (),
+) -> DaskRows:
+    """Rows made in ``blocks`` (one task each, so the workers share the making), then cut and
+    joined into ``groups`` and kept on the workers until :meth:`DaskRows.release`: a fit that
+    passes many times over row groups other than the blocks its rows are made in."""
+    scattered = [_scattered(client, value) for value in shared]
+    starts = [b0 for b0, _ in blocks]
+    made = [client.submit(load_rows, load, b0, b1, *scattered, pure=False) for b0, b1 in blocks]
+    kept = []
+    for g0, g1 in groups:
+        first, stop = bisect.bisect_right(starts, g0) - 1, bisect.bisect_left(starts, g1)
+        bounds = tuple(blocks[first:stop])
+        kept.append(client.submit(_joined_rows, g0, g1, bounds, *made[first:stop], pure=False))
+    return DaskRows(client, load, shape, blocks=groups, kept=kept)

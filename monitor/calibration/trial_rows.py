@@ -1,30 +1,28 @@
-"""The audit's score matrices in row blocks on Dask workers (``evaluate --jobs``, ``--scheduler``).
+"""A setting's score matrices in row blocks made on workers, from its pooled trials.
 
 This process pools the tests and templates of a setting (:func:`pool_trials`: T·D values, not
-T·N scores) and scatters them to every worker once. Each task then scores one block of test rows
-against its start's templates (:func:`similarity_rows`, the very blocks the single-process run
-uses, so the scores are the same bits), every feature once and ``combined`` fused from them;
-the passes of :func:`monitor.evaluate.audit.audit_blocks` bring back only what merges exactly
-(mated scores, rank counts, LID per trial, block counts of the sorted core, the EER gaps). No
-(T, N) matrix is ever whole in one place. The per-speaker rank-model fits run here too, in
-batches of speakers."""
+T·N scores); they go to every worker once. Each block of test rows is scored against its
+start's templates by :class:`TrialLoader` (:func:`similarity_rows`, the very blocks the
+single-process run uses, so the scores are the same bits), every feature once and
+``combined`` fused from them. ``calibrate`` and ``evaluate`` pass over these rows.
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from monitor.calibration.fit import COMBINED, fuse_scores
+from monitor.blocks.workers import DaskRows
+from monitor.calibration.buckets import COMBINED
+from monitor.calibration.fusion import fuse_scores
 from monitor.calibration.protocol import PooledTrials, Trials, similarity_rows
-from monitor.cluster import DaskRows, map_batches
 from monitor.features.base import embedding_backend, set_embedding_backend
 
 if TYPE_CHECKING:
-    from distributed import Client
+    from monitor.blocks.workers import Client
 
 #: progress(done, total, "pass k") as the row blocks of each pass over the matrices finish.
 BlockProgress = Callable[[int, int, str], None]
@@ -59,6 +57,13 @@ class TrialLoader:
         return {name: scores[name] for name in self.names}, truth[r0:r1]
 
 
+def pooled_arrays(pooled: PooledTrials) -> list[np.ndarray]:
+    """What every block needs, in :class:`TrialLoader` order: the truth, then the tests and
+    templates of each feature."""
+    features = pooled.tests
+    return [pooled.truth, *(a for f in features for a in (pooled.tests[f], pooled.templates[f]))]
+
+
 def trial_rows(
     client: Client,
     pooled: PooledTrials,
@@ -71,15 +76,13 @@ def trial_rows(
     in row blocks of ``{name: S rows}``, made on the workers from the pooled observations,
     which go to every worker once."""
     features = tuple(pooled.tests)
-    arrays = [pooled.truth, *(a for f in features for a in (pooled.tests[f], pooled.templates[f]))]
-    shared = list(client.scatter(arrays, broadcast=True, hash=False))  # see cluster._scattered
     loader = TrialLoader(tuple(names), features, pooled.N, embedding_backend(), dict(fusion or {}))
     return DaskRows(
         client,
         loader,
         (pooled.T, pooled.N),
         blocks=pooled.blocks(),
-        shared=shared,
+        shared=pooled_arrays(pooled),
         progress=_PassTicks(progress) if progress is not None else None,
     )
 
@@ -109,39 +112,3 @@ def gathered_trials(client: Client, pooled: PooledTrials) -> Trials:
     return pooled.with_scores(
         {name: np.concatenate([block[name] for block in blocks]) for name in names}
     )
-
-
-def _meand_batch(
-    batch: list[tuple[int, np.ndarray, np.ndarray]], N: int
-) -> list[tuple[int, float]]:
-    """A Dask task: the per-speaker MeanDs of a batch of (index, above, tied) speakers."""
-    from monitor.evaluate.audit import speaker_meands
-
-    values = speaker_meands([(above, ties) for _, above, ties in batch], N)
-    return [(index, value) for (index, _, _), value in zip(batch, values, strict=True)]
-
-
-def speaker_fits_on_workers(
-    client: Client, progress: BlockProgress | None = None
-) -> Callable[[Sequence[tuple[np.ndarray, np.ndarray]], int], list[float]]:
-    """A per-speaker fitter (:data:`monitor.evaluate.audit.FitSpeakers`) whose fits run on the
-    workers in batches of speakers (each fit is independent, so the values are the same);
-    ``progress(done, total, "per-speaker fits")`` as batches finish."""
-
-    def fit(speakers: Sequence[tuple[np.ndarray, np.ndarray]], N: int) -> list[float]:
-        values: list[float] = [math.nan] * len(speakers)
-        items = [(i, above, ties) for i, (above, ties) in enumerate(speakers)]
-        fitted = 0
-
-        def done(batch: list[Any], results: list[tuple[int, float]]) -> None:
-            nonlocal fitted
-            for index, value in results:
-                values[index] = value
-            fitted += len(results)
-            if progress is not None:
-                progress(fitted, len(values), "per-speaker fits")
-
-        map_batches(client, _meand_batch, items, N, done=done)
-        return values
-
-    return fit

@@ -1,5 +1,5 @@
-"""``voxmeter score --matrix M.npy --jobs N`` (or ``--scheduler``): the matrix's row blocks read by
-Dask workers straight from the file.
+"""``voxmeter score --matrix M.npy --jobs N`` (or ``--scheduler``): a block is a run of the
+matrix's rows, read by a worker straight from the file.
 
 This process reads only the .npy header and the truth; every worker memory-maps the file by
 its absolute path and reads its own blocks of rows, so the matrix is never whole anywhere (and
@@ -19,24 +19,23 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from monitor.cluster import DaskRows, dask_client
-from monitor.disclosure.lid import (
+from monitor.blocks.workers import DaskRows, dask_client
+from monitor.calibration.lid_fit import (
     FitLayout,
     FitScan,
-    LidCalibration,
     SumsAt,
     fit_group_sums,
     fit_layout,
     fit_lid_passes,
     scan_fit_group,
 )
+from monitor.disclosure.lid import LidCalibration
 from monitor.disclosure.ranks import chunk_rows, single_threaded_blas
 from monitor.errors import InputError
 from monitor.score.matrix_files import check_matrix_truth, read_matrix_trials, read_truth
 
 if TYPE_CHECKING:
-    from distributed import Client
-
+    from monitor.blocks.workers import Client
     from monitor.score.report import ScoreReport
 
 #: progress(done, total) of the row blocks of one pass over the matrix.

@@ -1,0 +1,274 @@
+"""The import rules of docs/architecture.md ("Layers"), checked over the source with ``ast``.
+
+- no import circles among monitor's modules (imports under TYPE_CHECKING and inside functions
+  count, as in ../shared/hooks/import_circles.py: a circle is a design question first);
+- every package imports only from its own layer's package or from layers below it;
+- monitor/disclosure/ (pure math) imports no I/O module and calls no ``open``;
+- one module talks to Dask (monitor/blocks/workers.py);
+- no module in monitor/ is over 500 lines, except those named in :data:`LONG_MODULES` with why.
+
+A new circle or a layer broken fails here, naming the modules.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "monitor"
+
+#: Lowest first. A package (or top-level module) may import its own modules and those of lower
+#: layers; two packages on one layer do not import each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors",),
+    ("vocabulary", "jsonsafe", "printable", "userfiles", "outputs", "blocks"),
+    ("disclosure",),
+    ("audio",),
+    ("features",),
+    ("corpus",),
+    ("calibration",),
+    ("store", "score"),
+    ("evaluate", "daemon"),
+    ("cli",),
+)
+
+#: What pure math must not import: files, sockets, processes, devices, terminals, clusters.
+IO_MODULES = frozenset(
+    {
+        "asyncio",
+        "socket",
+        "ssl",
+        "subprocess",
+        "shutil",
+        "tempfile",
+        "io",
+        "sqlite3",
+        "csv",
+        "json",
+        "pathlib",
+        "urllib",
+        "http",
+        "soundfile",
+        "sounddevice",
+        "soxr",
+        "wyoming",
+        "paho",
+        "aiomqtt",
+        "prometheus_client",
+        "rich",
+        "typer",
+        "pyarrow",
+        "dask",
+        "distributed",
+        "torch",
+        "matplotlib",
+        "logging.handlers",
+    }
+)
+
+DASK_MODULES = frozenset({"dask", "distributed"})
+THE_DASK_MODULE = "monitor.blocks.workers"
+
+#: Modules over 500 lines, and why each is still one piece (none).
+LONG_MODULES: dict[str, str] = {}
+MAX_LINES = 500
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """{dotted module name: file} of the package at ``root``."""
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imported_names(module: str, path: Path) -> list[tuple[str, int]]:
+    """Every absolute name ``module`` imports (anywhere in the file), with its line."""
+    is_package = path.name == "__init__.py"
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = module.split(".") if is_package else module.split(".")[:-1]
+                here = here[: len(here) - node.level + 1]
+                base = ".".join(here + ([base] if base else []))
+            names += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
+            names.append((base, node.lineno))
+    return names
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module → modules of the package it imports. A package's ``__init__`` hands names on:
+    importing through it is not an edge to it (as the shared hook counts)."""
+    modules = module_files(root)
+    package = root.name
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        is_package = path.name == "__init__.py"
+        for name, _ in imported_names(module, path):
+            if name.split(".")[0] != package:
+                continue
+            target = resolve(name)
+            if target is None or target == module or modules[target].name == "__init__.py":
+                continue
+            if is_package and target.startswith(module + "."):
+                continue
+            graph[module].add(target)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    """(layer, package) of a module: its first name under ``monitor``."""
+    parts = module.split(".")
+    if len(parts) == 1:  # the package's own __init__
+        return len(LAYERS), ""
+    for layer, packages in enumerate(LAYERS):
+        if parts[1] in packages:
+            return layer, parts[1]
+    raise AssertionError(f"{module}: its package {parts[1]!r} has no layer in LAYERS")
+
+
+def layer_violations(root: Path) -> list[str]:
+    """``a -> b`` for each import of a package on the same or a higher layer than its own."""
+    problems = []
+    for module, targets in sorted(import_graph(root).items()):
+        layer, package = layer_of(module)
+        for target in sorted(targets):
+            other_layer, other = layer_of(target)
+            if other != package and other_layer >= layer:
+                problems.append(f"{module} -> {target}")
+    return problems
+
+
+def test_no_import_circles() -> None:
+    assert circles(import_graph(ROOT)) == []
+
+
+def test_every_package_imports_only_lower_layers() -> None:
+    assert layer_violations(ROOT) == []
+
+
+def test_disclosure_imports_no_io_and_opens_no_file() -> None:
+    problems = []
+    for module, path in module_files(ROOT).items():
+        if not module.startswith("monitor.disclosure"):
+            continue
+        for name, line in imported_names(module, path):
+            top = name.split(".")[0]
+            if top in IO_MODULES or name in IO_MODULES:
+                problems.append(f"{path.name}:{line}: imports {name}")
+            if top == "monitor" and not name.startswith(("monitor.disclosure", "monitor.errors")):
+                problems.append(f"{path.name}:{line}: imports {name}")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "open":
+                problems.append(f"{path.name}:{node.lineno}: calls open()")
+    assert problems == []
+
+
+def test_one_module_talks_to_dask() -> None:
+    talking = {
+        module
+        for module, path in module_files(ROOT).items()
+        for name, _ in imported_names(module, path)
+        if name.split(".")[0] in DASK_MODULES
+    }
+    assert talking == {THE_DASK_MODULE}
+
+
+def test_no_module_over_500_lines() -> None:
+    long = {
+        str(path.relative_to(ROOT.parent)): n
+        for path in ROOT.rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert {name: n for name, n in long.items() if name not in LONG_MODULES} == {}
+
+
+# ---- the rules catch what they are for ------------------------------------------------------
+
+
+@pytest.fixture
+def copy_of_monitor(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT, tmp_path / "monitor", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path / "monitor"
+
+
+def test_a_new_circle_is_found(copy_of_monitor: Path) -> None:
+    # A function-level import back from the seam into a command closes a loop.
+    workers = copy_of_monitor / "blocks" / "workers.py"
+    workers.write_text(
+        workers.read_text() + "\n\ndef _back():\n    from monitor.features.extract import x\n"
+    )
+    assert ["monitor.blocks.workers", "monitor.features.extract"] in circles(
+        import_graph(copy_of_monitor)
+    )
+
+
+def test_a_layer_broken_is_found(copy_of_monitor: Path) -> None:
+    ranks = copy_of_monitor / "disclosure" / "ranks.py"
+    ranks.write_text(
+        ranks.read_text() + "\n\nif False:\n    from monitor.calibration.fusion import x\n"
+    )
+    assert "monitor.disclosure.ranks -> monitor.calibration.fusion" in layer_violations(
+        copy_of_monitor
+    )
