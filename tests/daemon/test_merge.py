@@ -105,10 +105,12 @@ def test_home_assistant_empties_the_retired_tracks_entities(
                 await sub.wait(lambda: retained(sub, TOPICS.speaker_state("unknown-2")) is not None)
                 await sub.wait(lambda: sum("unknown-2" in k for k in configs(sub)) == 2)
                 await handle(pair, MERGED)
+                # the configs go first, the state they read a grace second after them
                 await sub.wait(
                     lambda: (
                         [k for k, v in configs(sub).items() if v is None and "unknown-2" in k]
                         and sum(v is None for v in configs(sub).values()) == 2
+                        and retained(sub, TOPICS.speaker_state("unknown-2")) == b""
                     )
                 )
                 kept = [k for k, v in configs(sub).items() if v is not None and "unknown-1" in k]
