@@ -121,7 +121,12 @@ class Recorded:
 
 
 def run_stream(
-    db: Path, stream: Stream, backend: str, folder: Path, features: Sequence[str]
+    db: Path,
+    stream: Stream,
+    backend: str,
+    folder: Path,
+    features: Sequence[str],
+    overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One stream through build_pipeline; windows, tracks and figures compared with the truth."""
     work = folder / f"run-{stream.path.stem}-{backend}.db"
@@ -140,6 +145,7 @@ def run_stream(
             'logging.level="warning"',
             f'features.embedding="{backend}"',
             f"features.enabled={json.dumps(list(features))}",
+            *overrides,
         ],
     )
     collector = Collector()
@@ -420,6 +426,9 @@ def main(argv: Sequence[str] = ()) -> None:
         help="features the daemon extracts (embedding alone: the tracker's, fastest)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--set", action="append", default=[], help="a daemon setting, as voxmeter run --set"
+    )
     args = parser.parse_args(list(argv))
     load = os.getloadavg()
     results: dict[str, Any] = {
@@ -449,7 +458,7 @@ def main(argv: Sequence[str] = ()) -> None:
                         index, speech=speech, pool=speakers, minutes=minutes, seed=args.seed,
                         folder=folder, rate_hz=rate,
                     )  # fmt: skip
-                    run = run_stream(db, stream, backend, folder, features)
+                    run = run_stream(db, stream, backend, folder, features, args.set)
                     stream.path.unlink()
                     runs.append(run)
                     print(f"{backend} {rate} Hz stream {index}: {json.dumps(run['counts'])}",

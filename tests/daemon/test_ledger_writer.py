@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from monitor.daemon.budget import BudgetMachine
-from monitor.daemon.config import BudgetSettings
 from monitor.daemon.events import (
     FEATURES,
     MEASURES,
@@ -23,6 +22,7 @@ from monitor.daemon.events import (
 from monitor.daemon.evidence import ScoredWindow, TrackEvidence
 from monitor.daemon.ledger import LedgerWriter
 from monitor.daemon.scorer import TrackScore
+from monitor.daemon.settings import BudgetSettings
 from monitor.features.base import Observation
 from monitor.store.database import open_store
 from monitor.vocabulary import FigureKey
@@ -102,6 +102,9 @@ def test_windows_recorded_and_transitions_alerted_in_order(writer) -> None:
     assert rows[2].figures["state"] == "exceeded"
     assert rows[2].figures["disclosures"]["f0.srd"] == [4.2, 2.1]
     assert rows[3].window_bits == pytest.approx(1.95)
+    # each row carries the window's place in the stream beside its wall-clock times
+    assert [(r.stream_start, r.stream_end) for r in rows[:2]] == [(0.0, 3.2), (3.0, 6.2)]
+    assert rows[1].window_end == PERIOD + 60.0
     pending = store.pending()
     assert [m.seq for m in pending] == [c.seq for c in changes]
     assert all(m.topic == "voxmeter/dev/alerts" for m in pending)

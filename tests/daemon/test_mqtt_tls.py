@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from monitor.daemon.config import HomeAssistantSettings, MqttSettings, load_config
+from monitor.daemon.config import load_config
 from monitor.daemon.exporters.homeassistant import HomeAssistantExporter
 from monitor.daemon.exporters.mqtt import MqttExporter, tls_context
+from monitor.daemon.settings import HomeAssistantSettings, MqttSettings
 from monitor.errors import ConfigError
 from monitor.store.database import open_store
 from tests.daemon.exporter_events import changed
