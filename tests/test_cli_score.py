@@ -286,11 +286,13 @@ def test_compose_json_and_table():
     assert "36.239" in result.stdout and "31.173" in result.stdout and "56.429" in result.stdout
 
 
-def test_compose_survives_an_epsilon_whose_exponential_overflows():
+def test_compose_refuses_an_epsilon_whose_exponential_overflows():
+    # e^1000 overflows a double: one line naming the option and its range, no warnings
     result = run("compose", "--epsilon", "1000", "--delta", "1e-5", "--steps", "1", "10")
-    assert result.exit_code == 0, result.output
-    assert result.stderr == ""
-    assert "inf" in result.stdout and "10000.000" in result.stdout
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert "--epsilon" in line and "(0, 100]" in line and "1000" in line
 
 
 @pytest.mark.parametrize(

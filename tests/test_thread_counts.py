@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from monitor.cluster import SyntheticMatrix
+from monitor.blocks.synthetic import SyntheticMatrix
 from monitor.score.matrix import matrix_report
 from monitor.score.report import report_json
 from tests.calibration.synthetic import synthetic_speakers
@@ -27,7 +27,7 @@ def at_thread_counts(compute: Callable[[], Any]) -> list[Any]:
 
 
 def test_matrix_report_and_lid_fit_at_1_and_8_blas_threads() -> None:
-    from monitor.disclosure.lid import fit_lid_calibration
+    from monitor.calibration.lid_fit import fit_lid_calibration
 
     S, m = SyntheticMatrix(T=7000, N=320, seed=9, separation=1.2)(0, 7000)
     one, many = at_thread_counts(lambda: fit_lid_calibration(S, m))

@@ -9,6 +9,7 @@ their first sample, whatever the device, file or stream delivers: the rest of th
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -95,6 +96,14 @@ class AudioSource(Protocol):
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
+
+
+def backoff_seconds(rng: random.Random, attempt: int, initial: float, cap: float) -> float:
+    """Random delay before retry ``attempt`` (1-based), the one every source uses: jitter over
+    the upper half of a doubling capped at ``cap``, so that devices lost together do not
+    return in step."""
+    ceiling = min(cap, initial * 2 ** (attempt - 1))
+    return rng.uniform(ceiling / 2, ceiling)
 
 
 class Resampler:

@@ -13,7 +13,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from monitor.audio.frames import AudioFrame, Clock, Resampler, Sleep, SourceStats
+from monitor.audio.frames import (
+    AudioFrame,
+    Clock,
+    Resampler,
+    Sleep,
+    SourceStats,
+    backoff_seconds,
+)
 from monitor.errors import AudioDeviceError
 
 logger = logging.getLogger(__name__)
@@ -170,9 +177,10 @@ class MicrophoneSource:
         self._backend.open(self.device, lambda block, overflowed: None).close()
 
     def backoff_seconds(self, attempt: int) -> float:
-        """Random delay before retry ``attempt`` (1-based): full jitter under a capped doubling."""
-        cap = min(self.backoff_max_seconds, self.backoff_initial_seconds * 2 ** (attempt - 1))
-        return self._rng.uniform(cap / 2, cap)
+        """Delay before retry ``attempt`` (1-based), as every source waits."""
+        return backoff_seconds(
+            self._rng, attempt, self.backoff_initial_seconds, self.backoff_max_seconds
+        )
 
     def _on_block(self, generation: int, block: np.ndarray, overflowed: bool) -> None:
         """Runs on the event loop: resample, stamp, queue (dropping the oldest when full)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -31,7 +32,7 @@ import numpy as np
 from wyoming.audio import AudioChunk, AudioFormat, AudioStart, AudioStop
 from wyoming.event import Event
 from wyoming.info import Attribution, Describe, Info, SndProgram
-from wyoming.server import AsyncEventHandler, AsyncTcpServer
+from wyoming.server import AsyncEventHandler
 
 from monitor import __version__
 from monitor.audio.frames import (
@@ -42,17 +43,17 @@ from monitor.audio.frames import (
     Resampler,
     Sleep,
     SourceStats,
+    backoff_seconds,
     check_frame_ms,
 )
 from monitor.audio.wyoming_wire import (
     BROKEN_EVENT,
     audio_seconds,
-    bound_port,
     broken,
     read_event,
     reason,
+    serving,
 )
-from monitor.audio.zeroconf import Announcement
 from monitor.errors import AudioDeviceError, InputError
 
 logger = logging.getLogger(__name__)
@@ -329,9 +330,10 @@ class WyomingSource:
             yield frame
 
     def backoff_seconds(self, attempt: int) -> float:
-        """Random delay before retry ``attempt`` (1-based), as the microphone source does."""
-        cap = min(self.backoff_max_seconds, self.backoff_initial_seconds * 2 ** (attempt - 1))
-        return self._rng.uniform(cap / 2, cap)
+        """Delay before retry ``attempt`` (1-based), as every source waits."""
+        return backoff_seconds(
+            self._rng, attempt, self.backoff_initial_seconds, self.backoff_max_seconds
+        )
 
     # ---- wyoming:// — a client of a microphone service ----------------------------------------
 
@@ -377,23 +379,13 @@ class WyomingSource:
 
     async def _serve(self) -> AsyncIterator[Event | None]:
         self._queue = asyncio.Queue(self._queue_events)
-        server = AsyncTcpServer(self.endpoint.host, self.endpoint.port)
-        try:
-            await server.start(lambda reader, writer: _Listener(self, reader, writer))
-        except OSError as error:
-            raise AudioDeviceError(f"{self.name}: cannot listen ({reason(error)})") from error
-        self.port = bound_port(server)
-        announcement = Announcement(self.port, self.endpoint.host) if self.zeroconf else None
-        if announcement is not None:
-            await announcement.start()
-        logger.info("listening for Wyoming audio on %s", self.name)
-        try:
+        host, port = self.endpoint.host, self.endpoint.port
+        handler = functools.partial(_Listener, self)
+        async with serving(self.name, host, port, handler, zeroconf=self.zeroconf) as bound:
+            self.port = bound
+            logger.info("listening for Wyoming audio on %s", self.name)
             while (item := await self._queue.get()) is not _END:
                 yield item  # type: ignore[misc]
-        finally:
-            if announcement is not None:
-                await announcement.stop()
-            await server.stop()
 
     async def _from_client(self, client: _Listener, event: Event) -> None:
         """Audio of the client that streams now; anyone else's session is dropped, counted."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -41,21 +42,20 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.info import Info
-from wyoming.server import AsyncEventHandler, AsyncTcpServer
+from wyoming.server import AsyncEventHandler
 
-from monitor.audio.frames import AudioFrame, Sleep, SourceStats, check_frame_ms
+from monitor.audio.frames import AudioFrame, Sleep, SourceStats, backoff_seconds, check_frame_ms
 from monitor.audio.wyoming import decode_frames
 from monitor.audio.wyoming_wire import (
     BROKEN_EVENT,
     audio_seconds,
-    bound_port,
     broken,
     encode_event,
     read_event_bytes,
     reason,
+    serving,
 )
-from monitor.audio.zeroconf import Announcement
-from monitor.errors import AudioDeviceError, InputError
+from monitor.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -387,9 +387,10 @@ class WyomingProxySource:
         return self.stats.dropped_seconds
 
     def backoff_seconds(self, attempt: int) -> float:
-        """Random delay before upstream probe ``attempt`` (1-based), as every source retries."""
-        cap = min(self.backoff_max_seconds, self.backoff_initial_seconds * 2 ** (attempt - 1))
-        return self._rng.uniform(cap / 2, cap)
+        """Delay before upstream probe ``attempt`` (1-based), as every source waits."""
+        return backoff_seconds(
+            self._rng, attempt, self.backoff_initial_seconds, self.backoff_max_seconds
+        )
 
     def close(self) -> None:
         if self._closed is not None:
@@ -418,20 +419,12 @@ class WyomingProxySource:
         """The relay (and its zeroconf announcement) runs inside this block, whether or not the
         frames are read: the benchmark and the tests serve without a pipeline."""
         self._closed = asyncio.Event()
-        server = AsyncTcpServer(self.endpoint.host, self.endpoint.port)
-        try:
-            await server.start(lambda reader, writer: _Relay(self, reader, writer))
-        except OSError as error:
-            raise AudioDeviceError(f"{self.name}: cannot listen ({reason(error)})") from error
-        self.port = bound_port(server)
-        announcement = Announcement(self.port, self.endpoint.host) if self.zeroconf else None
-        if announcement is not None:
-            await announcement.start()
-        logger.info("relaying Wyoming %s → %s", self.name, self.endpoint.upstream)
-        try:
-            yield
-        finally:
-            self.upstream.close()
-            if announcement is not None:
-                await announcement.stop()
-            await server.stop()
+        host, port = self.endpoint.host, self.endpoint.port
+        handler = functools.partial(_Relay, self)
+        async with serving(self.name, host, port, handler, zeroconf=self.zeroconf) as bound:
+            self.port = bound
+            logger.info("relaying Wyoming %s → %s", self.name, self.endpoint.upstream)
+            try:
+                yield
+            finally:
+                self.upstream.close()

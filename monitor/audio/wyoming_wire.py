@@ -1,16 +1,22 @@
 """The Wyoming wire: events read with limits (and as the exact bytes they came in, for a
-relay), written as the ``wyoming`` package writes them, and the one-line reasons of a broken
-peer. Shared by the Wyoming source (wyoming.py) and the proxy (wyoming_proxy.py)."""
+relay), written as the ``wyoming`` package writes them, the one-line reasons of a broken
+peer, and a server announced on zeroconf. Shared by the Wyoming source (wyoming.py) and the
+proxy (wyoming_proxy.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 from wyoming.event import Event
-from wyoming.server import AsyncTcpServer
+from wyoming.server import AsyncTcpServer, HandlerFactory
+
+from monitor.audio.zeroconf import Announcement
+from monitor.errors import AudioDeviceError
 
 WYOMING_VERSION = "1.10.2"
 """The protocol version our own events carry (the pinned ``wyoming`` package's)."""
@@ -44,6 +50,29 @@ def bound_port(server: AsyncTcpServer) -> int:
 def reason(error: OSError) -> str:
     """``Connection refused``, not asyncio's ``Connect call failed ('127.0.0.1', 1)``."""
     return os.strerror(error.errno) if error.errno else str(error)
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    name: str, host: str, port: int, handler: HandlerFactory, *, zeroconf: bool
+) -> AsyncIterator[int]:
+    """A Wyoming server on ``host:port`` (announced on zeroconf when asked) for the block;
+    yields the bound port. A port that cannot be bound is one :class:`AudioDeviceError`."""
+    server = AsyncTcpServer(host, port)
+    try:
+        await server.start(handler)
+    except OSError as error:
+        raise AudioDeviceError(f"{name}: cannot listen ({reason(error)})") from error
+    bound = bound_port(server)
+    announcement = Announcement(bound, host) if zeroconf else None
+    try:
+        if announcement is not None:
+            await announcement.start()
+        yield bound
+    finally:
+        if announcement is not None:
+            await announcement.stop()
+        await server.stop()
 
 
 MAX_DATA_BYTES = 1 << 20

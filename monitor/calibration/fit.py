@@ -93,7 +93,8 @@ def calibrate_speakers(
         usable = len(plan_splits(speakers, seconds, template_seconds)[0])
         if usable < max(2.0, min_speakers_fraction * len(speakers)):
             break
-        pooled = _bucket_trials(speakers, seconds, template_seconds, features, crops)
+        crop = crops if short else None
+        pooled = _bucket_trials(speakers, seconds, template_seconds, features, crop)
         if progress is not None:
             progress(f"bucket {seconds:g} s: N = {pooled.N}, {pooled.T} trials")
         fitted = _fit_bucket(pooled, seconds, loss, features, separable, None if short else client)
@@ -129,11 +130,12 @@ def _bucket_trials(
     features: Sequence[str],
     crops: Mapping[str, Crops] | None,
 ) -> PooledTrials:
-    """A bucket's pooled trials: eq. 6 splits, or crops of utterances for a short bucket."""
-    if seconds in SHORT_BUCKETS:
+    """A bucket's pooled trials: crops of utterances when given (a short bucket whose
+    utterances are longer than it), else eq. 6 splits of whole utterances."""
+    if crops is not None:
         return crop_trials(
             speakers,
-            crops or {},
+            crops,
             seconds=seconds,
             template_seconds=template_seconds,
             features=features,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from monitor.daemon.config import BudgetSettings
+from monitor.daemon.settings import BudgetSettings
 from monitor.vocabulary import BUDGET_STATES, BudgetState
 
 _LEVEL = {state: i for i, state in enumerate(BUDGET_STATES)}

@@ -17,7 +17,6 @@ from monitor.audio.frames import AudioSource
 from monitor.audio.microphone import MicrophoneSource
 from monitor.audio.spec import Retry, open_source
 from monitor.calibration.buckets import CalibrationSet, load_default
-from monitor.daemon.config import Config
 from monitor.daemon.events import Exporter
 from monitor.daemon.exporters import build_exporters
 from monitor.daemon.exporters.log import LogExporter
@@ -25,6 +24,7 @@ from monitor.daemon.lock import DaemonLock
 from monitor.daemon.logs import configure_logging
 from monitor.daemon.pipeline import EXIT_DEADLINE_SECONDS, ExitWatchdog, Pipeline, RunSummary
 from monitor.daemon.scorer import Scorer
+from monitor.daemon.settings import Config
 from monitor.errors import ConfigError, StoreError
 from monitor.features.base import (
     Feature,

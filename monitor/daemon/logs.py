@@ -8,7 +8,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from monitor.daemon.config import LoggingSettings
+from monitor.daemon.settings import LoggingSettings
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,9 @@
 
 One supervisor (:meth:`Pipeline.run`) owns one ``asyncio.TaskGroup``; every stage is a task
 named ``voxmeter.<stage>`` reading one bounded queue and writing the next (DESIGN §14, STYLE
-§3–4). Stages are thin loops around synchronous cores, each in its own module
+§3–4). This module is the wiring: the stages' state, their queues, the supervisor, signals
+and restarts; the stage bodies are :class:`~monitor.daemon.stages.PipelineStages`. Stages are
+thin loops around synchronous cores, each in its own module
 (:class:`~monitor.daemon.evidence.WindowFeatures`, :class:`~monitor.daemon.tracker.SpeakerTracker`,
 :class:`~monitor.daemon.evidence.TrackScorer`, :class:`~monitor.daemon.ledger.LedgerWriter`), so
 the logic is tested without an event loop. Feature extraction and scoring run in a thread
@@ -20,7 +22,6 @@ Building a pipeline from the config (source, scorer, exporters) and ``voxmeter r
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import os
@@ -35,29 +36,26 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from monitor import __version__
-from monitor.audio.frames import RATE_HZ, AudioSource
+from monitor.audio.frames import AudioSource
 from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad
 from monitor.audio.windows import Windower
 from monitor.daemon.budget import BudgetMachine, period_start
-from monitor.daemon.config import Config, tracker_settings, tracker_thresholds_for
+from monitor.daemon.config import tracker_settings, tracker_thresholds_for
 from monitor.daemon.events import (
-    ClosedWindow,
     DaemonEvent,
     DaemonStarted,
     DaemonStopping,
     Exporter,
-    FeatureWindow,
     Figures,
-    PipelineStats,
-    StateChanged,
     TrackExpired,
-    WindowScored,
 )
 from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
 from monitor.daemon.exporters.mqtt import topics_for
 from monitor.daemon.incremental import IncrementalWindows
 from monitor.daemon.ledger import LedgerWriter, expired_on_restart, restored_track
 from monitor.daemon.scorer import Scorer
+from monitor.daemon.settings import Config
+from monitor.daemon.stages import PipelineStages
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
 from monitor.daemon.turns import TurnSplitter
 from monitor.errors import VoxmeterError
@@ -93,7 +91,7 @@ def _unknown(track: str) -> bool:
     return track.startswith("unknown-")
 
 
-class Pipeline:
+class Pipeline(PipelineStages):
     """Owns the stages, their queues and the one TaskGroup (see module docstring)."""
 
     def __init__(
@@ -182,12 +180,6 @@ class Pipeline:
 
     # ---- control -----------------------------------------------------------------------------
 
-    def stop(self, reason: str) -> None:
-        """Ask the pipeline to stop (signal handlers, end of input, duration, tests)."""
-        if not self._stop.is_set():
-            self._stop_reason = reason
-            self._stop.set()
-
     def restore(self) -> list[DaemonEvent]:
         """Resume the current period from the store: alerts for a period that ended, then one
         :class:`TrackRestored` per resumed track."""
@@ -265,209 +257,6 @@ class Pipeline:
                     )
                 )
         return events
-
-    # ---- stages ------------------------------------------------------------------------------
-
-    async def _source_stage(self) -> None:
-        out = self.queues["frames"]
-        async for frame in self.source.frames():
-            self.audio_seconds += frame.duration_seconds
-            await out.put(frame)
-        await out.put(None)
-
-    def _embed(self, samples: Any) -> Any:
-        """The tracking embedding of a piece of speech (the turn splitter's parts)."""
-        return self.features[EMBEDDING].observe(samples, RATE_HZ).values
-
-    async def _vad_stage(self, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor) -> None:
-        """Frames → speech → windows that hold one voice: cut at a turn pause or an utterance's
-        end by the windower, then at a change of speaker found on the embeddings of their parts
-        (in the executor); the speech also goes, as it arrives, to the incremental features."""
-        inbox, out = self.queues["frames"], self.queues["windows"]
-        loop = asyncio.get_running_loop()
-        index = 0
-        while True:
-            frame = await inbox.get()
-            chunks = self.vad.flush() if frame is None else self.vad.process(frame)
-            if frame is not None and frame.utterance_end:  # the turn ends: a short window
-                chunks = [*chunks, *self.vad.flush()]
-            windows = []
-            for chunk in chunks:
-                # features work on the speech as it arrives, in order, on the feeder thread
-                loop.run_in_executor(feeder, self.incremental.feed, chunk.samples)
-                windows += self.windower.process(chunk)
-            if frame is None or frame.utterance_end:  # the turn ends with the utterance/stream
-                windows += self.windower.close_turn(self.windower.min_window_seconds)
-            for window in windows:
-                pieces = await loop.run_in_executor(executor, self.turns.split, window)
-                for piece in pieces:
-                    if piece.speech_seconds < self.windower.min_window_seconds:
-                        self.windower.dropped_seconds += piece.speech_seconds
-                        continue
-                    await out.put(ClosedWindow(index, piece, self.clock(), self.wall_clock()))
-                    index += 1
-            if frame is None:
-                self.windower.reset()
-                await out.put(None)
-                return
-
-    async def _feature_stage(
-        self, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor
-    ) -> None:
-        inbox, out = self.queues["windows"], self.queues["features"]
-        loop = asyncio.get_running_loop()
-        while True:
-            item = await inbox.get()
-            if item is None:
-                await out.put(None)
-                return
-            assert isinstance(item, ClosedWindow)
-            window = item.window
-            started = self.clock()
-            # after every chunk fed before the window closed (the feeder keeps order)
-            streams = await loop.run_in_executor(feeder, self.incremental.take, window.samples)
-            names = list(streams)
-            observations = await asyncio.gather(
-                *(loop.run_in_executor(executor, streams[n].finish) for n in names)
-            )
-            spent = self.clock() - started
-            fed, self._feed_counted = (
-                self.incremental.feed_seconds - self._feed_counted,
-                (self.incremental.feed_seconds),
-            )
-            self._busy["features"] += spent + fed
-            await out.put(
-                FeatureWindow(
-                    index=item.index,
-                    start_seconds=window.start_seconds,
-                    end_seconds=window.end_seconds,
-                    speech_seconds=window.speech_seconds,
-                    mixed=window.mixed,
-                    continues=window.continues,
-                    observations=dict(zip(names, observations, strict=True)),
-                    closed_monotonic=item.closed_monotonic,
-                    closed_unix=item.closed_unix,
-                    feature_seconds=spent,
-                )
-            )
-
-    async def _tracker_stage(self) -> None:
-        inbox, out = self.queues["features"], self.queues["tracked"]
-        while True:
-            window = await inbox.get()
-            if window is None:
-                await out.put(None)
-                return
-            tracked, expired = self.tracker.process(window)
-            for event in expired:  # expiries and merges go first: the window may need them
-                await out.put(event)
-            if tracked is not None:  # None: a window no track may take (only its seconds count)
-                await out.put(tracked)
-
-    async def _scorer_stage(self, executor: ThreadPoolExecutor) -> None:
-        inbox, out = self.queues["tracked"], self.queues["scored"]
-        loop = asyncio.get_running_loop()
-        period_seconds = self.config.budget.period_seconds
-        while True:
-            item = await inbox.get()
-            if item is None:
-                await out.put(None)
-                return
-            if isinstance(item, TrackExpired):
-                if item.merged_into is None:
-                    self.track_scorer.expire(item.track)
-                else:
-                    self.track_scorer.merge(item.track, item.merged_into)
-                await out.put(item)
-                continue
-            period = period_start(item.window.closed_unix, period_seconds)
-            scored = await loop.run_in_executor(executor, self.track_scorer.process, item, period)
-            self._busy["scorer"] += scored.scorer_seconds
-            await out.put(scored)
-
-    async def _ledger_stage(self) -> None:
-        """Windows to the ledger; at each period boundary the budget reset, on time (a timer:
-        a quiet household must not keep last period's ``exceeded`` until someone speaks)."""
-        inbox, out = self.queues["scored"], self.queues["events"]
-        while True:
-            try:
-                async with asyncio.timeout(self._seconds_to_next_period()):
-                    item = await inbox.get()
-            except TimeoutError:
-                for change in self.ledger.roll_period(self.wall_clock()):
-                    self._alerts += 1
-                    await out.put(change)
-                continue
-            if item is None:
-                await out.put(None)
-                return
-            if isinstance(item, TrackExpired):
-                self.last.pop(item.track, None)
-                if item.merged_into is not None:
-                    self.ledger.merge(item.track, item.merged_into)
-                await out.put(item)
-                continue
-            started = self.clock()
-            events = self.ledger.process(item)
-            self._busy["ledger"] += self.clock() - started
-            for event in events:
-                if isinstance(event, WindowScored):
-                    self._windows += 1
-                    self.last[event.figures.track] = event.figures
-                elif isinstance(event, StateChanged):
-                    self._alerts += 1
-                await out.put(event)
-
-    def _seconds_to_next_period(self) -> float | None:
-        current = self.ledger.period_start_unix
-        if current is None:
-            return None
-        boundary = current + self.config.budget.period_seconds
-        return max(0.0, boundary - self.wall_clock())
-
-    async def _exporter_stage(self) -> None:
-        inbox = self.queues["events"]
-        while True:
-            event = await inbox.get()
-            if event is None:
-                if self.config.daemon.exit_at_end:
-                    self.stop("end of input")
-                continue
-            await self._deliver(event)
-
-    async def _deliver(self, event: DaemonEvent) -> None:
-        for exporter in self.exporters:
-            try:
-                await exporter.handle(event)
-            except Exception:
-                logger.exception("exporter %s failed on %s", exporter.name, type(event).__name__)
-
-    def stats(self) -> PipelineStats:
-        audio = self.audio_seconds
-        heavy = self._busy["features"] + self._busy["scorer"]
-        source_stats = self.source.stats
-        return PipelineStats(
-            frames_total=self.vad.frames_total,
-            frames_speech=self.vad.frames_speech,
-            dropped_seconds=self.vad.dropped_seconds + source_stats.dropped_seconds,
-            audio_device_errors=source_stats.device_errors,
-            audio_seconds=audio,
-            windows=self._windows,
-            queue_depths={name: q.qsize() for name, q in self.queues.items()},
-            stage_seconds=dict(self._busy),
-            realtime_factor=heavy / audio if audio > 0 else 0.0,
-            tracks=len(self.track_scorer.tracks),
-            at_unix=self.wall_clock(),
-        )
-
-    async def _stats_stage(self) -> None:
-        interval = self.config.daemon.stats_interval_seconds
-        while True:
-            await asyncio.sleep(interval)
-            for event in self.tracker.expire():
-                await self.queues["tracked"].put(event)
-            with contextlib.suppress(asyncio.QueueFull):
-                self.queues["events"].put_nowait(self.stats())
 
     async def _supervise(self) -> None:
         duration = self.config.daemon.duration_seconds

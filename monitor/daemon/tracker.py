@@ -34,8 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.calibration.tracking import TrackerThresholds, fixed_thresholds
-from monitor.daemon.config import TrackerSettings
 from monitor.daemon.events import FeatureWindow, TrackedWindow, TrackExpired
+from monitor.daemon.settings import TrackerSettings
 from monitor.store.templates import LocalProfile
 from monitor.vocabulary import TRACKING_FEATURE
 

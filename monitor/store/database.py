@@ -16,7 +16,9 @@ import contextlib
 import os
 import sqlite3
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from monitor.errors import StoreError
 from monitor.store.base import (
@@ -51,6 +53,8 @@ __all__ = [
     "migrate",
     "open_store",
 ]
+
+_T = TypeVar("_T")
 
 DEFAULT_BUSY_TIMEOUT_SECONDS = 5.0
 
@@ -279,14 +283,7 @@ def open_store(
     """
     if read_only:
         path, conn = connect_read_only(path, busy_timeout_seconds=busy_timeout_seconds)
-        try:
-            version = _check_version(conn, path)
-        except sqlite3.Error as error:
-            conn.close()
-            raise _opening_error(path, error, busy_timeout_seconds) from error
-        except BaseException:
-            conn.close()
-            raise
+        version = _closing_on_error(conn, path, busy_timeout_seconds, _check_version)
         if version == SCHEMA_VERSION:
             return Store(path, conn, busy_timeout_seconds)
         conn.close()
@@ -299,16 +296,27 @@ def open_store(
             )
         create = False  # migrate it below, as a write would
     path, conn = connect(path, create=create, busy_timeout_seconds=busy_timeout_seconds)
+    _closing_on_error(conn, path, busy_timeout_seconds, _check_version)
+    _closing_on_error(conn, path, busy_timeout_seconds, migrate)
+    return Store(path, conn, busy_timeout_seconds)
+
+
+def _closing_on_error(
+    conn: sqlite3.Connection,
+    path: Path,
+    busy_timeout_seconds: float,
+    step: Callable[[sqlite3.Connection, Path], _T],
+) -> _T:
+    """``step(conn, path)``; on any failure the connection is closed (no handle left on a file
+    we refuse) and a SQLite error becomes one :class:`StoreError` line."""
     try:
-        _check_version(conn, path)
-        migrate(conn, path)
+        return step(conn, path)
     except sqlite3.Error as error:
         conn.close()
         raise _opening_error(path, error, busy_timeout_seconds) from error
     except BaseException:
         conn.close()
         raise
-    return Store(path, conn, busy_timeout_seconds)
 
 
 class Store(TemplatesMixin, CalibrationsMixin, LedgerMixin, OutboxMixin, Database):

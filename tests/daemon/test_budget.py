@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from monitor.daemon.budget import BudgetMachine, period_start
-from monitor.daemon.config import BudgetSettings
+from monitor.daemon.settings import BudgetSettings
 
 
 def machine(**overrides: float) -> BudgetMachine:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from monitor.daemon.config import Config, documented_defaults, load_config
+from monitor.daemon.config import documented_defaults, load_config
+from monitor.daemon.settings import Config
 from monitor.errors import ConfigError, InputError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,7 +133,8 @@ def test_a_config_that_is_not_utf8_is_one_line(command: str, tmp_path: Path) -> 
 
 
 def test_tracker_thresholds_follow_the_embedding_backend_unless_set() -> None:
-    from monitor.daemon.config import TRACKER_THRESHOLDS, tracker_settings
+    from monitor.daemon.config import tracker_settings
+    from monitor.daemon.settings import TRACKER_THRESHOLDS
 
     for backend, (profile, cluster) in TRACKER_THRESHOLDS.items():
         settings = tracker_settings(load_config(None, [f"features.embedding={backend}"]))

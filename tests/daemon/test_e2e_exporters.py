@@ -29,7 +29,7 @@ import soundfile
 
 from monitor.calibration.buckets import DEFAULT_PATH as DEFAULT_CALIBRATION
 from monitor.daemon.budget import BudgetMachine
-from monitor.daemon.config import BudgetSettings
+from monitor.daemon.settings import BudgetSettings
 from tests.daemon.conftest import hand_calibration
 from tests.deploy.promql import RULES, dashboard_expressions, rule_expressions, without_threshold
 from tests.realparts import stop_process

@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry as Registry
 
-from monitor.daemon.config import HomeAssistantSettings, load_config
+from monitor.daemon.config import load_config
 from monitor.daemon.events import TrackExpired
 from monitor.daemon.exporters import build_exporters
 from monitor.daemon.exporters.homeassistant import HomeAssistantExporter, safe_id
 from monitor.daemon.exporters.mqtt import MqttExporter
+from monitor.daemon.settings import HomeAssistantSettings
 from monitor.errors import ConfigError
 from monitor.features.base import Observation
 from monitor.store.database import Store, open_store

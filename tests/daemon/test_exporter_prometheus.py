@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from monitor.daemon.config import PrometheusSettings
 from monitor.daemon.events import BOUNDS, FEATURES, MEASURES, DaemonStopping, TrackExpired
 from monitor.daemon.exporters.prometheus import PrometheusExporter
+from monitor.daemon.settings import PrometheusSettings
 from monitor.errors import ConfigError
 from monitor.store.database import open_store
 from tests.daemon.exporter_events import CEILING_BITS, changed, scored, started, stats
@@ -329,8 +329,8 @@ def _families(registry: CollectorRegistry) -> list[str]:
 def test_build_exporters_wires_the_mqtt_connection_into_prometheus(tmp_path: Path) -> None:
     import dataclasses
 
-    from monitor.daemon.config import Config, MqttSettings
     from monitor.daemon.exporters import build_exporters
+    from monitor.daemon.settings import Config, MqttSettings
 
     config = dataclasses.replace(
         Config(), mqtt=MqttSettings(enabled=True), prometheus=PrometheusSettings(port=0)

@@ -16,7 +16,6 @@ from typer.testing import CliRunner
 
 from monitor.cli import app
 from monitor.daemon.budget import BudgetMachine
-from monitor.daemon.config import BudgetSettings
 from monitor.daemon.events import (
     FEATURES,
     MEASURES,
@@ -27,6 +26,7 @@ from monitor.daemon.events import (
 )
 from monitor.daemon.exporters.mqtt import MqttExporter, speaker_state_payload
 from monitor.daemon.ledger import LedgerWriter, alert_figures, restored_track, stored_figures
+from monitor.daemon.settings import BudgetSettings
 from monitor.daemon.status import current_status
 from monitor.errors import StoreError
 from monitor.store.base import dumps

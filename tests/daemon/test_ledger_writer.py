@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from monitor.daemon.budget import BudgetMachine
-from monitor.daemon.config import BudgetSettings
 from monitor.daemon.events import (
     FEATURES,
     MEASURES,
@@ -23,6 +22,7 @@ from monitor.daemon.events import (
 from monitor.daemon.evidence import ScoredWindow, TrackEvidence
 from monitor.daemon.ledger import LedgerWriter
 from monitor.daemon.scorer import TrackScore
+from monitor.daemon.settings import BudgetSettings
 from monitor.features.base import Observation
 from monitor.store.database import open_store
 from monitor.vocabulary import FigureKey

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from monitor.daemon.budget import BudgetMachine
-from monitor.daemon.config import BudgetSettings
 from monitor.daemon.events import TrackExpired
 from monitor.daemon.evidence import TrackEvidence, TrackScorer
 from monitor.daemon.ledger import LedgerWriter
+from monitor.daemon.settings import BudgetSettings
 from monitor.features.base import Observation, get_feature
 from monitor.store.database import open_store
 from tests.daemon.exporter_events import scored, started
@@ -105,14 +105,14 @@ def test_home_assistant_empties_the_retired_tracks_entities(
                 await sub.wait(lambda: retained(sub, TOPICS.speaker_state("unknown-2")) is not None)
                 await sub.wait(lambda: sum("unknown-2" in k for k in configs(sub)) == 2)
                 await handle(pair, MERGED)
+                # the configs go first, the state they read a grace second after them
                 await sub.wait(
                     lambda: (
                         [k for k, v in configs(sub).items() if v is None and "unknown-2" in k]
                         and sum(v is None for v in configs(sub).values()) == 2
+                        and retained(sub, TOPICS.speaker_state("unknown-2")) == b""
                     )
                 )
-                # then (configs first, as for an expired track) its retained state is emptied
-                await sub.wait(lambda: retained(sub, TOPICS.speaker_state("unknown-2")) == b"")
                 kept = [k for k, v in configs(sub).items() if v is not None and "unknown-1" in k]
                 assert len(kept) == 2  # the survivor's entities stay
             async with subscribed(mosquitto, "#") as late:

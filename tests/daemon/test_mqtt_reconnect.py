@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from monitor.daemon.config import MqttSettings
 from monitor.daemon.exporters.mqtt import ALERT_RETRY_SECONDS, MqttExporter
+from monitor.daemon.settings import MqttSettings
 from monitor.store.database import open_store
 from tests.daemon.exporter_events import changed
 from tests.daemon.test_exporter_mqtt import (

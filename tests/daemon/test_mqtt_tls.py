@@ -6,17 +6,16 @@ clear log line and no connection. A password never crosses the network in clear 
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from monitor.daemon.config import HomeAssistantSettings, MqttSettings, load_config
+from monitor.daemon.config import load_config
 from monitor.daemon.exporters.homeassistant import HomeAssistantExporter
 from monitor.daemon.exporters.mqtt import MqttExporter, tls_context
+from monitor.daemon.settings import HomeAssistantSettings, MqttSettings
 from monitor.errors import ConfigError
 from monitor.store.database import open_store
 from tests.daemon.exporter_events import changed
@@ -29,6 +28,7 @@ from tests.daemon.test_exporter_mqtt import (
     subscribed,
     until,
 )
+from tests.daemon.test_start_checks import voxmeter_run
 from tests.realparts.certificates import Certificates
 from tests.realparts.mosquitto import MosquittoBroker, free_port, wait_for_port
 
@@ -185,16 +185,6 @@ def test_unusable_tls_files_are_one_config_error_naming_the_key(
             HomeAssistantExporter(
                 HomeAssistantSettings(discovery=True), settings, store=None, device_id=DEVICE
             )  # type: ignore[arg-type]
-
-
-def voxmeter_run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "monitor.cli", "run", "--set", "prometheus.port=0", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def test_a_clear_text_password_to_another_host_needs_an_opt_in(

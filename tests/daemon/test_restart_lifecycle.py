@@ -15,13 +15,14 @@ from monitor.daemon.budget import period_start
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
 from monitor.daemon.events import TrackExpired, TrackRestored
+from monitor.daemon.exporters.mqtt import MqttExporter
 from monitor.daemon.ledger import expired_on_restart
 from monitor.store.database import open_store
 from monitor.store.ledger import TrackPeriod
 from tests.daemon.conftest import DaemonCorpus
 from tests.daemon.exporter_events import scored, started
 from tests.daemon.test_exporter_homeassistant import exporters, handle, household, retained
-from tests.daemon.test_exporter_mqtt import TOPICS, run, subscribed
+from tests.daemon.test_exporter_mqtt import DEVICE, TOPICS, run, running, settings_for, subscribed
 from tests.realparts.mosquitto import MosquittoBroker
 
 NOW = 1_800_000_000.0
@@ -42,8 +43,9 @@ def test_tracks_idle_too_long_or_beyond_the_cap_stay_expired() -> None:
 
 
 @pytest.mark.corpus
+@pytest.mark.mosquitto
 def test_a_restart_keeps_expired_tracks_expired_and_the_period_speech(
-    daemon_corpus: DaemonCorpus, daemon_db: Path
+    daemon_corpus: DaemonCorpus, daemon_db: Path, mosquitto: MosquittoBroker
 ) -> None:
     now = time.time()
     period = period_start(now, 86400.0)
@@ -78,6 +80,29 @@ def test_a_restart_keeps_expired_tracks_expired_and_the_period_speech(
         restored = [e.figures.track for e in events if isinstance(e, TrackRestored)]
         assert "unknown-1" not in restored
         assert pipeline.period_speech_seconds == pytest.approx(7.5)  # both tracks' speech
+
+    # On the broker: the last run left unknown-1's retained figures; the restart clears them.
+    async def scenario() -> None:
+        gone, kept = TOPICS.speaker_state("unknown-1"), TOPICS.speaker_state("unknown-2")
+        with open_store(daemon_db) as store:
+            plain = MqttExporter(settings_for(mosquitto), store=store, device_id=DEVICE)
+            async with running(plain):
+                await plain.handle(scored("unknown-1", unknown=True))
+                await plain.handle(scored("unknown-2", unknown=True))
+                async with subscribed(mosquitto, "#") as sub:
+                    await sub.wait(lambda: bool(retained(sub, gone) and retained(sub, kept)))
+            restarted = MqttExporter(settings_for(mosquitto), store=store, device_id=DEVICE)
+            async with running(restarted):
+                for event in events:  # what the restarted daemon sends its exporters
+                    await restarted.handle(event)
+                async with subscribed(mosquitto, "#") as sub:
+                    await sub.wait(lambda: retained(sub, gone) == b"")
+            async with subscribed(mosquitto, "#") as late:
+                await late.settled()
+                assert retained(late, gone) is None  # stays gone
+                assert retained(late, kept)  # the live one is still shown
+
+    run(scenario)
 
 
 @pytest.mark.mosquitto

@@ -20,10 +20,11 @@ import soundfile as sf
 from monitor.audio.stdin import StdinSource
 from monitor.daemon.budget import period_start
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import PrometheusSettings, load_config
+from monitor.daemon.config import load_config
 from monitor.daemon.events import StateChanged, WindowScored
 from monitor.daemon.evidence import WindowFeatures
 from monitor.daemon.exporters.prometheus import PrometheusExporter, is_loopback
+from monitor.daemon.settings import PrometheusSettings
 from monitor.errors import ConfigError
 from monitor.features.base import get_feature
 from monitor.store.database import open_store

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from monitor.calibration.tracking import TrackerThresholds
-from monitor.daemon.config import TrackerSettings
 from monitor.daemon.events import FeatureWindow
+from monitor.daemon.settings import TrackerSettings
 from monitor.daemon.tracker import SpeakerTracker
 from monitor.features.base import Observation
 from monitor.store.templates import LocalProfile

@@ -27,6 +27,8 @@ ARCHES = {"amd64", "aarch64", "armhf", "armv7", "i386"}
 SLUG = re.compile(r"[-_.A-Za-z0-9]+")
 SERVICE = re.compile(r"(mqtt|mysql):(provide|want|need)")
 PORT = re.compile(r"\d+(/(tcp|udp))?")
+IMAGE = re.compile(r"([a-zA-Z\-.:\d{}]+/)*?([\-\w{}]+)/([\-\w{}]+)")  # {arch} allowed
+VOLUME = re.compile(r"(data|config|ssl|addons|backup|share|media|homeassistant_config)(:(rw|ro))?")
 BOUNDS = r"(\((-?[\d.]+)?,(-?[\d.]+)?\))?"
 ELEMENT = re.compile(
     rf"(bool|email|url|port|str{BOUNDS}|password{BOUNDS}|int{BOUNDS}|float{BOUNDS}"
@@ -72,6 +74,8 @@ def test_config_yaml_has_what_the_supervisor_requires(config: dict[str, Any]) ->
     assert all(PORT.fullmatch(p) for p in config["ports"])
     assert all(v is None or isinstance(v, int) for v in config["ports"].values())
     assert set(config["ports_description"]) == set(config["ports"])
+    assert IMAGE.fullmatch(config["image"]) and "{arch}" in config["image"]
+    assert all(VOLUME.fullmatch(m) for m in config["map"])
     options, schema = config["options"], config["schema"]
     assert isinstance(options, dict) and isinstance(schema, dict)
     for key, element in schema.items():

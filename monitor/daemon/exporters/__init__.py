@@ -11,11 +11,11 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
-from monitor.daemon.config import Config
 from monitor.daemon.events import Exporter
 from monitor.daemon.exporters.homeassistant import HomeAssistantExporter, Profiles
 from monitor.daemon.exporters.mqtt import MqttExporter, Outbox, Topics, topic_level, topics_for
 from monitor.daemon.exporters.prometheus import Metrics, PrometheusExporter
+from monitor.daemon.settings import Config
 
 __all__ = [
     "HomeAssistantExporter",

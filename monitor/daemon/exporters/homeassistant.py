@@ -42,7 +42,6 @@ from typing import Any, Protocol
 import aiomqtt
 
 from monitor import __version__
-from monitor.daemon.config import HomeAssistantSettings, MqttSettings
 from monitor.daemon.events import (
     DaemonEvent,
     DaemonStarted,
@@ -59,6 +58,7 @@ from monitor.daemon.exporters.mqtt import (
     tls_context,
     topics_for,
 )
+from monitor.daemon.settings import HomeAssistantSettings, MqttSettings
 from monitor.store.templates import LocalProfile
 from monitor.vocabulary import BUDGET_STATES as STATES
 

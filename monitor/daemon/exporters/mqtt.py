@@ -43,7 +43,7 @@ from typing import Any, Protocol
 import aiomqtt
 
 from monitor import __version__
-from monitor.daemon.config import MqttSettings, is_loopback
+from monitor.daemon.config import is_loopback
 from monitor.daemon.events import (
     BOUNDS,
     DaemonEvent,
@@ -56,6 +56,7 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
+from monitor.daemon.settings import MqttSettings
 from monitor.errors import ConfigError, StoreError
 from monitor.store.outbox import OutboxMessage
 

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from monitor.daemon.config import PrometheusSettings, is_loopback
+from monitor.daemon.config import is_loopback
 from monitor.daemon.events import (
     DaemonEvent,
     DaemonStarted,
@@ -34,6 +34,7 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
+from monitor.daemon.settings import PrometheusSettings
 from monitor.errors import ConfigError
 from monitor.store.database import open_store
 from monitor.vocabulary import BUDGET_STATES
