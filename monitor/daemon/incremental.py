@@ -39,6 +39,7 @@ class IncrementalWindows:
     ) -> None:
         self.features = dict(features)
         self.max_samples = max_samples  # the windower's full window: never fed beyond
+        self._cap = max_samples  # this window's end: lower once the windower closed it early
         # speech is handed to the streams in blocks of >= 0.25 s: fewer, cheaper calls (VAD
         # chunks can be 30 ms frames), and each holds the GIL for a few ms at most
         self.block_samples = block_samples
@@ -76,8 +77,23 @@ class IncrementalWindows:
             self._error = error
         self.feed_seconds += time.thread_time() - started
 
+    def close_window(self) -> None:
+        """The windower closed the window being filled (a turn ended early): what was fed is
+        all of it, and speech fed from now on is the next window's. (Called in order with
+        :meth:`feed`; a window still waiting for :meth:`take` keeps its own end, and the later
+        one is then extracted whole: slower, never different.)"""
+        if self._count < self._cap:
+            self._cap = self._count
+
+    def discard(self) -> None:
+        """The windower dropped the speech it held (a turn too short to score): so do we,
+        unless a closed window still waits for :meth:`take` (it checks what it gets)."""
+        if self._count < self._cap:
+            self._streams, self._fed, self._count = None, [], 0
+            self._unfed, self._unfed_count = [], 0
+
     def _feed(self, data: np.ndarray, *, push: bool = True) -> None:
-        room = self.max_samples - self._count
+        room = self._cap - self._count
         head, rest = data[:room], data[room:]
         if head.shape[0]:
             self._fed.append(head)
@@ -120,7 +136,7 @@ class IncrementalWindows:
                 streams[name].feed(window)
             self.fallbacks += 1
         self._streams, self._fed, self._count, self._spill = None, [], 0, []
-        self._unfed, self._unfed_count = [], 0
+        self._unfed, self._unfed_count, self._cap = [], 0, self.max_samples
         if offset is not None and seen.shape[0] > offset + n:
             # what follows the window starts the next one: fed with the next chunk, so that
             # this window's streams are handed over now

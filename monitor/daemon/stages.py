@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from monitor.audio.frames import RATE_HZ, AudioSource
-from monitor.audio.vad import FrameVad
-from monitor.audio.windows import Windower
+from monitor.audio.vad import FrameVad, SpeechChunk
+from monitor.audio.windows import SpeechWindow, Windower
 from monitor.daemon.budget import period_start
 from monitor.daemon.events import (
     ClosedWindow,
@@ -95,11 +95,12 @@ class PipelineStages:
                 chunks = [*chunks, *self.vad.flush()]
             windows = []
             for chunk in chunks:
+                closed = self._process_chunk(chunk, feeder)
                 # features work on the speech as it arrives, in order, on the feeder thread
                 loop.run_in_executor(feeder, self.incremental.feed, chunk.samples)
-                windows += self.windower.process(chunk)
+                windows += closed
             if frame is None or frame.utterance_end:  # the turn ends with the utterance/stream
-                windows += self.windower.close_turn(self.windower.min_window_seconds)
+                windows += self._close_turn(feeder)
             for window in windows:
                 pieces = await loop.run_in_executor(executor, self.turns.split, window)
                 for piece in pieces:
@@ -112,6 +113,25 @@ class PipelineStages:
                 self.windower.reset()
                 await out.put(None)
                 return
+
+    def _process_chunk(self, chunk: SpeechChunk, feeder: ThreadPoolExecutor) -> list[SpeechWindow]:
+        """The windower's windows for ``chunk``; a turn it ended before the chunk (at a pause)
+        is told to the incremental features first, in order, so the chunk starts the next
+        window's streams instead of running on in the closed one's."""
+        dropped = self.windower.dropped_seconds
+        closed = self.windower.process(chunk)
+        before = [w for w in closed if w.end_seconds <= chunk.start_seconds]
+        if before:
+            _call(feeder, self.incremental.close_window)
+        elif self.windower.dropped_seconds > dropped:
+            _call(feeder, self.incremental.discard)
+        return closed
+
+    def _close_turn(self, feeder: ThreadPoolExecutor) -> list[SpeechWindow]:
+        """The held speech as a short window (or dropped), told to the incremental features."""
+        closed = self.windower.close_turn(self.windower.min_window_seconds)
+        _call(feeder, self.incremental.close_window if closed else self.incremental.discard)
+        return closed
 
     async def _feature_stage(
         self, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor
@@ -276,3 +296,9 @@ class PipelineStages:
         if not self._stop.is_set():
             self._stop_reason = reason
             self._stop.set()
+
+
+def _call(feeder: ThreadPoolExecutor, function: Callable[[], None]) -> None:
+    """``function`` on the feeder thread, after every call submitted before it (fire and forget:
+    the feeder keeps order, and :meth:`IncrementalWindows.take` raises what failed)."""
+    asyncio.get_running_loop().run_in_executor(feeder, function)
