@@ -314,7 +314,7 @@ def calibrate_command(
     ] = "ll",
     buckets: Annotated[
         str, typer.Option("--buckets", help="Test-speech seconds per bucket, as far as possible.")
-    ] = "3,6,12,24,48,96",
+    ] = "1,2,3,6,12,24,48,96",
     template_seconds: Annotated[
         str, typer.Option("--template-seconds", help="Template speech seconds, or 'rest'.")
     ] = "12",
