@@ -310,23 +310,112 @@ def bench_int8(backend: str = "ecapa") -> dict[str, Any]:
             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
             op_types_to_quantize=["Conv"],
         )  # fmt: skip
+        unit = {}
+        window = calibration[0]["feats"][0]  # one 3 s train window (300 frames)
         for label, path in (("float32", graph_path(backend)), ("int8", int8)):
             network = OnnxNetwork(path)
+            network(window)
+            started = time.process_time()
+            for _ in range(10):
+                network(window)
+            per_window = (time.process_time() - started) / 10
             started = time.process_time()
             vectors = np.stack([network(f) for f in feats])
             seconds = sum(f.shape[0] for f in feats) / 100
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            unit[label] = vectors
             scores = vectors @ vectors.T
             upper = np.triu_indices(len(labels), 1)
             same = np.equal.outer(labels, labels)[upper]
             out[label] = {
+                "cpu_ms_per_3s_window": round(1e3 * per_window, 1),
                 "cpu_per_audio_second": round((time.process_time() - started) / seconds, 4),
                 "eer_rocch_percent": round(
                     100 * eer_rocch(scores[upper][same], scores[upper][~same]), 2
                 ),
             }
             print(f"int8 bench {backend} {label}: {out[label]}", flush=True)
+    cosine = np.sum(unit["float32"] * unit["int8"], axis=1)
+    out["cosine_int8_to_float32"] = {
+        "min": round(float(cosine.min()), 5),
+        "p1": round(float(np.percentile(cosine, 1)), 5),
+        "mean": round(float(cosine.mean()), 5),
+    }
+    out["eer_change_points"] = round(
+        out["int8"]["eer_rocch_percent"] - out["float32"]["eer_rocch_percent"], 2
+    )
+    out["audio_seconds"] = round(seconds, 1)
+    print(f"int8 bench {backend}: {out}", flush=True)
     return out
+
+
+PHONE_DECODERS: dict[str, dict[str, Any]] = {
+    "today (beams 1e-20)": {},
+    "ds=2": {"ds": 2},
+    "beams 1e-10": {"beam": 1e-10, "pbeam": 1e-10},
+    "ds=2 + beams 1e-10": {"ds": 2, "beam": 1e-10, "pbeam": 1e-10},
+}
+"""Candidate all-phone decoders: pocketsphinx options over today's (``phone._new_decoder``)."""
+
+
+def bench_phone(split: str = "test") -> list[dict[str, Any]]:
+    """Phone disclosure (the audit's measured MeanD at 3 s test, 12 s templates, as
+    ``voxmeter evaluate --features phone --test-seconds 3``, no feature cache) and decoding CPU
+    per audio second over the whole ``split``, for today's decoder and each cheaper candidate."""
+    import monitor.features.phone as phone
+    from bench.common import CORPUS
+    from monitor.evaluate import evaluate_corpus
+
+    today = phone._new_decoder
+    decode = phone.decode_phones
+    rows = []
+    for label, options in PHONE_DECODERS.items():
+        spent = {"cpu": 0.0, "seconds": 0.0}
+
+        def timed(audio: np.ndarray, rate: int, spent: dict[str, float] = spent) -> list[str]:
+            started = time.thread_time()
+            phones = decode(audio, rate)
+            spent["cpu"] += time.thread_time() - started
+            spent["seconds"] += len(audio) / rate
+            return phones
+
+        def candidate(options: dict[str, Any] = options) -> Any:
+            from pocketsphinx import Decoder, get_model_path
+
+            settings = {"lw": 2.0, "beam": 1e-20, "pbeam": 1e-20, **options}
+            return Decoder(
+                allphone=get_model_path("en-us/en-us-phone.lm.bin"),
+                loglevel="FATAL",
+                logfn=os.devnull,
+                **settings,
+            )
+
+        phone._new_decoder, phone._DECODER, phone.decode_phones = candidate, None, timed
+        phone._IDLE.clear()
+        try:
+            with tempfile.TemporaryDirectory() as out:
+                audit, _ = evaluate_corpus(
+                    CORPUS, out, split=split, test_seconds=(3.0,), features=("phone",)
+                )
+        finally:
+            phone._new_decoder, phone._DECODER, phone.decode_phones = today, None, decode
+            phone._IDLE.clear()
+        audited = audit.main.features["phone"]
+        row = {
+            "decoder": label,
+            "options": options,
+            "MeanD_bits": round(audited.histogram_stats.MeanD, 4),
+            "MeanD_model_bits": round(audited.model.stats.MeanD, 4),
+            "IdR_percent": round(100 * audited.histogram_stats.IdR, 2),
+            "EER_percent": round(100 * audited.EER, 2),
+            "speakers": audit.main.N,
+            "decoded_seconds": round(spent["seconds"], 1),
+            "cpu_per_audio_second": round(spent["cpu"] / max(spent["seconds"], 1e-9), 4),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+        }
+        rows.append(row)
+        print(f"phone decoder {row}", flush=True)
+    return rows
 
 
 def main() -> None:
@@ -335,6 +424,15 @@ def main() -> None:
             "benchmark": "edge budget: static int8 embedding networks (issue 20)",
             "results": [bench_int8(b) for b in ("ecapa", "campplus")],
             "load_average": [round(x, 2) for x in os.getloadavg()],
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        })  # fmt: skip
+        return
+    if sys.argv[1:] == ["phone"]:
+        write_results(RESULTS_DIR / "edge-phone.json", {
+            "benchmark": "edge budget: all-phone decoders, MeanD at 3 s and CPU (issue 20)",
+            "command": "python -m bench.bench_edge phone",
+            "split": "test",
+            "results": bench_phone(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         })  # fmt: skip
         return

@@ -10,6 +10,10 @@ Streams are exact (``tests/features/test_streams``), so an observation does not 
 whether it was streamed. :meth:`take` checks that the samples it fed are the window's, and
 falls back to whole-window extraction when they are not: a window that closed early (before
 the streams' cap, after more speech was fed) or a windower that dropped speech.
+
+The turn splitter's part embeddings are computed here too, as each part becomes certain
+(:class:`~monitor.daemon.turns.EarlyParts`); :meth:`part_vectors` hands them over when the
+window closes, before :meth:`take`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from monitor.audio.frames import RATE_HZ
+from monitor.daemon.turns import EarlyParts, TurnSplitter
 from monitor.features.base import BufferedStream, Feature, FeatureStream, open_stream
 
 
@@ -35,7 +40,12 @@ class IncrementalWindows:
     """The streams of the window being filled (not thread-safe: one worker thread calls it)."""
 
     def __init__(
-        self, features: Mapping[str, Feature], *, max_samples: int, block_samples: int = 4000
+        self,
+        features: Mapping[str, Feature],
+        *,
+        max_samples: int,
+        block_samples: int = 4000,
+        turns: TurnSplitter | None = None,
     ) -> None:
         self.features = dict(features)
         self.max_samples = max_samples  # the windower's full window: never fed beyond
@@ -53,6 +63,8 @@ class IncrementalWindows:
         self._spill: list[np.ndarray] = []  # speech past the cap: the next window's
         self._error: BaseException | None = None
         self.feed_seconds = 0.0  # thread CPU spent feeding (the daemon's busy share)
+        # the turn splitter's part embeddings, while the window fills (None: no splitter)
+        self.parts = EarlyParts(turns) if turns is not None and turns.active else None
 
     def warm_up(self) -> None:
         """Two streams of every feature opened and finished now, so that the pools behind them
@@ -91,6 +103,8 @@ class IncrementalWindows:
         if self._count < self._cap:
             self._streams, self._fed, self._count = None, [], 0
             self._unfed, self._unfed_count = [], 0
+            if self.parts is not None:
+                self.parts.reset()
 
     def _feed(self, data: np.ndarray, *, push: bool = True) -> None:
         room = self._cap - self._count
@@ -102,6 +116,8 @@ class IncrementalWindows:
             self._unfed_count += head.shape[0]
             if push and self._unfed_count >= self.block_samples:
                 self._push()
+            if push and self.parts is not None:
+                self.parts.advance(self._fed, self._count)
         if rest.shape[0]:
             self._spill.append(rest)
 
@@ -115,6 +131,16 @@ class IncrementalWindows:
         for stream in self._streams.values():
             stream.feed(block)
         self._unfed, self._unfed_count = [], 0
+
+    def part_vectors(self, window: np.ndarray) -> np.ndarray:
+        """(P, D) embeddings of the parts of ``window`` (just closed, not yet taken) for the
+        turn splitter: those computed while it filled, the rest now (on this thread)."""
+        assert self.parts is not None, "no turn splitter"
+        started = time.thread_time()
+        fed = np.concatenate(self._fed) if self._fed else np.zeros(0, np.float32)
+        vectors = self.parts.of(window, fed)
+        self.feed_seconds += time.thread_time() - started
+        return vectors
 
     def take(self, window: np.ndarray) -> dict[str, FeatureStream]:
         """Streams holding exactly ``window``'s samples, to finish; fresh ones start after it."""
@@ -137,6 +163,8 @@ class IncrementalWindows:
             self.fallbacks += 1
         self._streams, self._fed, self._count, self._spill = None, [], 0, []
         self._unfed, self._unfed_count, self._cap = [], 0, self.max_samples
+        if self.parts is not None:
+            self.parts.reset()
         if offset is not None and seen.shape[0] > offset + n:
             # what follows the window starts the next one: fed with the next chunk, so that
             # this window's streams are handed over now

@@ -131,14 +131,14 @@ class Pipeline(PipelineStages):
             min_window_seconds=audio.min_window_seconds,
         )
         self.window_features = WindowFeatures(self.features)
-        self.incremental = IncrementalWindows(
-            self.features, max_samples=self.windower.window_samples
-        )
-        self._feed_counted = 0.0  # incremental.feed_seconds already in _busy
         thresholds = tracker_thresholds_for(config, scorer.calibration)
         self.turns = TurnSplitter(
             self._embed, change_cosine=thresholds.change if thresholds else -1.0
         )
+        self.incremental = IncrementalWindows(
+            self.features, max_samples=self.windower.window_samples, turns=self.turns
+        )
+        self._feed_counted = 0.0  # incremental.feed_seconds already in _busy
         self.tracker = SpeakerTracker(
             profiles,
             tracker_settings(config),

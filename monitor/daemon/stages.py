@@ -84,7 +84,8 @@ class PipelineStages:
     async def _vad_stage(self, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor) -> None:
         """Frames → speech → windows that hold one voice: cut at a turn pause or an utterance's
         end by the windower, then at a change of speaker found on the embeddings of their parts
-        (in the executor); the speech also goes, as it arrives, to the incremental features."""
+        (computed on the feeder while the window fills); the speech also goes, as it arrives,
+        to the incremental features."""
         inbox, out = self.queues["frames"], self.queues["windows"]
         loop = asyncio.get_running_loop()
         index = 0
@@ -102,7 +103,7 @@ class PipelineStages:
             if frame is None or frame.utterance_end:  # the turn ends with the utterance/stream
                 windows += self._close_turn(feeder)
             for window in windows:
-                pieces = await loop.run_in_executor(executor, self.turns.split, window)
+                pieces = await self._split(window, executor, feeder)
                 for piece in pieces:
                     if piece.speech_seconds < self.windower.min_window_seconds:
                         self.windower.dropped_seconds += piece.speech_seconds
@@ -113,6 +114,19 @@ class PipelineStages:
                 self.windower.reset()
                 await out.put(None)
                 return
+
+    async def _split(
+        self, window: SpeechWindow, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor
+    ) -> list[SpeechWindow]:
+        """``window`` cut at changes of speaker: its parts embedded while it filled (on the
+        feeder, after every chunk fed before it closed) where the feeder holds them."""
+        loop = asyncio.get_running_loop()
+        if not self.turns.active or self.turns.parts(window) < 2:
+            return [window]
+        if self.incremental.parts is None:
+            return await loop.run_in_executor(executor, self.turns.split, window)
+        vectors = await loop.run_in_executor(feeder, self.incremental.part_vectors, window.samples)
+        return self.turns.split(window, vectors)
 
     def _process_chunk(self, chunk: SpeechChunk, feeder: ThreadPoolExecutor) -> list[SpeechWindow]:
         """The windower's windows for ``chunk``; a turn it ended before the chunk (at a pause)

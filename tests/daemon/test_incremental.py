@@ -14,6 +14,7 @@ from monitor.audio.vad import SpeechChunk
 from monitor.audio.windows import SpeechWindow, Windower
 from monitor.daemon.evidence import WindowFeatures
 from monitor.daemon.incremental import IncrementalWindows
+from monitor.daemon.turns import TurnSplitter
 from monitor.features.base import get_feature
 
 NAMES = ("f0", "phone", "embedding")
@@ -126,3 +127,32 @@ def test_a_failed_feed_is_raised_by_the_next_take() -> None:
     incremental.feed(np.zeros(10, np.int16))
     with pytest.raises(RuntimeError, match="decoder gone"):
         incremental.take(np.zeros(10, np.float32))
+
+
+@pytest.mark.corpus
+def test_turn_parts_are_embedded_while_the_window_fills(speech: np.ndarray) -> None:
+    """The turn splitter's parts, embedded on the feeder as each becomes certain, are the
+    embeddings of the parts' own samples (as embedding all of them at the window's end), and
+    only the last one or two are left for the window's end."""
+    embedding = get_feature("embedding")
+    splitter = TurnSplitter(lambda s: embedding.observe(s, 16000).values, change_cosine=0.5)
+    windower = Windower(3.0)
+    incremental = IncrementalWindows({}, max_samples=windower.window_samples, turns=splitter)
+    assert incremental.parts is not None
+    chunks = _chunks(speech, 1600)
+    got, expected = [], []
+    for index, chunk in enumerate(chunks[:70]):
+        incremental.feed(chunk.samples)
+        closed = windower.process(chunk)
+        if index == 56:  # a turn ends at 5.7 s: a 2.7 s window, its last part takes 0.7 s
+            incremental.close_window()
+            closed += windower.flush()
+        for window in closed:
+            got.append(incremental.part_vectors(window.samples))
+            expected.append(splitter.vectors(window.samples))
+            incremental.take(window.samples)
+    assert [g.shape[0] for g in got] == [3, 2]
+    for vectors, reference in zip(got, expected, strict=True):
+        scale = np.linalg.norm(reference, axis=1)
+        assert np.all(np.linalg.norm(vectors - reference, axis=1) <= 1e-5 * scale)
+    assert incremental.parts.early == 3 and incremental.parts.late == 2  # 2 + 1 early

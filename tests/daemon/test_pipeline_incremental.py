@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from monitor.calibration.buckets import default_path
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
 from monitor.store.database import open_store
@@ -26,6 +27,8 @@ def test_windows_are_streamed_off_the_loop_thread(daemon_corpus: Any, daemon_db:
             "audio.pace=fast",
             f"daemon.db={daemon_db}",
             "prometheus.enabled=false",
+            # the shipped calibration: its tracking statistics switch the turn splitter on
+            f"scorer.calibration={default_path()}",
         ],
     )
     feeding: set[str] = set()
@@ -49,6 +52,14 @@ def test_windows_are_streamed_off_the_loop_thread(daemon_corpus: Any, daemon_db:
             return observe(phone, audio, rate)
 
         phone.observe = recording_observe  # type: ignore[method-assign]
+        embed = pipeline.turns.embed
+        embedding_parts: list[str] = []
+
+        def recording_embed(samples: Any) -> Any:
+            embedding_parts.append(threading.current_thread().name)
+            return embed(samples)
+
+        pipeline.turns.embed = recording_embed
         try:
             summary = asyncio.run(pipeline.run())
         finally:
@@ -60,3 +71,10 @@ def test_windows_are_streamed_off_the_loop_thread(daemon_corpus: Any, daemon_db:
     assert incremental.streamed >= summary.windows / 2
     assert len(whole) == incremental.fallbacks
     assert all(name.startswith("voxmeter-work") for name in whole)
+    # the turn splitter's parts: embedded on the feeder, some while their window filled (at
+    # fast pace the windower runs ahead of the feeder, so most wait for their window's end; at
+    # the speech's pace all but the last one or two do: test_incremental)
+    assert pipeline.turns.active and incremental.parts is not None
+    assert len(embedding_parts) == incremental.parts.early + incremental.parts.late
+    assert all(name.startswith("voxmeter-feed") for name in embedding_parts)
+    assert incremental.parts.early >= 1

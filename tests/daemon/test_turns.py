@@ -8,7 +8,7 @@ import pytest
 
 from monitor.audio.frames import RATE_HZ
 from monitor.audio.windows import SpeechWindow
-from monitor.daemon.turns import TurnSplitter
+from monitor.daemon.turns import EarlyParts, TurnSplitter
 
 
 def voice(f0: float, seconds: float, rng: np.random.Generator) -> np.ndarray:
@@ -63,3 +63,43 @@ def test_too_short_to_compare_and_a_bad_threshold() -> None:
     assert splitter.cosines(short).size == 0 and splitter.split(short) == [short]
     with pytest.raises(ValueError, match="change_cosine"):
         TurnSplitter(spectrum, change_cosine=1.5)
+
+
+@pytest.mark.parametrize("seconds", [3.0, 2.5, 4.0, 1.5])
+def test_parts_embedded_while_the_window_fills_cut_as_at_its_end(
+    rng: np.random.Generator, seconds: float
+) -> None:
+    """Parts embedded early (as chunks arrive) are the parts' own embeddings: the same cuts as
+    embedding every part at the window's end; only the last one or two are left for the end."""
+    samples = np.concatenate([voice(150.0, 2.0, rng), voice(310.0, 2.0, rng)])
+    samples = samples[: round(seconds * RATE_HZ)]
+    w = window(samples)
+    late = TurnSplitter(spectrum, change_cosine=0.5)
+    early = TurnSplitter(spectrum, change_cosine=0.5)
+    parts = EarlyParts(early)
+    fed: list[np.ndarray] = []
+    for i in range(0, samples.shape[0], 4321):  # chunks straddle part edges
+        fed.append(samples[i : i + 4321])
+        parts.advance(fed, sum(c.shape[0] for c in fed))
+    vectors = parts.of(samples, np.concatenate(fed))
+    assert np.array_equal(vectors, late.vectors(samples))
+    assert parts.early == max(0, int(seconds) - 1)  # all but the last part, when it is whole
+    assert parts.late == len(vectors) - parts.early
+    got, expected = early.split(w, vectors), late.split(w)
+    assert [(p.start_seconds, p.end_seconds, p.mixed) for p in got] == [
+        (p.start_seconds, p.end_seconds, p.mixed) for p in expected
+    ]
+    assert early.changes == late.changes
+    if seconds >= 3.0:  # whole parts on each side of the change at 2 s
+        assert early.changes == 1
+
+
+def test_parts_of_another_windows_speech_are_not_reused(rng: np.random.Generator) -> None:
+    splitter = TurnSplitter(spectrum, change_cosine=0.5)
+    parts = EarlyParts(splitter)
+    other = voice(310.0, 3.0, rng)
+    parts.advance([other], other.shape[0])
+    assert parts.early == 2
+    samples = voice(150.0, 3.0, rng)
+    assert np.array_equal(parts.of(samples, other), splitter.vectors(samples))
+    assert parts.late == 3
