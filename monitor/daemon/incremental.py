@@ -112,6 +112,8 @@ class IncrementalWindows:
         self._streams, self._fed, self._count, self._spill = None, [], 0, []
         self._unfed, self._unfed_count, self._cap = [], 0, self.max_samples
         self._error = None
+        if self.parts is not None:
+            self.parts.reset()
 
     def _feed(self, data: np.ndarray, *, push: bool = True) -> None:
         room = self._cap - self._count
