@@ -258,10 +258,17 @@ def _int8_timing() -> dict[str, Any]:
     return out
 
 
+INT8_VARIANT = os.environ.get("VOXMETER_BENCH_INT8", "u8s8")
+"""u8s8 (uint8 activations, int8 weights: fastest with VNNI), u8s8-reduce-range (7-bit
+weights: no saturation in the AVX2 kernels without VNNI) or s8s8 (int8 activations)."""
+INT8_BACKENDS = os.environ.get("VOXMETER_BENCH_INT8_BACKENDS", "ecapa,campplus").split(",")
+
+
 def bench_int8(backend: str = "ecapa") -> dict[str, Any]:
     """Static int8 (QDQ, Conv layers only, per-channel weights, calibrated on 32 train-split
-    windows) against the float32 graph: CPU per 3 s window and the corpus EER of test-split
-    utterance pairs (as ``bench_embedding``: 125 speakers, whole utterances after the VAD)."""
+    windows; ``INT8_VARIANT``) against the float32 graph: CPU per 3 s window, cosine to float32
+    and the corpus EER of test-split utterance pairs (as ``bench_embedding``: 125 speakers,
+    whole utterances after the VAD)."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -301,14 +308,15 @@ def bench_int8(backend: str = "ecapa") -> dict[str, Any]:
             if len(speech) >= 1600:
                 feats.append(fbank(speech))
                 labels.append(index)
-    out: dict[str, Any] = {"backend": backend, "utterances": len(feats)}
+    out: dict[str, Any] = {"backend": backend, "variant": INT8_VARIANT, "utterances": len(feats)}
     with tempfile.TemporaryDirectory() as scratch:
         prepared, int8 = Path(scratch) / "pre.onnx", Path(scratch) / "int8.onnx"
         quant_pre_process(graph_path(backend), prepared, skip_symbolic_shape=True)
         quantize_static(
             prepared, int8, Reader(), quant_format=QuantFormat.QDQ,
-            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
-            op_types_to_quantize=["Conv"],
+            activation_type=QuantType.QInt8 if INT8_VARIANT == "s8s8" else QuantType.QUInt8,
+            weight_type=QuantType.QInt8, per_channel=True,
+            reduce_range=INT8_VARIANT == "u8s8-reduce-range", op_types_to_quantize=["Conv"],
         )  # fmt: skip
         unit = {}
         window = calibration[0]["feats"][0]  # one 3 s train window (300 frames)
@@ -354,6 +362,7 @@ PHONE_DECODERS: dict[str, dict[str, Any]] = {
     "ds=2": {"ds": 2},
     "beams 1e-10": {"beam": 1e-10, "pbeam": 1e-10},
     "ds=2 + beams 1e-10": {"ds": 2, "beam": 1e-10, "pbeam": 1e-10},
+    "beams 1e-15": {"beam": 1e-15, "pbeam": 1e-15},
 }
 """Candidate all-phone decoders: pocketsphinx options over today's (``phone._new_decoder``)."""
 
@@ -369,7 +378,10 @@ def bench_phone(split: str = "test") -> list[dict[str, Any]]:
     today = phone._new_decoder
     decode = phone.decode_phones
     rows = []
+    wanted = os.environ.get("VOXMETER_BENCH_PHONE_DECODERS")
     for label, options in PHONE_DECODERS.items():
+        if wanted and label not in wanted.split(";"):
+            continue
         spent = {"cpu": 0.0, "seconds": 0.0}
 
         def timed(audio: np.ndarray, rate: int, spent: dict[str, float] = spent) -> list[str]:
@@ -418,21 +430,106 @@ def bench_phone(split: str = "test") -> list[dict[str, Any]]:
     return rows
 
 
+def bench_profile(backend: str = "ecapa", n: int = 1_000) -> dict[str, Any]:
+    """Where the daemon's CPU goes: one paced replay (``bench_daemon``'s, N templates) in this
+    process with each stage's work wrapped in a per-thread CPU clock (inclusive seconds per
+    audio second; a wrapped call inside another is counted in both)."""
+    import bench.bench_daemon as bd
+    from monitor.audio.vad import FrameVad
+    from monitor.daemon.evidence import TrackScorer
+    from monitor.daemon.turns import EarlyParts
+    from monitor.features.base import BufferedStream, set_embedding_backend
+    from monitor.features.embedding import EmbeddingStream
+    from monitor.features.f0 import F0Stream
+    from monitor.features.phone import PhoneStream
+
+    spent: dict[str, float] = {}
+    wrapped = {
+        "vad (silero)": [(FrameVad, "process")],
+        "phone: fed while the window fills": [(PhoneStream, "feed")],
+        "phone: at the window's end": [(PhoneStream, "finish")],
+        "f0": [(F0Stream, "feed"), (F0Stream, "finish")],
+        "embedding: filterbanks fed": [(EmbeddingStream, "feed")],
+        "embedding: network at the window's end": [(EmbeddingStream, "finish")],
+        "turn parts: embedded while filling": [(EarlyParts, "advance")],
+        "turn parts: embedded at the window's end": [(EarlyParts, "of")],
+        "whole-window fallbacks": [(BufferedStream, "finish")],
+        "scoring": [(TrackScorer, "process")],
+    }
+    originals = []
+    for label, targets in wrapped.items():
+        spent[label] = 0.0
+        for cls, name in targets:
+            original = getattr(cls, name)
+            originals.append((cls, name, original))
+
+            def timed(*args: Any, _f: Any = original, _label: str = label, **kw: Any) -> Any:
+                started = time.thread_time()
+                try:
+                    return _f(*args, **kw)
+                finally:
+                    spent[_label] += time.thread_time() - started
+
+            setattr(cls, name, timed)
+    set_embedding_backend(backend)
+    bd._dims()
+    bd.PACED_TEMPLATES = n
+    folder = Path(tempfile.mkdtemp(prefix="voxmeter-bench-profile-"))
+    try:
+        stream, kind = bd._speech(folder)
+        (folder / "db").mkdir()
+        db = bd._database(folder / "db", bd._calibration()[0])
+        _, summary, cpu = bd._run(db, stream, fast=False, extra=[])
+    finally:
+        for cls, name, original in originals:
+            setattr(cls, name, original)
+        shutil.rmtree(folder, ignore_errors=True)
+    audio = summary.audio_seconds
+    out = {
+        "backend": backend,
+        "templates": n,
+        "speech_source": kind,
+        "audio_seconds": round(audio, 1),
+        "windows": summary.windows,
+        "process_cpu_per_audio_second": round(cpu / audio, 4),
+        "cpu_per_audio_second": {k: round(v / audio, 4) for k, v in spent.items()},
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+    print(f"profile: {out}", flush=True)
+    return out
+
+
 def main() -> None:
     if sys.argv[1:] == ["int8"]:
-        write_results(RESULTS_DIR / "edge-int8.json", {
+        suffix = "" if INT8_VARIANT == "u8s8" else f"-{INT8_VARIANT}"
+        write_results(RESULTS_DIR / f"edge-int8{suffix}.json", {
             "benchmark": "edge budget: static int8 embedding networks (issue 20)",
-            "results": [bench_int8(b) for b in ("ecapa", "campplus")],
+            "command": f"VOXMETER_BENCH_INT8={INT8_VARIANT} python -m bench.bench_edge int8",
+            "cpu": platform.processor() or platform.machine(),
+            "results": [bench_int8(b) for b in INT8_BACKENDS],
             "load_average": [round(x, 2) for x in os.getloadavg()],
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         })  # fmt: skip
         return
     if sys.argv[1:] == ["phone"]:
-        write_results(RESULTS_DIR / "edge-phone.json", {
+        name = (
+            "edge-phone.json"
+            if not os.environ.get("VOXMETER_BENCH_PHONE_DECODERS")
+            else ("edge-phone-more.json")
+        )
+        write_results(RESULTS_DIR / name, {
             "benchmark": "edge budget: all-phone decoders, MeanD at 3 s and CPU (issue 20)",
             "command": "python -m bench.bench_edge phone",
             "split": "test",
             "results": bench_phone(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        })  # fmt: skip
+        return
+    if sys.argv[1:] == ["profile"]:
+        write_results(RESULTS_DIR / "edge-profile.json", {
+            "benchmark": "edge budget: where the daemon's CPU goes (issue 20)",
+            "command": "python -m bench.bench_edge profile",
+            "profile": bench_profile(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         })  # fmt: skip
         return
