@@ -1,25 +1,24 @@
 """The daemon: source → vad → windower → features → tracker → scorer → ledger → exporters.
 
-One supervisor (:meth:`Pipeline.run`) owns one ``asyncio.TaskGroup``; every stage is a task
-named ``voxmeter.<stage>`` reading one bounded queue and writing the next (DESIGN §14, STYLE
-§3–4). The measuring stages (VAD to ledger) run in a group of their own under
-:class:`~monitor.daemon.measuring.MeasuringSupervisor`, which restarts them after a failure
-where the source relays a conversation (the Wyoming proxy) instead of ending the daemon. This
-module is the wiring: the stages' state, their queues, the supervisor, signals and restarts;
-the stage bodies are :class:`~monitor.daemon.stages.PipelineStages`. Stages are
-thin loops around synchronous cores, each in its own module
-(:class:`~monitor.daemon.evidence.WindowFeatures`, :class:`~monitor.daemon.tracker.SpeakerTracker`,
-:class:`~monitor.daemon.evidence.TrackScorer`, :class:`~monitor.daemon.ledger.LedgerWriter`), so
-the logic is tested without an event loop. Feature extraction and scoring run in a thread
-executor; ledger writes are small SQLite transactions on the loop thread, so cancelling a task
-never interrupts one. ``None`` in a queue means end of input.
+One supervisor (:meth:`Pipeline.run`) owns one ``asyncio.TaskGroup``; every stage is a task named
+``voxmeter.<stage>`` reading one bounded queue and writing the next (DESIGN §14, STYLE §3–4). The
+measuring stages (VAD to ledger) run in a group of their own under
+:class:`~monitor.daemon.measuring.MeasuringSupervisor`, which restarts them after a failure where
+the source relays a conversation (the Wyoming proxy) instead of ending the daemon. This module is
+the wiring: the stages' state, their queues, the supervisor, signals and restarts; the stage bodies
+are :class:`~monitor.daemon.stages.PipelineStages`. Stages are thin loops around synchronous cores,
+each in its own module (:class:`~monitor.daemon.evidence.WindowFeatures`,
+:class:`~monitor.daemon.tracker.SpeakerTracker`, :class:`~monitor.daemon.evidence.TrackScorer`,
+:class:`~monitor.daemon.ledger.LedgerWriter`), so the logic is tested without an event loop. Feature
+extraction and scoring run in a thread executor; ledger writes are small SQLite transactions on the
+loop thread, so cancelling a task never interrupts one. ``None`` in a queue means end of input.
 
 State survives restarts: every window commits its record and the track's pooled evidence in one
 transaction, and a starting daemon resumes the current period's tracks from the ledger, so a
 SIGKILL loses at most the window in flight.
 
 Building a pipeline from the config (source, scorer, exporters) and ``voxmeter run`` are in
-:mod:`monitor.daemon.build`.
+:mod:`monitor.daemon.build`. BLAS runs on one thread while a pipeline runs.
 """
 
 from __future__ import annotations
@@ -59,7 +58,7 @@ from monitor.daemon.ledger import LedgerWriter, expired_on_restart, restored_tra
 from monitor.daemon.measuring import MeasuringSupervisor, leaves
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
-from monitor.daemon.stages import PipelineStages
+from monitor.daemon.stages import PipelineStages, one_blas_thread
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
 from monitor.daemon.turns import TurnSplitter
 from monitor.errors import VoxmeterError
@@ -337,6 +336,7 @@ class Pipeline(PipelineStages):
         )
         # one thread: chunks are fed to the streams in order, and a window taken after them
         feeder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="voxmeter-feed")
+        restore_blas = one_blas_thread()
         started_unix = self.wall_clock()
         self._check_budget()
         await loop.run_in_executor(executor, self.window_features.warm_up)
@@ -379,6 +379,7 @@ class Pipeline(PipelineStages):
             self.source.close()
             executor.shutdown(wait=False, cancel_futures=True)
             feeder.shutdown(wait=False, cancel_futures=True)
+            restore_blas()
         # events still queued (a window scored just before the stop), then the goodbye
         queued = self.queues["events"]
         final: list[DaemonEvent] = []

@@ -319,3 +319,17 @@ def _call(feeder: ThreadPoolExecutor, function: Callable[[], None]) -> None:
     """``function`` on the feeder thread, after every call submitted before it (fire and forget:
     the feeder keeps order, and :meth:`IncrementalWindows.take` raises what failed)."""
     asyncio.get_running_loop().run_in_executor(feeder, function)
+
+
+def one_blas_thread() -> Callable[[], None]:
+    """BLAS on one thread while the daemon runs (its second OpenBLAS thread only spins on a busy
+    small device: 0.235 -> 0.189 of a core per audio second, ``bench_edge profile``); returns
+    the function that restores the previous limits (tests share the process)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - arrives with librosa; only slower without it
+        return lambda: None
+    restore: Callable[[], None] = threadpool_limits(
+        limits=1, user_api="blas"
+    ).restore_original_limits
+    return restore

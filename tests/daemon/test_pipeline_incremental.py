@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from threadpoolctl import threadpool_info
 
 from monitor.calibration.buckets import default_path
 from monitor.daemon.build import build_pipeline
@@ -32,6 +33,7 @@ def test_windows_are_streamed_off_the_loop_thread(daemon_corpus: Any, daemon_db:
         ],
     )
     feeding: set[str] = set()
+    blas_before, blas_during = blas_threads(), set()
     whole: list[str] = []
     with open_store(daemon_db) as store:
         pipeline = build_pipeline(config, store=store, exporters=[])
@@ -41,6 +43,8 @@ def test_windows_are_streamed_off_the_loop_thread(daemon_corpus: Any, daemon_db:
 
         def recording_feed(samples: Any) -> None:
             feeding.add(threading.current_thread().name)
+            if not blas_during:
+                blas_during.update(blas_threads())
             feed(samples)
 
         incremental.feed = recording_feed  # type: ignore[method-assign]
@@ -65,6 +69,8 @@ def test_windows_are_streamed_off_the_loop_thread(daemon_corpus: Any, daemon_db:
         finally:
             del phone.observe  # the registry's instance outlives this test
     assert summary.windows >= 2
+    # BLAS on one thread while the pipeline runs (a second one only spins), restored after
+    assert blas_during == {1} and blas_threads() == blas_before
     assert feeding and all(name.startswith("voxmeter-feed") for name in feeding)
     # most windows were streamed; a window after speech the windower dropped (a turn's end
     # under min_window_seconds) is extracted whole, off the loop thread as well
@@ -78,3 +84,7 @@ def test_windows_are_streamed_off_the_loop_thread(daemon_corpus: Any, daemon_db:
     assert len(embedding_parts) == incremental.parts.early + incremental.parts.late
     assert all(name.startswith("voxmeter-feed") for name in embedding_parts)
     assert incremental.parts.early >= 1
+
+
+def blas_threads() -> set[int]:
+    return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
