@@ -129,6 +129,7 @@ class Pipeline(PipelineStages):
             audio.window_seconds,
             turn_pause_seconds=audio.turn_pause_seconds,
             min_window_seconds=audio.min_window_seconds,
+            tail_seconds=audio.tail_seconds,
         )
         self.window_features = WindowFeatures(self.features)
         self.incremental = IncrementalWindows(
