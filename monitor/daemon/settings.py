@@ -150,7 +150,7 @@ class AudioSettings:
         _positive,
     )
     tail_seconds: float = _setting(
-        2.0,
+        0.0,
         "a full window is cut from a turn only when this much speech follows it, so a turn's "
         "last window holds ≥ this (up to window_seconds + this); 0 = fixed windows",
         _non_negative,
