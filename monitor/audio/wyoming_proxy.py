@@ -353,6 +353,10 @@ def _problem(error: OSError) -> str:
 class WyomingProxySource:
     """Frames of the audio relayed through a Wyoming proxy (see the module docstring)."""
 
+    relays = True
+    """A failure of the measuring side must not end the daemon, and with it the relay
+    (:mod:`monitor.daemon.measuring` restarts the measuring stages instead)."""
+
     def __init__(
         self,
         endpoint: ProxyEndpoint,

@@ -170,6 +170,7 @@ class PipelineStats:
     realtime_factor: float  # busy CPU seconds of the heavy stages / audio seconds
     tracks: int  # active tracks
     at_unix: float
+    measuring_restarts: int = 0  # failures of the measuring side survived (relays only)
 
 
 @dataclass(frozen=True)

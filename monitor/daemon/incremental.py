@@ -94,6 +94,13 @@ class IncrementalWindows:
             self._streams, self._fed, self._count = None, [], 0
             self._unfed, self._unfed_count = [], 0
 
+    def reset(self) -> None:
+        """Forget every stream, the speech fed and a failure (the measuring side restarts after
+        one, :mod:`monitor.daemon.measuring`); the counters are kept."""
+        self._streams, self._fed, self._count, self._spill = None, [], 0, []
+        self._unfed, self._unfed_count, self._cap = [], 0, self.max_samples
+        self._error = None
+
     def _feed(self, data: np.ndarray, *, push: bool = True) -> None:
         room = self._cap - self._count
         head, rest = data[:room], data[room:]

@@ -2,8 +2,11 @@
 
 One supervisor (:meth:`Pipeline.run`) owns one ``asyncio.TaskGroup``; every stage is a task
 named ``voxmeter.<stage>`` reading one bounded queue and writing the next (DESIGN §14, STYLE
-§3–4). This module is the wiring: the stages' state, their queues, the supervisor, signals
-and restarts; the stage bodies are :class:`~monitor.daemon.stages.PipelineStages`. Stages are
+§3–4). The measuring stages (VAD to ledger) run in a group of their own under
+:class:`~monitor.daemon.measuring.MeasuringSupervisor`, which restarts them after a failure
+where the source relays a conversation (the Wyoming proxy) instead of ending the daemon. This
+module is the wiring: the stages' state, their queues, the supervisor, signals and restarts;
+the stage bodies are :class:`~monitor.daemon.stages.PipelineStages`. Stages are
 thin loops around synchronous cores, each in its own module
 (:class:`~monitor.daemon.evidence.WindowFeatures`, :class:`~monitor.daemon.tracker.SpeakerTracker`,
 :class:`~monitor.daemon.evidence.TrackScorer`, :class:`~monitor.daemon.ledger.LedgerWriter`), so
@@ -53,6 +56,7 @@ from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
 from monitor.daemon.exporters.mqtt import topics_for
 from monitor.daemon.incremental import IncrementalWindows
 from monitor.daemon.ledger import LedgerWriter, expired_on_restart, restored_track
+from monitor.daemon.measuring import MeasuringSupervisor, leaves
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
 from monitor.daemon.stages import PipelineStages
@@ -161,6 +165,11 @@ class Pipeline(PipelineStages):
             clock=clock,
             wall_clock=wall_clock,
         )
+        self.measuring = MeasuringSupervisor(
+            restart=getattr(source, "relays", False), reset=self._reset_measuring, clock=clock
+        )
+        self._feeder: ThreadPoolExecutor | None = None
+        self._next_index = 0  # the next window's number since start (ClosedWindow.index)
         self._stop = asyncio.Event()
         self._stop_reason = ""
         self._tasks: list[asyncio.Task[Any]] = []
@@ -259,6 +268,28 @@ class Pipeline(PipelineStages):
                 )
         return events
 
+    def _measuring(self, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor) -> Any:
+        """The measuring stages under their supervisor (:mod:`monitor.daemon.measuring`)."""
+
+        def stages() -> list[tuple[str, Any]]:
+            return [
+                ("vad", self._vad_stage(executor, feeder)),
+                ("features", self._feature_stage(executor, feeder)),
+                ("tracker", self._tracker_stage()),
+                ("scorer", self._scorer_stage(executor)),
+                ("ledger", self._ledger_stage()),
+            ]
+
+        self._feeder = feeder
+        return self.measuring.run(stages)
+
+    async def _reset_measuring(self) -> None:
+        """After a failure: the speech held by the VAD, the windower and the streams is lost."""
+        self.vad.reset()
+        self.windower.reset()
+        if self._feeder is not None:  # in order, after every chunk handed to it before
+            await asyncio.get_running_loop().run_in_executor(self._feeder, self.incremental.reset)
+
     async def _supervise(self) -> None:
         duration = self.config.daemon.duration_seconds
         if duration > 0:
@@ -329,11 +360,7 @@ class Pipeline(PipelineStages):
             async with asyncio.TaskGroup() as group:
                 stages: list[tuple[str, Any]] = [
                     ("source", self._source_stage()),
-                    ("vad", self._vad_stage(executor, feeder)),
-                    ("features", self._feature_stage(executor, feeder)),
-                    ("tracker", self._tracker_stage()),
-                    ("scorer", self._scorer_stage(executor)),
-                    ("ledger", self._ledger_stage()),
+                    ("measuring", self._measuring(executor, feeder)),
                     ("exporters", self._exporter_stage()),
                     ("stats", self._stats_stage()),
                 ]
@@ -467,13 +494,7 @@ class ExitWatchdog:
 
 def _first_user_error(group: BaseExceptionGroup) -> BaseException:
     """The error to report: the first VoxmeterError if any (one line in the CLI), else all."""
-    for error in _leaves(group):
+    for error in leaves(group):
         if isinstance(error, VoxmeterError):
             return error
     return group
-
-
-def _leaves(error: BaseException) -> list[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
-    return [error]

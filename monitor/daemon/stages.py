@@ -32,6 +32,7 @@ from monitor.daemon.events import (
 from monitor.daemon.evidence import TrackScorer
 from monitor.daemon.incremental import IncrementalWindows
 from monitor.daemon.ledger import LedgerWriter
+from monitor.daemon.measuring import MeasuringSupervisor
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
@@ -61,11 +62,13 @@ class PipelineStages:
     track_scorer: TrackScorer
     ledger: LedgerWriter
     queues: dict[str, asyncio.Queue[Any]]
+    measuring: MeasuringSupervisor
     audio_seconds: float
     last: dict[str, Figures]
     _feed_counted: float
     _busy: dict[str, float]
     _windows: int
+    _next_index: int
     _alerts: int
     _stop: asyncio.Event
     _stop_reason: str
@@ -87,7 +90,6 @@ class PipelineStages:
         (in the executor); the speech also goes, as it arrives, to the incremental features."""
         inbox, out = self.queues["frames"], self.queues["windows"]
         loop = asyncio.get_running_loop()
-        index = 0
         while True:
             frame = await inbox.get()
             chunks = self.vad.flush() if frame is None else self.vad.process(frame)
@@ -107,8 +109,8 @@ class PipelineStages:
                     if piece.speech_seconds < self.windower.min_window_seconds:
                         self.windower.dropped_seconds += piece.speech_seconds
                         continue
+                    index, self._next_index = self._next_index, self._next_index + 1
                     await out.put(ClosedWindow(index, piece, self.clock(), self.wall_clock()))
-                    index += 1
             if frame is None:
                 self.windower.reset()
                 await out.put(None)
@@ -280,6 +282,7 @@ class PipelineStages:
             realtime_factor=heavy / audio if audio > 0 else 0.0,
             tracks=len(self.track_scorer.tracks),
             at_unix=self.wall_clock(),
+            measuring_restarts=self.measuring.restarts,
         )
 
     async def _stats_stage(self) -> None:

@@ -17,17 +17,11 @@ from typing import Any
 
 import pytest
 
-from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
-from monitor.store.database import open_store
-from tests.daemon.conftest import DaemonCorpus
+from tests.daemon.proxy_daemon import proxied_daemon
 from tests.realparts.homeassistant import HomeAssistant
 
 pytestmark = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.homeassistant]
 
-proxy = pytest.importorskip(
-    "monitor.audio.wyoming_proxy", reason="this build has no wyoming-proxy source yet (issue 19)"
-)
 COMMAND = "turn on the kitchen light"
 
 
@@ -38,8 +32,7 @@ async def blocking(function: Any, *args: Any) -> Any:
 
 def test_home_assistant_transcribes_through_the_proxy(
     home_assistant: HomeAssistant,
-    daemon_corpus: DaemonCorpus,
-    tmp_path: Path,
+    daemon_db: Path,
 ) -> None:
     from wyoming.asr import Transcribe
 
@@ -49,9 +42,7 @@ def test_home_assistant_transcribes_through_the_proxy(
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng not installed (scripts/install-system.sh installs it)")
     ha = home_assistant
-    db = tmp_path / "proxy.db"
-    shutil.copy(daemon_corpus.db, db)
-    db.chmod(0o600)
+    db = daemon_db
     audio = speech(COMMAND)
 
     async def scenario() -> tuple[dict[str, Any], list[Any], str, list[bytearray], float]:
@@ -59,34 +50,17 @@ def test_home_assistant_transcribes_through_the_proxy(
         server, upstream_port = await serve("asr", records=records)
         (direct,) = await talk(upstream_port, conversation(audio, Transcribe().event()))
         records.clear()  # from here on, only what came through the proxy
-        config = load_config(
-            None,
-            [
-                f"daemon.source=wyoming-proxy://127.0.0.1:0?upstream=tcp://127.0.0.1:{upstream_port}",
-                f"daemon.db={db}",
-                "prometheus.enabled=false",
-                "wyoming.zeroconf=false",
-            ],
-        )
-        with open_store(db) as store:
-            pipeline = build_pipeline(config, store=store, exporters=[])
-            source = pipeline.source
-            assert isinstance(source, proxy.WyomingProxySource)
-            running = asyncio.get_running_loop().create_task(pipeline.run())
-            async with asyncio.timeout(120):
-                while not source.port:
-                    await asyncio.sleep(0.05)
+        async with proxied_daemon(db, upstream_port) as daemon:
+            pipeline = daemon.pipeline
             flow = await blocking(
-                ha.config_flow, "wyoming", {"host": "127.0.0.1", "port": source.port}
+                ha.config_flow, "wyoming", {"host": "127.0.0.1", "port": daemon.port}
             )
-            stt = await blocking(stt_entity, ha)
+            stt = await blocking(new_entity, ha, "stt.")
             events = await blocking(ha.assist, stt, audio.astype("<i2").tobytes())
             async with asyncio.timeout(120):  # the measuring side saw the audio pass
                 while pipeline.audio_seconds < audio.shape[0] / 16000 - 0.1:
                     await asyncio.sleep(0.1)
             measured = pipeline.audio_seconds
-            pipeline.stop("test over")
-            await running
         await server.stop()
         return flow, events, str(direct.data["text"]), records, measured
 
@@ -104,12 +78,63 @@ def test_home_assistant_transcribes_through_the_proxy(
     assert ha.problems("wyoming", "voxmeter", "stt") == []
 
 
-def stt_entity(ha: HomeAssistant) -> str:
-    """The speech-to-text entity the Wyoming entry created (waits for it)."""
+def test_home_assistant_detects_a_wake_word_through_the_proxy(
+    home_assistant: HomeAssistant, daemon_db: Path
+) -> None:
+    """With wake-word detection on the server the whole room's audio goes to it. Home
+    Assistant's Wyoming config flow, given a proxy in front of a real openWakeWord service,
+    ends in ``create_entry`` named as passing through voxmeter; a pipeline run from its
+    wake-word stage hears "hey jarvis" through the proxy — the service's detection comes back —
+    and the daemon measured the audio that passed; no error line in Home Assistant's log."""
+    from tests.realparts.wyoming_upstreams import serve, speech
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng not installed (scripts/install-system.sh installs it)")
+    ha = home_assistant
+    db = daemon_db
+    audio = speech("hey jarvis", pad_seconds=1.0)
+
+    async def scenario() -> tuple[dict[str, Any], list[Any], list[bytearray], float]:
+        records: list[bytearray] = []
+        server, upstream_port = await serve("wake", records=records)
+        # a pipeline that starts at wake-word detection needs speech-to-text too (unused here)
+        asr, asr_port = await serve("asr")
+        await blocking(ha.config_flow, "wyoming", {"host": "127.0.0.1", "port": asr_port})
+        stt = await blocking(new_entity, ha, "stt.")
+        async with proxied_daemon(db, upstream_port) as daemon:
+            pipeline = daemon.pipeline
+            flow = await blocking(
+                ha.config_flow, "wyoming", {"host": "127.0.0.1", "port": daemon.port}
+            )
+            entity = await blocking(new_entity, ha, "wake_word.")
+            pcm = audio.astype("<i2").tobytes()
+            events = await blocking(ha.assist, stt, pcm, (entity, "jarvis"))
+            async with asyncio.timeout(60):  # the measuring side saw speech pass
+                while pipeline.vad.frames_speech == 0:
+                    await asyncio.sleep(0.1)
+            measured = pipeline.audio_seconds
+        await server.stop()
+        await asr.stop()
+        return flow, events, records, measured
+
+    flow, events, records, measured = asyncio.run(scenario())
+    assert flow["type"] == "create_entry", flow
+    assert "voxmeter" in flow["title"], flow["title"]
+    kinds = [e["type"] for e in events]
+    assert "error" not in kinds, events
+    (done,) = [e for e in events if e["type"] == "wake_word-end"]
+    assert "jarvis" in done["data"]["wake_word_output"].get("wake_word_id", ""), events
+    assert any(b"audio-chunk" in r and b"detect" in r for r in records), len(records)
+    assert 0.5 < measured <= audio.shape[0] / 16000 + 0.1  # relayed until the detection
+    assert ha.problems("wyoming", "voxmeter", "wake") == []
+
+
+def new_entity(ha: HomeAssistant, prefix: str) -> str:
+    """An entity of ``prefix`` (a domain and its dot) once one exists (waits for it)."""
     from tests.realparts.homeassistant import wait_until
 
     def found() -> str | None:
-        names = [e for e in ha.states() if e.startswith("stt.")]
+        names = [e for e in ha.states() if e.startswith(prefix)]
         return names[0] if names else None
 
-    return wait_until(found, 60, "a stt entity")
+    return wait_until(found, 60, f"a {prefix} entity")

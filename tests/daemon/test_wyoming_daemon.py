@@ -17,13 +17,14 @@ from wyoming.asr import Transcribe
 
 from monitor.audio.file import read_audio
 from monitor.audio.wyoming import WyomingSource
-from monitor.audio.wyoming_proxy import WyomingProxySource
 from monitor.daemon.budget import period_start
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
+from monitor.daemon.pipeline import Pipeline
 from monitor.store.database import open_store
 from tests.audio.wyoming_peers import conversation, stream_to, talk
 from tests.daemon.conftest import DaemonCorpus
+from tests.daemon.proxy_daemon import proxied_daemon
 from tests.realparts.mosquitto import free_port
 from tests.realparts.wyoming_upstreams import serve
 
@@ -105,54 +106,130 @@ def test_wyoming_figures_equal_the_file_sources(
 
 
 def test_through_the_proxy_each_command_ends_its_window_at_audio_stop(
-    daemon_corpus: DaemonCorpus, tmp_path: Path
+    daemon_corpus: DaemonCorpus, daemon_db: Path
 ) -> None:
     """Two assistant commands relayed to a real speech-to-text service: the 2.4 s one becomes
     one short window at its audio-stop (≥ 1 s of speech), the 0.6 s one counts in speech
     seconds only; both transcripts come back through the proxy."""
-    db = tmp_path / "proxy.db"
-    shutil.copy(daemon_corpus.db, db)
-    db.chmod(0o600)
     audio, _ = read_audio(daemon_corpus.known_stream)
     pcm = (audio * 32767).astype(np.int16)
     commands = [pcm[: round(2.4 * 16000)], pcm[round(3.0 * 16000) : round(3.6 * 16000)]]
 
     async def main() -> tuple[Any, list[str]]:
         server, upstream_port = await serve("asr")
-        spec = f"wyoming-proxy://127.0.0.1:0?upstream=tcp://127.0.0.1:{upstream_port}"
-        config = load_config(
-            None,
-            [
-                f"daemon.source={spec}",
-                f"daemon.db={db}",
-                "prometheus.enabled=false",
-                "wyoming.zeroconf=false",
-            ],
-        )
-        with open_store(db) as store:
-            pipeline = build_pipeline(config, store=store, exporters=[])
-            source = pipeline.source
-            assert isinstance(source, WyomingProxySource)
-            running = asyncio.get_running_loop().create_task(pipeline.run())
-            while not source.port:
-                await asyncio.sleep(0.05)
+        async with proxied_daemon(daemon_db, upstream_port) as daemon:
             texts = []
             for command in commands:
-                (reply,) = await talk(source.port, conversation(command, Transcribe().event()))
+                (reply,) = await talk(daemon.port, conversation(command, Transcribe().event()))
                 texts.append(reply.data["text"])
             sent = sum(c.shape[0] for c in commands) / 16000
+            pipeline = daemon.pipeline
             async with asyncio.timeout(300):
                 while pipeline.vad.frames_total * 0.03 < sent - 0.03 or pipeline._windows < 1:
                     await asyncio.sleep(0.1)
-            pipeline.stop("test over")
-            summary = await running
         await server.stop()
-        return summary, texts
+        return daemon.summary, texts
 
     summary, texts = asyncio.run(main())
     assert summary.windows == 1
-    (windows,) = ledger(db).values()
+    (windows,) = ledger(daemon_db).values()
     (_span, speech_seconds, _figures) = windows[0]
     assert 1.0 <= speech_seconds < 3.0  # a short window: its turn ended before 3 s of speech
     assert summary.frames_speech * 0.03 > speech_seconds  # the short command counted too
     assert len(texts) == 2 and all(isinstance(t, str) for t in texts)
+
+
+def test_a_failing_measuring_side_restarts_and_the_relay_never_notices(
+    daemon_corpus: DaemonCorpus, daemon_db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The tracker fails on the first window of a proxied conversation (a bug, injected): the
+    daemon logs it with its traceback, restarts the measuring stages and keeps relaying — every
+    command reaches the real speech-to-text service byte for byte as it does directly, its
+    transcript comes back, and the commands after the restart are measured again."""
+    audio, _ = read_audio(daemon_corpus.known_stream)
+    pcm = (audio * 32767).astype(np.int16)
+    commands = [pcm[round(s * 16000) : round((s + 2.4) * 16000)] for s in (0.0, 3.0, 6.0, 9.0)]
+    conversations = [conversation(c, Transcribe().event()) for c in commands]
+    failures: list[Any] = []
+
+    def fail_once(pipeline: Pipeline) -> None:
+        pipeline.measuring.initial_seconds = 0.05
+        process = pipeline.tracker.process
+
+        def failing(window: Any) -> Any:
+            if not failures:
+                failures.append(window)
+                raise RuntimeError("tracker bug")
+            return process(window)
+
+        pipeline.tracker.process = failing  # type: ignore[method-assign]
+
+    async def main() -> tuple[Any, ...]:
+        direct_records: list[bytearray] = []
+        server, port = await serve("asr", records=direct_records)
+        direct = [await talk(port, events) for events in conversations]
+        await server.stop()
+        proxied_records: list[bytearray] = []
+        server, upstream_port = await serve("asr", records=proxied_records)
+        async with proxied_daemon(daemon_db, upstream_port, fail_once) as daemon:
+            pipeline = daemon.pipeline
+            proxied = []
+            for events in conversations:
+                proxied.append(await talk(daemon.port, events))
+                if not failures:  # the first window fails before the next command is sent
+                    async with asyncio.timeout(120):
+                        while not failures or pipeline.measuring.restarts < 1:
+                            await asyncio.sleep(0.05)
+            async with asyncio.timeout(300):
+                while pipeline._windows < 1:  # a command after the restart is scored
+                    await asyncio.sleep(0.1)
+            stats = pipeline.stats()
+        await server.stop()
+        return daemon.summary, direct, proxied, direct_records, proxied_records, stats
+
+    with caplog.at_level("ERROR", logger="monitor.daemon.measuring"):
+        summary, direct, proxied, direct_records, proxied_records, stats = asyncio.run(main())
+    assert proxied == direct
+    assert all(reply[0].type == "transcript" for reply in proxied)
+    assert [bytes(r) for r in proxied_records] == [bytes(r) for r in direct_records]
+    assert summary.stop_reason == "test over"  # still relaying and measuring until stopped
+    assert 1 <= summary.windows <= len(commands) - 1  # the failed one is lost, later ones count
+    assert stats.measuring_restarts == 1
+    (failure,) = [r for r in caplog.records if "measuring failed" in r.getMessage()]
+    assert "in the tracker stage" in failure.getMessage()
+    assert "the relay goes on" in failure.getMessage()
+    assert failure.exc_info is not None  # a bug: its traceback is in the log
+
+
+def test_without_a_relay_a_failing_measuring_side_ends_the_daemon(
+    daemon_corpus: DaemonCorpus, daemon_db: Path
+) -> None:
+    """A file source has no one to keep talking to: the failure ends the run (systemd restarts
+    a daemon), and nothing is restarted in-process."""
+    config = load_config(
+        None,
+        [
+            f"daemon.source=file:{daemon_corpus.known_stream}",
+            "audio.pace=fast",
+            f"daemon.db={daemon_db}",
+            "prometheus.enabled=false",
+            "daemon.exit_at_end=true",
+        ],
+    )
+
+    async def main() -> None:
+        with open_store(daemon_db) as store:
+            pipeline = build_pipeline(config, store=store, exporters=[])
+
+            def fail(window: Any) -> Any:
+                raise RuntimeError("tracker bug")
+
+            pipeline.tracker.process = fail  # type: ignore[method-assign]
+            try:
+                await pipeline.run()
+            finally:
+                assert pipeline.measuring.restarts == 0
+
+    with pytest.raises(BaseExceptionGroup) as raised:
+        asyncio.run(main())
+    assert raised.group_contains(RuntimeError, match="tracker bug")

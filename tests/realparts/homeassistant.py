@@ -156,9 +156,12 @@ class HomeAssistant:
         """entity_id → state object, every entity."""
         return {s["entity_id"]: s for s in self.request("GET", "/api/states")}
 
-    def assist(self, stt_entity: str, pcm: bytes) -> list[dict[str, Any]]:
-        """Run the voice pipeline's speech-to-text stage on 16 kHz s16le ``pcm`` over the
-        WebSocket API (scripts/ha/assist.py, in Home Assistant's venv); its events in order."""
+    def assist(
+        self, stt_entity: str, pcm: bytes, wake: tuple[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Run the voice pipeline's speech-to-text stage (or, with ``wake`` = (wake-word
+        entity, word), its wake-word stage) on 16 kHz s16le ``pcm`` over the WebSocket API
+        (scripts/ha/assist.py, in Home Assistant's venv); its events in order."""
         audio = self.directory / "assist.pcm"
         audio.write_bytes(pcm)
         result = subprocess.run(
@@ -169,6 +172,7 @@ class HomeAssistant:
                 self.token,
                 stt_entity,
                 str(audio),
+                *(wake or ()),
             ],
             capture_output=True,
             text=True,

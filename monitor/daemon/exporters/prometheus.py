@@ -152,6 +152,11 @@ class Metrics:
         self.audio_device_errors = counter(
             "voxmeter_audio_device_errors", "Audio device failures since the daemon started."
         )
+        self.measuring_restarts = counter(
+            "voxmeter_measuring_restarts",
+            "Failures of the measuring stages survived by restarting them (Wyoming proxy: the "
+            "relay goes on); the audio in flight at each is unmeasured.",
+        )
         for kind in ("total", "speech"):
             self.frames.labels(kind)  # export 0 before the first stats, so rate() works
         for state in BUDGET_STATES:
@@ -364,6 +369,8 @@ class PrometheusExporter:
         m.audio_dropped_seconds.inc(max(0.0, event.dropped_seconds - dropped_before))
         previous_errors = last.audio_device_errors if last else 0
         m.audio_device_errors.inc(max(0, event.audio_device_errors - previous_errors))
+        previous_restarts = last.measuring_restarts if last else 0
+        m.measuring_restarts.inc(max(0, event.measuring_restarts - previous_restarts))
         m.realtime_factor.set(event.realtime_factor)
         _set_all(m.queue_depth, event.queue_depths)
         self._last_stats = event
