@@ -4,7 +4,8 @@
 [--rates 16000,8000] [--seed S]`` builds seeded household streams (bench/household.py) from the
 corpus's *test* split (the shipped calibrations are fitted on the train split, checked below),
 enrols every test speaker's first four utterances as templates (N = 125 identities, 12 s each)
-and the three members of each stream as local profiles, runs ``build_pipeline`` (what
+and the three members of each stream as local profiles (at 8 kHz from the same utterances
+band-limited to 8 kHz: a device enrols its members from its own audio), runs ``build_pipeline`` (what
 ``voxmeter run --source file:... --set audio.pace=fast`` runs) on each stream and compares
 every window with the truth:
 
