@@ -5,9 +5,9 @@
 corpus's *test* split (the shipped calibrations are fitted on the train split, checked below),
 enrols every test speaker's first four utterances as templates (N = 125 identities, 12 s each)
 and the three members of each stream as local profiles (at 8 kHz from the same utterances
-band-limited to 8 kHz: a device enrols its members from its own audio), runs ``build_pipeline`` (what
-``voxmeter run --source file:... --set audio.pace=fast`` runs) on each stream and compares
-every window with the truth:
+band-limited to 8 kHz: a device enrols its members from its own audio), runs
+``build_pipeline`` (what ``voxmeter run --source file:... --set audio.pace=fast`` runs) on each
+stream and compares every window with the truth:
 
 - windows holding more than one voice (≥ 10 % of their span from a second speaker);
 - member windows given to the right member; stranger windows given to a member;
