@@ -4,9 +4,10 @@
 [--rates 16000,8000] [--seed S]`` builds seeded household streams (bench/household.py) from the
 corpus's *test* split (the shipped calibrations are fitted on the train split, checked below),
 enrols every test speaker's first four utterances as templates (N = 125 identities, 12 s each)
-and the three members of each stream as local profiles, runs ``build_pipeline`` (what
-``voxmeter run --source file:... --set audio.pace=fast`` runs) on each stream and compares
-every window with the truth:
+and the three members of each stream as local profiles (at 8 kHz from the same utterances
+band-limited to 8 kHz: a device enrols its members from its own audio), runs
+``build_pipeline`` (what ``voxmeter run --source file:... --set audio.pace=fast`` runs) on each
+stream and compares every window with the truth:
 
 - windows holding more than one voice (≥ 10 % of their span from a second speaker);
 - member windows given to the right member; stranger windows given to a member;
@@ -42,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import CORPUS, RESULTS_DIR, write_results
-from bench.household import Segment, Stream, make_stream, overlaps, trimmed
+from bench.household import RATE_HZ, Segment, Stream, make_stream, overlaps, trimmed
 from monitor.calibration.buckets import load_default
 from monitor.corpus import scan_corpus
 from monitor.daemon.build import build_pipeline
@@ -90,6 +91,26 @@ def _speakers(split: str) -> list[str]:
                 if r["original_split"] == split]  # fmt: skip
 
 
+def device_profile(paths: Sequence[Path], rate_hz: int) -> Any:
+    """A member's local profile as a device recording at ``rate_hz`` enrols it: the template
+    utterances band-limited to that rate (down and back up, as the daemon's source resamples),
+    embedded and pooled (the attacker's N templates stay wideband: their own recordings)."""
+    import soxr
+
+    from monitor.audio.file import read_audio
+    from monitor.audio.frames import RATE_HZ
+    from monitor.audio.vad import speech_only
+
+    feature = get_feature("embedding")
+    observations = []
+    for path in paths:
+        audio = read_audio(path)[0]
+        narrow = soxr.resample(soxr.resample(audio, RATE_HZ, rate_hz, quality="HQ"), rate_hz,
+                               RATE_HZ, quality="HQ").astype(np.float32)  # fmt: skip
+        observations.append(feature.observe(speech_only(narrow, RATE_HZ), RATE_HZ))
+    return feature.pool(observations)
+
+
 def template_db(
     backend: str, folder: Path, speakers: Sequence[str], features: Sequence[str]
 ) -> Path:
@@ -131,9 +152,15 @@ def run_stream(
     """One stream through build_pipeline; windows, tracks and figures compared with the truth."""
     work = folder / f"run-{stream.path.stem}-{backend}.db"
     shutil.copy(db, work)
+    corpus = scan_corpus(CORPUS) if stream.rate_hz != RATE_HZ else None
     with open_store(work) as store:
         for k, member in enumerate(stream.household.members):
-            store.add_local_profile(f"member-{k + 1}", member, store.template(member, "embedding"))
+            if corpus is None:
+                embedding = store.template(member, "embedding")
+            else:  # the device enrols its members from its own (narrowband) audio
+                paths = [u.path for u in corpus.utterances_of(member)[:TEMPLATE_UTTERANCES]]
+                embedding = device_profile(paths, stream.rate_hz)
+            store.add_local_profile(f"member-{k + 1}", member, embedding)
     config = load_config(
         None,
         [

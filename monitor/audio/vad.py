@@ -4,7 +4,10 @@ Two detectors share one streaming core: ``WebRtcVad`` (webrtcvad, the default: t
 frame) and ``SileroVad`` (the Silero ONNX network run with onnxruntime, more robust to noise).
 Each classifies fixed frames; a frame counts as speech if it or any frame in the preceding
 ``hangover_ms`` was classified speech, so short pauses inside words are kept. Decisions are
-causal, so speech leaves the detector as soon as its frame is classified.
+causal, so speech leaves the detector as soon as its frame is classified. A frame of digital
+silence (no sample beyond ``SILENCE_PEAK``) is never speech, whatever the detector says:
+webrtcvad, after a stretch of speech, calls up to a second of exact zeros speech (its noise
+model adapts to the speech), which hid the pause between two speakers from the windower.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ import numpy as np
 import soxr
 
 from monitor.audio.frames import RATE_HZ, AudioFrame
+
+SILENCE_PEAK = 2
+"""A frame whose samples all lie within ±this (int16) is digital silence: a muted or padded
+input, never speech (a live microphone's noise floor is above it)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,9 @@ class FrameVad:
         self._buffer = self._buffer[used:]
         self._buffer_start = start + used / RATE_HZ
         decisions = np.asarray(self.classify(frames), dtype=bool)
+        decisions &= (
+            np.abs(frames.astype(np.int32)).max(axis=1) > SILENCE_PEAK
+        )  # digital silence: never speech
         keep_mask = self._smooth(decisions)
         self.frames_total += n
         self.frames_speech += int(keep_mask.sum())

@@ -7,8 +7,11 @@ hands: at a pause of ``turn_pause_seconds`` (a speaker rarely pauses that long m
 the next voice is often another one) and when the proxy says an utterance ended
 (:meth:`Windower.close_turn`). Such a short window is scored with the calibration of its
 length when it holds ≥ ``min_window_seconds`` of speech; less only counts seconds
-(:attr:`Windower.dropped_seconds`). A change of speaker inside a window without a pause is
-found later, on embeddings of its parts (:mod:`monitor.daemon.turns`).
+(:attr:`Windower.dropped_seconds`). A full window is cut from a turn only once
+``tail_seconds`` more speech follows it, so a turn's last window holds at least that much (up to
+``window_seconds + tail_seconds``) instead of a 1 s remainder whose embedding names nobody. A
+change of speaker inside a window without a pause is found later, on embeddings of its parts
+(:mod:`monitor.daemon.turns`).
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ class SpeechWindow:
 
 
 class Windower:
-    """Accumulates speech chunks; cuts a window each time ``window_seconds`` of speech is held,
-    and at a pause of ``turn_pause_seconds`` (0 = never at pauses)."""
+    """Accumulates speech chunks; cuts a window of ``window_seconds`` each time that and
+    ``tail_seconds`` more speech are held, and the rest at a pause of ``turn_pause_seconds``
+    (0 = never at pauses)."""
 
     def __init__(
         self,
@@ -50,6 +54,7 @@ class Windower:
         *,
         turn_pause_seconds: float = 0.0,
         min_window_seconds: float = 1.0,
+        tail_seconds: float = 0.0,
     ) -> None:
         if not window_seconds > 0:
             raise ValueError(f"window_seconds must be > 0, got {window_seconds}")
@@ -57,8 +62,11 @@ class Windower:
             raise ValueError(f"turn_pause_seconds must be >= 0, got {turn_pause_seconds}")
         if not min_window_seconds >= 0:
             raise ValueError(f"min_window_seconds must be >= 0, got {min_window_seconds}")
+        if tail_seconds < 0:
+            raise ValueError(f"tail_seconds must be >= 0, got {tail_seconds}")
         self.window_seconds = window_seconds
         self.window_samples = max(1, round(window_seconds * RATE_HZ))
+        self.tail_samples = round(tail_seconds * RATE_HZ)
         self.turn_pause_seconds = turn_pause_seconds
         self.min_window_seconds = min(min_window_seconds, window_seconds)
         self.dropped_seconds = 0.0
@@ -91,7 +99,7 @@ class Windower:
         self._starts.append(chunk.start_seconds)
         self._held += samples.shape[0]
         self._last_end = chunk.start_seconds + samples.shape[0] / RATE_HZ
-        while self._held >= self.window_samples:
+        while self._held >= self.window_samples + self.tail_samples:
             windows.append(self._cut(self.window_samples))
         return windows
 

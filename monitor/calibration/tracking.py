@@ -204,6 +204,12 @@ class TrackerThresholds:
     merge: float  # two unknown tracks' centroids this close are one voice
     change: float  # adjacent 1 s parts below this are two voices
     mature_seconds: float = 12.0  # speech behind the calibration's templates
+    stay: tuple[float, ...] = ()  # a window continuing a turn this close to its track stays
+    # (empty: ``cluster``)
+
+    def staying(self, seconds: float) -> float:
+        """The cosine a window that continues a turn needs to stay with the turn's track."""
+        return self.at(self.stay or self.cluster, seconds)
 
     def at(self, values: tuple[float, ...], seconds: float) -> float:
         """The threshold of the longest calibrated length ≤ ``seconds`` (the shortest below)."""
@@ -229,20 +235,28 @@ def tracker_thresholds(
     (profile_other); another voice's window joins a track with ``false_join_rate``
     (window_other); a voice's own 1 s parts are split with ``false_change_rate`` (window_same).
     Two tracks merge when their centroids are closer than a stranger's window to a profile at
-    the longest length, at the member rate (pooled centroids are at least that long).
+    the longest length, at the member rate (pooled centroids are at least that long). A window
+    that continues a turn (no pause, no change found) stays with the turn's track unless it is
+    as far from it as only ``false_change_rate`` of a voice's own windows are from its template
+    (profile_same): a turn's 1 s tail proves little, but nothing says the voice changed.
     """
     q = tracking["quantiles"]
     table = tracking["lengths"]
     lengths = tuple(sorted(float(k) for k in table))
     rows = [table[f"{s:g}"] for s in lengths]
+    cluster = tuple(_level(r, "window_other", 1 - false_join_rate, q) for r in rows)
     return TrackerThresholds(
         lengths=lengths,
         profile=tuple(_level(r, "profile_other", 1 - false_member_rate, q) for r in rows),
-        cluster=tuple(_level(r, "window_other", 1 - false_join_rate, q) for r in rows),
+        cluster=cluster,
         mature=tuple(_level(r, "profile_other", 1 - false_join_rate, q) for r in rows),
         ambiguous=tuple(_level(r, "profile_other", 1 - ambiguous_rate, q) for r in rows),
         merge=_level(rows[-1], "profile_other", 1 - false_member_rate, q),
         change=_level(rows[0], "window_same", false_change_rate, q),
+        stay=tuple(
+            min(_level(r, "profile_same", false_change_rate, q), c)
+            for r, c in zip(rows, cluster, strict=True)
+        ),
     )
 
 

@@ -202,6 +202,7 @@ def tracker_thresholds_for(config: Config, calibration: Any) -> TrackerThreshold
             fitted,
             cluster=(t.cluster_threshold,) * lengths,
             mature=(t.cluster_threshold,) * lengths,
+            stay=(),
         )
     return fitted
 

@@ -9,7 +9,9 @@ on one dedicated worker thread, in submission order, so the loop thread never de
 Streams are exact (``tests/features/test_streams``), so an observation does not depend on
 whether it was streamed. :meth:`take` checks that the samples it fed are the window's, and
 falls back to whole-window extraction when they are not: a window that closed early (before
-the streams' cap, after more speech was fed) or a windower that dropped speech.
+the streams' cap, after more speech was fed) or a windower that dropped speech. A window longer
+than the cap (a turn's last window, which takes the turn's tail) is streamed up to the cap and
+fed the rest when it closes.
 
 The turn splitter's part embeddings are computed here too, as each part becomes certain
 (:class:`~monitor.daemon.turns.EarlyParts`); :meth:`part_vectors` hands them over when the
@@ -159,6 +161,12 @@ class IncrementalWindows:
         n = window.shape[0]
         offset = _find(seen, window)
         follows = offset == 0
+        if follows and self._count < n:
+            # the window runs past the streams' cap (a turn's last window takes its tail):
+            # its rest, already seen, is fed now; the streams then hold exactly the window
+            self._unfed.append(seen[self._count : n])
+            self._unfed_count += n - self._count
+            self._count = n
         if self._count == n and follows:
             self._push()
             assert self._streams is not None

@@ -132,6 +132,7 @@ class Pipeline(PipelineStages):
             audio.window_seconds,
             turn_pause_seconds=audio.turn_pause_seconds,
             min_window_seconds=audio.min_window_seconds,
+            tail_seconds=audio.tail_seconds,
         )
         self.window_features = WindowFeatures(self.features)
         thresholds = tracker_thresholds_for(config, scorer.calibration)
@@ -171,8 +172,7 @@ class Pipeline(PipelineStages):
         self._stop = asyncio.Event()
         self._stop_reason = ""
         self._tasks: list[asyncio.Task[Any]] = []
-        #: After SIGTERM/SIGINT, leave the process by force if still here after its deadline
-        #: (``run_daemon`` sets it; None in tests, which run in-process).
+        #: Exits by force if still here past the SIGTERM/SIGINT deadline (run_daemon; tests: None)
         self.watchdog: ExitWatchdog | None = None
         self._windows = 0
         self.period_speech_seconds = 0.0  # restored from the ledger at start (DaemonStarted)

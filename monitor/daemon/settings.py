@@ -131,7 +131,12 @@ class AudioSettings:
     vad_aggressiveness: int = _setting(
         2, "webrtcvad aggressiveness 0..3", lambda v: None if 0 <= v <= 3 else "must be 0..3"
     )
-    hangover_ms: int = _setting(300, "speech kept after the VAD says silence (ms)", _non_negative)
+    hangover_ms: int = _setting(
+        100,
+        "speech kept after the VAD says silence (ms); with turn_pause_seconds it sets the "
+        "shortest pause that ends a turn (0.15 s: a quick answer still ends the window)",
+        _non_negative,
+    )
     window_seconds: float = _setting(3.0, "seconds of speech per window", _window_length)
     turn_pause_seconds: float = _setting(
         0.05,
@@ -143,6 +148,12 @@ class AudioSettings:
         1.0,
         "a window ended early by a turn is scored with ≥ this much speech, else only counted",
         _positive,
+    )
+    tail_seconds: float = _setting(
+        0.0,
+        "a full window is cut from a turn only when this much speech follows it, so a turn's "
+        "last window holds ≥ this (up to window_seconds + this); 0 = fixed windows",
+        _non_negative,
     )
     retry_min_seconds: float = _setting(0.5, "first retry delay after a device error", _positive)
     retry_max_seconds: float = _setting(

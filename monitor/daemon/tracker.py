@@ -23,6 +23,7 @@ tail is the same voice even when 1 s of it cannot prove so against a profile.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -143,18 +144,21 @@ class SpeakerTracker:
         return tracked, events
 
     def _continued(
-        self, window: FeatureWindow, vector: npt.NDArray[np.float64]
+        self,
+        window: FeatureWindow,
+        vector: npt.NDArray[np.float64],
+        profiles: npt.NDArray[np.float64],
     ) -> TrackedWindow | None:
-        """A window that continues the last one's turn stays with its track when it is at least
-        as close to it as the join threshold (a turn's short tail is the same voice)."""
+        """A window that continues the last one's turn stays with its track unless it is as far
+        from it as a voice's own windows rarely are, or nearer another profile or track."""
         track = self._previous
         if not window.continues or track is None:
             return None
-        needed = self.thresholds.at(self.thresholds.cluster, window.speech_seconds)
+        needed = self.thresholds.staying(window.speech_seconds)
         if track in self.profile_identities:
             k = self.profile_aliases.index(track)
-            cosine = float(self.profile_matrix[k] @ vector)
-            if cosine < needed:
+            cosine = float(profiles[k])
+            if cosine < needed or cosine < profiles.max() or cosine < self._nearest_track(vector):
                 return None
             return TrackedWindow(
                 window, track, "local", self.profile_identities[track], cosine, False
@@ -163,12 +167,19 @@ class SpeakerTracker:
         if cluster is None:
             return None
         cosine = float(cluster.centroid @ vector)
-        if cosine < needed:
+        nearest_profile = float(profiles.max()) if profiles.size else -1.0
+        if cosine < needed or cosine < nearest_profile or cosine < self._nearest_track(vector):
             return None
         cluster.join(vector, window.speech_seconds, cosine)
         cluster.last_seen = self.clock()
         cluster.last_seen_seconds = window.end_seconds
         return TrackedWindow(window, track, "unknown", None, cosine, False)
+
+    def _nearest_track(self, vector: npt.NDArray[np.float64]) -> float:
+        """The highest cosine of ``vector`` to any unknown track's centroid (−1 without one)."""
+        if not self.clusters:
+            return -1.0
+        return float(np.max(np.stack([c.centroid for c in self.clusters.values()]) @ vector))
 
     def _assign(self, window: FeatureWindow) -> tuple[TrackedWindow | None, list[TrackExpired]]:
         events = self.expire()
@@ -178,16 +189,20 @@ class SpeakerTracker:
         seconds = window.speech_seconds
         t = self.thresholds
         best_profile = -1.0
+        cosines = self.profile_matrix @ vector if self.profile_aliases else np.zeros(0)
         if self.profile_aliases:
-            cosines = self.profile_matrix @ vector
             best = int(np.argmax(cosines))
             best_profile = float(cosines[best])
             if best_profile >= t.at(t.profile, seconds):
                 alias = self.profile_aliases[best]
                 identity = self.profile_identities[alias]
                 return TrackedWindow(window, alias, "local", identity, best_profile, False), events
-        continued = self._continued(window, vector)
+        continued = self._continued(window, vector, cosines)
         if continued is not None:
+            if continued.kind == "unknown":
+                survivor, merged = self._merge(self.clusters[continued.track])
+                events += merged
+                continued = dataclasses.replace(continued, track=survivor.track)
             return continued, events
         joined = self._join(window, vector, seconds, best_profile)
         if joined is not None:
@@ -228,18 +243,26 @@ class SpeakerTracker:
         return cluster, cosine
 
     def _merge(self, cluster: _Cluster) -> tuple[_Cluster, list[TrackExpired]]:
-        """Merge ``cluster`` with every other track of enough speech within the merge cosine;
-        the track with more speech survives. Returns the survivor and the retired tracks."""
+        """Merge ``cluster`` with every other track that is the same voice; the track with more
+        speech survives. Two tracks of ``merge_seconds`` each merge within the merge cosine; a
+        smaller fragment merges when its centroid would join the larger track as one window of
+        its length (the first windows of a voice often open a track before its main one has
+        formed). Returns the survivor and the retired tracks."""
         minimum = self.settings.merge_seconds
-        if cluster.seconds < minimum:
-            return cluster, []
+        t = self.thresholds
         retired: list[TrackExpired] = []
         for other in list(self.clusters.values()):
-            if other is cluster or other.track not in self.clusters or other.seconds < minimum:
-                continue
-            if float(other.centroid @ cluster.centroid) < self.thresholds.merge:
+            if other is cluster or other.track not in self.clusters:
                 continue
             keep, gone = (cluster, other) if cluster.seconds >= other.seconds else (other, cluster)
+            cosine = float(other.centroid @ cluster.centroid)
+            if gone.seconds >= minimum:
+                needed = t.merge
+            else:
+                young = keep.seconds < t.mature_seconds
+                needed = t.at(t.cluster if young else t.mature, gone.seconds)
+            if cosine < needed:
+                continue
             keep.centroid = _unit(keep.centroid * keep.seconds + gone.centroid * gone.seconds)
             keep.seconds += gone.seconds
             keep.windows += gone.windows

@@ -198,3 +198,28 @@ def test_silero_loads_by_path_without_torch() -> None:
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert done.stdout.split() == ["False", "False"]
+
+
+class EagerVad(FrameVad):
+    """A detector that calls every frame speech (as webrtcvad does to exact zeros after a
+    stretch of speech, its noise model adapted to that speech)."""
+
+    frame_samples = 160
+
+    def __init__(self) -> None:
+        super().__init__(hangover_ms=0)
+
+    def classify(self, frames: np.ndarray) -> np.ndarray:
+        return np.ones(frames.shape[0], dtype=bool)
+
+
+def test_digital_silence_is_never_speech(rng: np.random.Generator) -> None:
+    """Zeros between two voices end the speech, so the windower sees the pause."""
+    voice = (rng.standard_normal(RATE_HZ) * 3000).astype(np.int16)
+    gap = np.zeros(RATE_HZ // 2, np.int16)
+    gap[::97] = 2  # dither within the silence floor is still silence
+    vad = EagerVad()
+    spans = merged(feed(vad, np.concatenate([voice, gap, voice]), [480] * 84))
+    assert np.allclose(spans, [(0.0, 1.0), (1.5, 2.5)], atol=1e-6)
+    floor = (rng.standard_normal(RATE_HZ) * 3).astype(np.int16)  # a microphone's noise floor
+    assert np.allclose(merged(feed(EagerVad(), floor, [RATE_HZ])), [(0.0, 1.0)], atol=1e-6)

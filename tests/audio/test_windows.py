@@ -150,3 +150,20 @@ def test_windows_of_one_turn_continue_and_a_pause_starts_a_new_turn() -> None:
     windows = [w for c in chunks for w in windower.process(c)] + windower.close_turn()
     assert [w.speech_seconds for w in windows] == [3.0, 3.0, 1.0, 3.0, 1.0]
     assert [w.continues for w in windows] == [False, True, True, False, True]
+
+
+def test_a_turns_last_window_takes_its_short_tail() -> None:
+    """With tail_seconds, 7 s of one turn are 3 s + 4 s, not 3 + 3 + a 1 s remainder."""
+    windower = Windower(3.0, turn_pause_seconds=0.3, tail_seconds=2.0)
+    speech = SpeechChunk(np.ones(7 * RATE_HZ, np.int16), 0.0, 7.0)
+    cut = windower.process(speech)
+    assert [w.speech_seconds for w in cut] == [3.0]
+    last = windower.close_turn()
+    assert [w.speech_seconds for w in last] == [4.0] and last[0].continues
+    assert last[0].start_seconds == 3.0 and last[0].end_seconds == 7.0
+    # 8 s: 3 + 3 + 2 (the tail never falls below 2 s)
+    windower = Windower(3.0, turn_pause_seconds=0.3, tail_seconds=2.0)
+    cut = windower.process(SpeechChunk(np.ones(8 * RATE_HZ, np.int16), 0.0, 8.0))
+    assert [w.speech_seconds for w in cut + windower.close_turn()] == [3.0, 3.0, 2.0]
+    with pytest.raises(ValueError, match="tail_seconds"):
+        Windower(3.0, tail_seconds=-1.0)

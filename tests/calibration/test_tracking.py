@@ -86,6 +86,9 @@ def test_thresholds_are_read_at_the_configured_rates() -> None:
     assert t.profile == (pytest.approx(expected),) * 2
     assert t.cluster[0] == pytest.approx(float(np.interp(0.99, q, levels)))
     assert t.change == pytest.approx(float(np.interp(0.02, q, levels)))
+    # a continuation stays down to where 2 % of a voice's own windows fall (below the join)
+    assert t.stay == (pytest.approx(float(np.interp(0.02, q, levels))),) * 2
+    assert t.staying(1.0) == t.stay[0] and fixed_thresholds(0.6, 0.5).staying(1.0) == 0.5
     assert t.at(t.profile, 0.5) == t.profile[0] and t.at(t.profile, 10.0) == t.profile[1]
     fixed = fixed_thresholds(0.6, 0.5)
     assert fixed.at(fixed.profile, 1.0) == 0.6 and fixed.change == -1.0

@@ -156,3 +156,24 @@ def test_turn_parts_are_embedded_while_the_window_fills(speech: np.ndarray) -> N
         scale = np.linalg.norm(reference, axis=1)
         assert np.all(np.linalg.norm(vectors - reference, axis=1) <= 1e-5 * scale)
     assert incremental.parts.early == 3 and incremental.parts.late == 2  # 2 + 1 early
+
+
+@pytest.mark.corpus
+def test_a_turns_last_window_with_its_tail_is_streamed(speech: np.ndarray) -> None:
+    """With a 2 s tail the windower cuts 3 s only once 5 s are held, and the turn's last
+    window (3–5 s) runs past the streams' cap: the rest is fed at its close, not re-extracted."""
+    features = {name: get_feature(name) for name in NAMES}
+    windower = Windower(3.0, tail_seconds=2.0)
+    incremental = IncrementalWindows(features, max_samples=windower.window_samples)
+    windows, taken = [], []
+    for chunk in _chunks(speech[: 7 * 16000], 1600):
+        incremental.feed(chunk.samples)
+        for window in windower.process(chunk):
+            windows.append(window)
+            taken.append(incremental.take(window.samples))
+    last = windower.close_turn()
+    windows += last
+    taken += [incremental.take(w.samples) for w in last]
+    assert [w.speech_seconds for w in windows] == [3.0, 4.0]
+    assert incremental.streamed == 2 and incremental.fallbacks == 0
+    _check(windows, taken, WindowFeatures(features))

@@ -238,3 +238,36 @@ def test_a_turns_short_tail_stays_with_its_track(rng: np.random.Generator) -> No
     t.process(window(v[0], 3))
     far = at_cosine(v[0], v[2], 0.2)
     assert t.process(replace(window(far, 4, seconds=1.0), continues=True))[0] is None
+
+
+def test_a_continuing_window_stays_unless_nearer_another_voice(rng: np.random.Generator) -> None:
+    """The fitted stay cosine (a voice's own windows rarely fall below it) keeps a turn's
+    continuation with its track below the join threshold; another profile nearer takes it."""
+    v = voices(rng, 4)
+    home = [profile("home-1", "0001", v[0]), profile("home-2", "0002", v[3])]
+    t = fitted_tracker(home, cluster=(0.5, 0.5, 0.5), stay=(0.25, 0.25, 0.25))
+    t.process(window(v[0], 0))
+    weak = at_cosine(v[0], v[1], 0.3)  # below the 0.5 join cosine, above the 0.25 stay one
+    kept, _ = t.process(replace(window(weak, 1, seconds=1.0), continues=True))
+    assert kept is not None and kept.track == "home-1"
+    t.process(window(v[0], 2))
+    nearer_two = unit(v[0]) * 0.3 + unit(v[3]) * 0.4 + unit(v[1]) * np.sqrt(1 - 0.3**2 - 0.4**2)
+    assert t.process(replace(window(nearer_two, 3, seconds=1.0), continues=True))[0] is None
+
+
+def test_a_small_fragment_merges_once_the_main_track_would_take_it(
+    rng: np.random.Generator,
+) -> None:
+    """A voice's first windows may open a second track before its main one has formed; once
+    the fragment's centroid passes the join cosine to the grown track, they are one track."""
+    v = voices(rng, 2)
+    t = fitted_tracker([])
+    a, b = unit(v[0]), at_cosine(v[0], v[1], 0.7)  # 0.7: below the 0.8 join cosine
+    t.process(window(a, 0))
+    opened, _ = t.process(window(b, 1))
+    assert opened is not None and opened.track == "unknown-2" and opened.new_track
+    between = unit(a + b)  # 0.92 to both: joins unknown-1, whose centroid moves to 0.83 of b
+    joined, events = t.process(window(between, 2))
+    assert [(e.track, e.merged_into) for e in events] == [("unknown-2", "unknown-1")]
+    assert joined is not None and joined.track == "unknown-1"
+    assert set(t.clusters) == {"unknown-1"} and t.clusters["unknown-1"].seconds == 9.0
