@@ -11,8 +11,10 @@
 3. The same stream looped and replayed as fast as possible for ``LONG_AUDIO_SECONDS``: resident
    memory after the first minute of audio and at the end (no growth expected).
 
-Run: ``python -m bench daemon`` → bench/results/daemon.json. The machine has 2 cores shared
-with other jobs: CPU seconds (not wall time) are the figure to trust; load average is recorded.
+Run: ``python -m bench daemon`` → bench/results/daemon.json (``python -m bench.bench_daemon
+long``: the memory check alone, with the default backend → daemon-long.json). The machine has
+2 cores shared with other jobs: CPU seconds (not wall time) are the figure to trust; load
+average is recorded.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import platform
 import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -313,14 +316,22 @@ def bench_paced(folder: Path, stream: Path, kind: str) -> dict[str, Any]:
 
 def bench_live(folder: Path, calibration: CalibrationSet) -> dict[str, Any]:
     stream, kind = _speech(folder)
-    seconds = sf.info(stream).duration
     per_backend = {}
     for backend in reversed(BACKENDS):  # the default backend last: it stays selected
         set_embedding_backend(backend)
         _dims()
         per_backend[backend] = bench_paced(folder / f"paced-{backend}", stream, kind)
     paced = per_backend[BACKENDS[0]]
-    # long replay: the same speech looped, read as fast as possible
+    long = bench_long(folder, stream)
+    return {"paced": paced, "paced_per_backend": per_backend, "long_replay": long}
+
+
+def bench_long(folder: Path, stream: Path | None = None) -> dict[str, Any]:
+    """Resident memory over LONG_AUDIO_SECONDS of speech replayed as fast as possible."""
+    calibration, _ = _calibration()
+    if stream is None:
+        stream, _kind = _speech(folder)
+    seconds = sf.info(stream).duration
     audio, _ = read_audio(stream)
     loops = math.ceil(LONG_AUDIO_SECONDS / seconds)
     long_stream = folder / "long.wav"
@@ -330,6 +341,7 @@ def bench_live(folder: Path, calibration: CalibrationSet) -> dict[str, Any]:
     probe, summary, cpu = _run(db_long, long_stream, fast=True, extra=[])
     end_rss = _rss_bytes()
     memory = {
+        "embedding": get_feature("embedding").version,
         "audio_seconds": round(summary.audio_seconds, 1),
         "windows": summary.windows,
         "rss_after_1_min_mb": round(probe.rss.get("after_1_min", 0) / 2**20, 1),
@@ -339,12 +351,20 @@ def bench_live(folder: Path, calibration: CalibrationSet) -> dict[str, Any]:
         "note": f"{LONG_AUDIO_SECONDS / 60:.0f} min of speech replayed as fast as possible",
     }
     print(f"long replay: {memory}", flush=True)
-    return {"paced": paced, "paced_per_backend": per_backend, "long_replay": memory}
+    return memory
 
 
 def main() -> None:
     set_embedding_backend(BACKENDS[0])
     _dims()
+    if sys.argv[1:] == ["long"]:  # the memory check alone → daemon-long.json
+        with tempfile.TemporaryDirectory(prefix="voxmeter-bench-") as folder:
+            long = bench_long(Path(folder))
+        long["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        long["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        long["command"] = "python -m bench.bench_daemon long"
+        RESULTS.with_name("daemon-long.json").write_text(json.dumps(long, indent=2) + "\n")
+        return
     calibration, source = _calibration()
     folder = Path(tempfile.mkdtemp(prefix="voxmeter-bench-"))
     try:

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from threadpoolctl import threadpool_limits
+
 from monitor.audio.frames import RATE_HZ, AudioSource
 from monitor.audio.vad import FrameVad, SpeechChunk
 from monitor.audio.windows import SpeechWindow, Windower
@@ -325,10 +327,6 @@ def one_blas_thread() -> Callable[[], None]:
     """BLAS on one thread while the daemon runs (its second OpenBLAS thread only spins on a busy
     small device: 0.235 -> 0.189 of a core per audio second, ``bench_edge profile``); returns
     the function that restores the previous limits (tests share the process)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - arrives with librosa; only slower without it
-        return lambda: None
     restore: Callable[[], None] = threadpool_limits(
         limits=1, user_api="blas"
     ).restore_original_limits
