@@ -24,6 +24,7 @@ quota run). The machine's 2 cores are shared: load is recorded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -255,11 +256,13 @@ def _int8_timing() -> dict[str, Any]:
 
     feats = np.random.default_rng(0).normal(size=(300, 80)).astype(np.float32)
     out = {}
-    with tempfile.TemporaryDirectory() as scratch:
+    graphs = {backend: graph_path(backend).resolve() for backend in GRAPHS}
+    # ONNX Runtime's quantisers leave shape-inference files in the working directory
+    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
         for backend in GRAPHS:
             int8 = Path(scratch) / f"{backend}.int8.onnx"
-            quantize_dynamic(graph_path(backend), int8, weight_type=QuantType.QInt8)
-            for label, path in (("float32", graph_path(backend)), ("int8", int8)):
+            quantize_dynamic(graphs[backend], int8, weight_type=QuantType.QInt8)
+            for label, path in (("float32", graphs[backend]), ("int8", int8)):
                 network = OnnxNetwork(path)
                 network(feats)
                 started = time.process_time()
@@ -321,9 +324,10 @@ def bench_int8(backend: str = "ecapa") -> dict[str, Any]:
                 feats.append(fbank(speech))
                 labels.append(index)
     out: dict[str, Any] = {"backend": backend, "variant": INT8_VARIANT, "utterances": len(feats)}
-    with tempfile.TemporaryDirectory() as scratch:
+    source = graph_path(backend).resolve()
+    with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
         prepared, int8 = Path(scratch) / "pre.onnx", Path(scratch) / "int8.onnx"
-        quant_pre_process(graph_path(backend), prepared, skip_symbolic_shape=True)
+        quant_pre_process(source, prepared, skip_symbolic_shape=True)
         quantize_static(
             prepared, int8, Reader(), quant_format=QuantFormat.QDQ,
             activation_type=QuantType.QInt8 if INT8_VARIANT == "s8s8" else QuantType.QUInt8,
@@ -332,7 +336,7 @@ def bench_int8(backend: str = "ecapa") -> dict[str, Any]:
         )  # fmt: skip
         unit = {}
         window = calibration[0]["feats"][0]  # one 3 s train window (300 frames)
-        for label, path in (("float32", graph_path(backend)), ("int8", int8)):
+        for label, path in (("float32", source), ("int8", int8)):
             network = OnnxNetwork(path)
             network(window)
             started = time.process_time()
