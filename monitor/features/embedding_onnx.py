@@ -33,14 +33,19 @@ GRAPHS: dict[str, tuple[str, str]] = {
 """backend -> (checkpoint it is exported from, ONNX file) in the weights folder."""
 OPSET = 17
 RUNTIMES = ("auto", "onnx", "torch")
-"""``auto``: ONNX where its graph is present, else torch; ``onnx`` requires the graph."""
+"""``auto``: where the graph is present, whichever of ONNX Runtime and torch took less CPU for a
+3 s window on this CPU model (:mod:`monitor.features.runtime_probe`), else torch; ``onnx``
+requires the graph."""
 
 
 def graph_path(backend: str, folder: Path | None = None) -> Path:
-    """Where ``backend``'s ONNX graph lives (the weights folder unless ``folder``)."""
+    """Where ``backend``'s ONNX graph lives (the weights folder unless ``folder``); an int8
+    backend's is its quantised graph (:mod:`monitor.features.embedding_int8`)."""
+    from monitor.features.embedding_int8 import INT8_GRAPHS
     from monitor.features.weights import weights_dir
 
-    return (folder or weights_dir()) / GRAPHS[backend][1]
+    name = INT8_GRAPHS[backend][1] if backend in INT8_GRAPHS else GRAPHS[backend][1]
+    return (folder or weights_dir()) / name
 
 
 def _torch_network(backend: str, checkpoint: Path) -> Any:
@@ -109,10 +114,30 @@ def export_missing(folder: Path) -> list[str]:
     return written
 
 
-def use_onnx(backend: str, runtime: str) -> bool:
-    """Whether ``backend`` runs on ONNX Runtime under ``runtime`` (checked)."""
+def use_onnx(backend: str, runtime: str) -> bool | None:
+    """Whether ``backend`` runs on ONNX Runtime under ``runtime`` (checked); None: ``auto`` with
+    the graph present, to be decided by :func:`monitor.features.runtime_probe.choose` when the
+    network is first needed. An int8 backend runs only there, whatever the runtime: its graph
+    is its model."""
+    from monitor.features.embedding_int8 import INT8_GRAPHS
+
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown embedding runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
+    if backend in INT8_GRAPHS:
+        if runtime == "torch":
+            raise ConfigError(
+                "features.runtime",
+                f'the {backend} network runs only on ONNX Runtime: set features.runtime = "auto" '
+                f'or "onnx", or features.embedding = "{INT8_GRAPHS[backend][0]}" for torch',
+            )
+        if not graph_path(backend).is_file():
+            raise ConfigError(
+                "features.embedding",
+                f"{graph_path(backend)}: int8 graph missing; run `make models` (or `voxmeter "
+                "models fetch`) to build it, or set features.embedding = "
+                f'"{INT8_GRAPHS[backend][0]}"',
+            )
+        return True
     if runtime == "torch" or backend not in GRAPHS:
         return False
     present = graph_path(backend).is_file()
@@ -122,7 +147,7 @@ def use_onnx(backend: str, runtime: str) -> bool:
             f"{graph_path(backend)}: ONNX graph missing; run `make models` "
             '(or `voxmeter models fetch`) to export it, or set features.runtime = "torch"',
         )
-    return present
+    return None if runtime == "auto" and present else present
 
 
 class OnnxNetwork:
