@@ -1,12 +1,13 @@
 """The shipped static int8 networks against float32 (issue 27 item 1), and ONNX Runtime's settings.
 
-``python -m bench.bench_int8`` (also ``python -m bench.bench_edge int8``) → bench/results/
-edge-int8.json: for ECAPA and CAM++, the float32 graph and the int8 graph that ``make models``
-built (``models/weights/*.int8.onnx``, :mod:`monitor.features.embedding_int8`), each on one
-thread as the daemon runs it: CPU ms per 3 s window (process CPU, median of 5 blocks of 10 runs
-after warm-up), CPU per audio second over the corpus, the EER (ROCCH) over all pairs of the
-1,250 test-split utterances of speechocean762 (125 speakers, whole utterances after the VAD),
-and the cosine of each int8 embedding to its float32 one.
+``python -m bench.bench_int8`` (also ``python -m bench.bench_edge int8``) →
+bench/results/edge-int8-shipped.json: for ECAPA and CAM++, the float32 graph and the int8 graph
+that ``make models`` built (``models/weights/*.int8.onnx``,
+:mod:`monitor.features.embedding_int8`), each on one thread as the daemon runs it: CPU ms per
+3 s window (process CPU, median of 5 blocks of 10 runs after warm-up), CPU per audio second
+over the corpus, the EER (ROCCH) over all pairs of the 1,250 test-split utterances of
+speechocean762 (125 speakers, whole utterances after the VAD), and the cosine of each int8
+embedding to its float32 one.
 
 ``python -m bench.bench_int8 settings`` → edge-ort-settings.json: the CPU ms per 3 s window of
 each graph under each ONNX Runtime session setting the issue asks about (graph optimisation
@@ -279,7 +280,7 @@ def main() -> None:
         )
         return
     write_results(
-        RESULTS_DIR / "edge-int8.json",
+        RESULTS_DIR / "edge-int8-shipped.json",
         {
             "benchmark": "shipped static int8 embedding networks against float32 (issue 27)",
             "command": "make models && python -m bench.bench_int8",

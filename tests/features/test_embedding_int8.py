@@ -27,9 +27,10 @@ from monitor.features.weights import sha256, weights_dir
 COSINE = {"ecapa-int8": (0.985, 0.96), "campplus-int8": (0.96, 0.90)}
 """(mean, min) cosine of int8 to the float32 torch reference that the corpus test must reach.
 Measured on its 40 pieces (AMD EPYC, VNNI): ECAPA mean 0.992, min 0.983; CAM++ mean 0.977,
-min 0.937 (a 1 s piece; whole utterances: 0.979 / 0.959). Over all 1,250 test-split utterances:
-``bench/results/edge-int8.json``. A graph quantised wrongly (a missing or stale range, 8-bit
-saturation) falls far below."""
+min 0.937 (a 1 s piece; whole utterances: 0.979 / 0.959). Over all 1,250 test-split utterances
+(whole, against ONNX float32): ECAPA mean 0.994, min 0.969; CAM++ mean 0.981, min 0.907 —
+``bench/results/edge-int8-shipped.json``. A graph quantised wrongly (a missing or stale range,
+8-bit saturation) falls far below."""
 FLOAT: dict[str, type[UnitEmbedding]] = {
     "ecapa-int8": EcapaEmbedding,
     "campplus-int8": CampplusEmbedding,

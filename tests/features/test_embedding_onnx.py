@@ -105,7 +105,7 @@ def test_runtime_selection(graphs: Path, tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("VOXMETER_CACHE", str(tmp_path / "cache"))
     set_embedding_backend("ecapa")
     # auto: whichever runtime took less CPU for a 3 s window here, measured once and cached
-    chosen = get_feature("embedding").onnx  # type: ignore[attr-defined]
+    chosen = EcapaEmbedding(runtime="auto").onnx
     probe = json.loads((tmp_path / "cache" / "runtime-probe.json").read_text())
     (record,) = [v for k, v in probe.items() if " | ecapa | " in k]
     assert record["onnx_ms"] > 0 and record["torch_ms"] > 0
