@@ -31,6 +31,7 @@ from monitor.cli.common import (
     warning_lines,
 )
 from monitor.errors import VoxmeterError
+from monitor.numerals import ascii_float
 
 if TYPE_CHECKING:
     from monitor.calibration.buckets import CalibrationSet
@@ -190,9 +191,11 @@ def _seconds_list(text: str, option: str, *, allow_rest: bool = False) -> list[f
             values.append(None)
             continue
         try:
-            value = float(part)
+            value = ascii_float(part)
         except ValueError:
-            raise VoxmeterError(f"{option} {text!r}: {part!r} is not a number of seconds") from None
+            raise VoxmeterError(
+                f"{option} {text!r}: {part!r} is not a number of seconds (digits 0-9)"
+            ) from None
         if not 0 < value < float("inf"):
             raise VoxmeterError(f"{option} {text!r}: lengths must be positive numbers, got {part}")
         values.append(value)
