@@ -49,16 +49,26 @@ def test_two_satellites_streaming_at_once_through_one_proxy_are_both_measured(
 ) -> None:
     """The enrolled speaker and a stranger stream to a real wake-word service at the same time
     through one proxy: each connection gets its own VAD and windows, both are measured with
-    nothing dropped, and their windows go to their own tracks."""
+    nothing dropped, and their windows go to their own tracks. A third satellite beyond
+    ``audio.max_streams`` = 2 is relayed all the same, and counted as refused."""
     known = conversation(pcm(daemon_corpus.known_stream), Detect().event())
     stranger = conversation(pcm(daemon_corpus.stranger_stream), Detect().event())
+    third_audio = pcm(daemon_corpus.stranger_stream)[: 3 * 16000]
+    third = conversation(third_audio, Detect().event())
+
+    async def late(port: int) -> Any:
+        await asyncio.sleep(1.0)  # the other two are streaming by then
+        return await paced_talk(port, third, chunk_pause_seconds=PACE)
 
     async def main() -> tuple[Any, ...]:
         server, upstream = await serve("wake")
-        async with household_daemon(daemon_db, {"kitchen": upstream}) as daemon:
+        limit = "audio.max_streams=2"
+        async with household_daemon(daemon_db, {"kitchen": upstream}, limit) as daemon:
+            port = daemon.port("kitchen")
             replies = await asyncio.gather(
-                paced_talk(daemon.port("kitchen"), known, chunk_pause_seconds=PACE),
-                paced_talk(daemon.port("kitchen"), stranger, chunk_pause_seconds=PACE),
+                paced_talk(port, known, chunk_pause_seconds=PACE),
+                paced_talk(port, stranger, chunk_pause_seconds=PACE),
+                late(port),
             )
             await daemon.settled()
             stats = daemon.pipeline.stats()
@@ -67,14 +77,16 @@ def test_two_satellites_streaming_at_once_through_one_proxy_are_both_measured(
 
     with caplog.at_level(logging.INFO, logger="monitor.daemon.streams"):
         daemon, replies, stats = asyncio.run(main())
-    assert [r[0].type for r in replies] == ["not-detected", "not-detected"]
+    # the third was not measured, and still relayed: its answer came back too
+    assert [r[0].type for r in replies] == ["not-detected"] * 3
     speech = ended_streams(caplog)
     assert set(speech) == {"kitchen#1", "kitchen#2"}  # both connections, each its own stream
     assert all(seconds > 5 for seconds in speech.values())
     assert stats.dropped_seconds == 0  # nothing lost because the other one was speaking
     counts = stats.sources["kitchen"]
     assert counts.speech_seconds == pytest.approx(sum(speech.values()), abs=0.1)  # 0.1 s: logged
-    assert counts.refused_streams == 0 and counts.streams == 0  # both ended
+    assert counts.refused_streams == 1 and counts.streams == 0  # all ended
+    assert counts.refused_seconds == pytest.approx(third_audio.shape[0] / 16000, abs=0.07)
     scored = daemon.recorder.scored()
     by_stream: dict[int, set[str]] = {}
     for event in scored:
