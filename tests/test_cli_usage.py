@@ -28,6 +28,12 @@ def voxmeter(*args: str) -> subprocess.CompletedProcess[str]:
         (("score", "--matrix"), "--matrix"),
         # one torch process per file of a corpus would exhaust a machine: capped per CPU
         (("enroll", ".", "--db", "x.db", "--jobs", "10000"), "'--jobs'"),
+        # typer parses its number options with pydantic, ASCII digits only: int("٢") is 2
+        (("enroll", ".", "--db", "x.db", "--jobs", "٢"), "'--jobs'"),
+        (("enroll", ".", "--db", "x.db", "--utterances", "٣"), "'--utterances'"),
+        (("compose", "--epsilon", "١", "--delta", "1e-5", "--steps", "10"), "'--epsilon'"),
+        (("status", "--interval", "٢"), "'--interval'"),
+        (("run", "--duration", "٥"), "'--duration'"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(args: tuple[str, ...], expected: str) -> None:

@@ -16,6 +16,7 @@ from monitor.audio.stdin import StdinSource
 from monitor.audio.wyoming import WyomingSource, parse_endpoint
 from monitor.audio.wyoming_proxy import WyomingProxySource, parse_proxy
 from monitor.errors import InputError
+from monitor.numerals import ascii_digits
 
 SOURCE_SPELLINGS = (
     "mic, mic:DEVICE, file:PATH[?fast], stdin, stdin:RATE[:CHANNELS], "
@@ -76,14 +77,14 @@ def parse_source(spec: str) -> SourceSpec:
 def _parse_spec(spec: str) -> SourceSpec:
     kind, _, arg = spec.partition(":")
     if kind == "mic":
-        device: str | int | None = (int(arg) if arg.isdigit() else arg) if arg else None
+        device: str | int | None = (int(arg) if ascii_digits(arg) else arg) if arg else None
         return SourceSpec("mic", spec, device=device, name="mic")
     if kind == "file" and arg:
         fast = arg.endswith("?fast")
         return SourceSpec("file", spec, path=arg.removesuffix("?fast"), fast=fast, name="file")
     if kind == "stdin":
         parts = arg.split(":") if arg else []
-        if len(parts) <= 2 and all(p.isdigit() for p in parts):
+        if len(parts) <= 2 and all(ascii_digits(p) for p in parts):
             rate = int(parts[0]) if parts else RATE_HZ
             channels = int(parts[1]) if len(parts) == 2 else 1
             return SourceSpec("stdin", spec, rate_hz=rate, channels=channels, name="stdin")
