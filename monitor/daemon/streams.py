@@ -263,13 +263,17 @@ def measured_streams(
 ) -> Streams:
     """The streams' state as ``[audio]`` configures it (``vad``: a test's own detector)."""
     audio = config.audio
+    first: FrameVad
+    if vad is not None:
+        first = vad()
+    elif audio.vad == "silero":
+        first = SileroVad(hangover_ms=audio.hangover_ms)
+    else:
+        first = WebRtcVad(audio.vad_aggressiveness, hangover_ms=audio.hangover_ms)
+    made = [first]  # built now: a missing model is an error at start, not at the first frame
 
     def detector() -> FrameVad:
-        if vad is not None:
-            return vad()
-        if audio.vad == "silero":
-            return SileroVad(hangover_ms=audio.hangover_ms)
-        return WebRtcVad(audio.vad_aggressiveness, hangover_ms=audio.hangover_ms)
+        return made.pop() if made else (vad() if vad is not None else first.fresh())
 
     def parts() -> tuple[FrameVad, Windower, IncrementalWindows]:
         windower = Windower(
