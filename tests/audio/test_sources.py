@@ -17,9 +17,16 @@ import pytest
 import soundfile as sf
 
 from monitor.audio.file import FileSource, read_audio
-from monitor.audio.frames import RATE_HZ, AudioFrame
+from monitor.audio.frames import RATE_HZ, AudioFrame, StreamKey
 from monitor.audio.microphone import MicrophoneSource, SoundDeviceBackend
-from monitor.audio.spec import SourceSpec, open_source, parse_source
+from monitor.audio.sources import SourceSet
+from monitor.audio.spec import (
+    SourceSpec,
+    open_source,
+    open_sources,
+    parse_source,
+    parse_sources,
+)
 from monitor.audio.stdin import StdinSource
 from monitor.daemon.config import load_config, source_specs
 from monitor.errors import AudioDeviceError, ConfigError, InputError
@@ -669,3 +676,27 @@ def test_non_finite_device_blocks_become_counted_silence(caplog: pytest.LogCaptu
             assert np.abs(block.astype(np.float32) / 32768 - blocks[index][:, 0]).max() < 1e-4
     assert mic.stats.non_finite == 2
     assert "NaN or infinite samples replaced by silence (1 so far)" in caplog.text
+
+
+def test_several_sources_are_read_at_once_each_frame_named(tmp_path: Path) -> None:
+    """A SourceSet of two files: every frame of each, named, in each file's own order; each
+    file's end ends its stream; the set ends when both have; a bad file is one line at start."""
+    for name, seconds in (("a", 0.5), ("b", 0.8)):
+        sf.write(tmp_path / f"{name}.wav", tone(16000, seconds, 300.0), 16000)
+    specs = parse_sources([f"kitchen=file:{tmp_path}/a.wav?fast", f"hall=file:{tmp_path}/b.wav"])
+    source = open_sources(specs, fast=True)
+    assert isinstance(source, SourceSet) and list(source.named) == ["kitchen", "hall"]
+    assert not source.relays
+
+    async def read() -> list[AudioFrame]:
+        return [frame async for frame in source.frames()]
+
+    frames = asyncio.run(read())
+    for name, seconds in (("kitchen", 0.5), ("hall", 0.8)):
+        mine = [f for f in frames if f.stream == StreamKey(name)]
+        assert sum(f.samples.shape[0] for f in mine) == round(seconds * 16000)
+        assert [f.start_seconds for f in mine] == sorted(f.start_seconds for f in mine)
+        assert mine[-1].stream_end and not any(f.stream_end for f in mine[:-1])
+    assert source.stats.frames_total == sum(s.stats.frames_total for s in source.named.values())
+    with pytest.raises(InputError, match=r"missing\.wav"):
+        open_sources(parse_sources(["a=mic", f"b=file:{tmp_path}/missing.wav"]))

@@ -18,10 +18,12 @@ from wyoming.wake import Detect
 
 from monitor.audio.file import read_audio
 from monitor.daemon.budget import period_start
+from monitor.daemon.build import build_pipeline
+from monitor.daemon.config import load_config
 from monitor.store.database import open_store
 from tests.audio.wyoming_peers import conversation
 from tests.daemon.conftest import DaemonCorpus
-from tests.daemon.household_daemon import household_daemon, paced_talk
+from tests.daemon.household_daemon import Recorder, household_daemon, paced_talk
 from tests.realparts.wyoming_upstreams import serve
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow]
@@ -149,3 +151,38 @@ def test_one_person_through_a_wake_word_and_a_speech_to_text_proxy_has_one_ledge
         assert rows[-1].figures["pooled_speech_seconds"] == pytest.approx(
             sum(e.window_speech_seconds for e in mine), rel=1e-6
         )
+
+
+def test_two_files_in_one_daemon_both_measured_until_both_end(
+    daemon_corpus: DaemonCorpus, daemon_db: Path
+) -> None:
+    """Sources of any kind mix: two files read at once, each a named stream of its own, the run
+    ends when both have (``exit_at_end``), per-source speech counted and in the summary."""
+    known, stranger = daemon_corpus.known_stream, daemon_corpus.stranger_stream
+    config = load_config(
+        None,
+        [
+            f'audio.sources=["kitchen=file:{known}", "hall=file:{stranger}"]',
+            "audio.pace=fast",
+            f"daemon.db={daemon_db}",
+            "prometheus.enabled=false",
+            "daemon.exit_at_end=true",
+        ],
+    )
+
+    async def main() -> Any:
+        with open_store(daemon_db) as store:
+            recorder = Recorder()
+            pipeline = build_pipeline(config, store=store, exporters=[recorder])
+            summary = await pipeline.run()
+            return summary, pipeline.stats(), recorder
+
+    summary, stats, recorder = asyncio.run(main())
+    assert summary.stop_reason == "end of input"
+    assert set(stats.sources) == {"kitchen", "hall"}
+    assert all(stats.sources[name].speech_seconds > 8 for name in ("kitchen", "hall"))
+    assert stats.dropped_seconds == 0
+    heard = {e.stream.source for e in recorder.scored()}
+    assert heard == {"kitchen", "hall"}
+    kitchen = [e.figures.track for e in recorder.scored() if e.stream.source == "kitchen"]
+    assert "home-1" in kitchen  # the enrolled speaker's file: their profile
