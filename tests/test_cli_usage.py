@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +48,27 @@ def test_help_and_version_still_exit_0() -> None:
     assert voxmeter("--version").stdout.strip().startswith("voxmeter ")
     result = voxmeter("compose", "--help")
     assert result.returncode == 0 and "--epsilon" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("sources", "expected"),
+    [
+        (("kitchen=mic", "kitchen=stdin"), "'audio.sources': two sources are named 'kitchen'"),
+        (
+            (
+                "a=wyoming-proxy://127.0.0.1:10390?upstream=tcp://127.0.0.1:10300",
+                "b=wyoming-listen://127.0.0.1:10390",
+            ),
+            "'audio.sources': port 10390 is served by two sources (a and b)",
+        ),
+        (("living room=mic",), "'daemon.source': bad source name 'living room'"),
+    ],
+)
+def test_several_sources_bad_input_is_one_line_before_anything_starts(
+    tmp_path: Path, sources: tuple[str, ...], expected: str
+) -> None:
+    args = [arg for source in sources for arg in ("--source", source)]
+    result = voxmeter("run", "--db", f"{tmp_path}/none.db", *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], result.stderr
