@@ -37,6 +37,7 @@ from monitor.daemon.ledger import LedgerWriter
 from monitor.daemon.measuring import MeasuringSupervisor
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
+from monitor.daemon.shedding import LoadShedder
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
 from monitor.daemon.turns import TurnSplitter
 from monitor.features.base import Feature
@@ -65,6 +66,7 @@ class PipelineStages:
     ledger: LedgerWriter
     queues: dict[str, asyncio.Queue[Any]]
     measuring: MeasuringSupervisor
+    shedder: LoadShedder
     audio_seconds: float
     last: dict[str, Figures]
     _feed_counted: float
@@ -102,6 +104,7 @@ class PipelineStages:
             for chunk in chunks:
                 closed = self._process_chunk(chunk, feeder)
                 # features work on the speech as it arrives, in order, on the feeder thread
+                self.shedder.submitted()
                 loop.run_in_executor(feeder, self.incremental.feed, chunk.samples)
                 windows += closed
             if frame is None or frame.utterance_end:  # the turn ends with the utterance/stream
@@ -113,7 +116,9 @@ class PipelineStages:
                         self.windower.dropped_seconds += piece.speech_seconds
                         continue
                     index, self._next_index = self._next_index, self._next_index + 1
-                    await out.put(ClosedWindow(index, piece, self.clock(), self.wall_clock()))
+                    item = ClosedWindow(index, piece, self.clock(), self.wall_clock())
+                    self.shedder.window_closed(item.closed_monotonic)
+                    await out.put(item)
             if frame is None:
                 self.windower.reset()
                 await out.put(None)
@@ -126,6 +131,9 @@ class PipelineStages:
         feeder, after every chunk fed before it closed) where the feeder holds them."""
         loop = asyncio.get_running_loop()
         if not self.turns.active or self.turns.parts(window) < 2:
+            return [window]
+        if self.shedder.sheds("turns"):  # lagging: the window is scored whole
+            self.shedder.count("turns", window.speech_seconds)
             return [window]
         if self.incremental.parts is None:
             return await loop.run_in_executor(executor, self.turns.split, window)
@@ -171,6 +179,7 @@ class PipelineStages:
                 *(loop.run_in_executor(executor, streams[n].finish) for n in names)
             )
             spent = self.clock() - started
+            self.shedder.window_done()
             fed, self._feed_counted = (
                 self.incremental.feed_seconds - self._feed_counted,
                 (self.incremental.feed_seconds),
@@ -299,12 +308,15 @@ class PipelineStages:
             tracks=len(self.track_scorer.tracks),
             at_unix=self.wall_clock(),
             measuring_restarts=self.measuring.restarts,
+            shed_seconds=dict(self.shedder.shed_seconds),
+            lag_seconds=self.shedder.lag_seconds,
         )
 
     async def _stats_stage(self) -> None:
         interval = self.config.daemon.stats_interval_seconds
         while True:
             await asyncio.sleep(interval)
+            self.shedder.update()  # an idle daemon leaves shedding
             for event in self.tracker.expire():
                 await self.queues["tracked"].put(event)
             with contextlib.suppress(asyncio.QueueFull):
