@@ -141,7 +141,9 @@ class Pipeline(PipelineStages):
             self._embed, change_cosine=thresholds.change if thresholds else -1.0
         )
         live = getattr(source, "realtime", True)  # a fast file replay has no clock to lag
-        self.shedder = LoadShedder(config.load, live=live, clock=clock)
+        self.shedder = LoadShedder(
+            config.load, live=live, clock=clock, audio_seconds=lambda: self.audio_seconds
+        )
         self.incremental = IncrementalWindows(
             self.features, max_samples=self.windower.window_samples, turns=self.turns,
             shedder=self.shedder,

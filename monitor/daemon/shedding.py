@@ -14,7 +14,8 @@ not invented — and the track's phone figure is flagged ``extrapolated`` (its e
 shorter than the speech it is scored at). Shed work is counted in seconds of speech per
 feature (``voxmeter_shed_seconds_total{feature}``), and entering or leaving a level is logged.
 Only sources whose audio arrives in real time shed: a fast file replay has no audio clock to
-fall behind.
+fall behind, nor has a client that pushes audio faster than real time (judged over the last
+10 s).
 
 **Priority.** Linux schedules threads, not processes: :func:`lower_this_thread` gives the
 calling thread ``SCHED_IDLE`` (``load.measuring_priority = "idle"``: it runs only when a core
@@ -47,6 +48,10 @@ SHED_ORDER: tuple[str, ...] = ("phone", "turns")
 """What is shed first, then next, as the lag grows (level 1 sheds the first, level 2 both)."""
 
 PRIORITIES: tuple[str, ...] = ("idle", "nice", "normal")
+
+HISTORY_SECONDS = 10.0  # how far back the source's pace is judged
+HISTORY_STEP_SECONDS = 0.5
+FASTER = 1.5  # audio this many times faster than real time is a replay, not live audio
 
 NICE = 19
 
@@ -90,7 +95,12 @@ class LoadShedder:
     """
 
     def __init__(
-        self, settings: LoadSettings, *, live: bool = True, clock: Callable[[], float]
+        self,
+        settings: LoadSettings,
+        *,
+        live: bool = True,
+        clock: Callable[[], float],
+        audio_seconds: Callable[[], float] | None = None,
     ) -> None:
         self.start_seconds = settings.shed_lag_seconds
         self.enabled = live and self.start_seconds > 0
@@ -100,6 +110,8 @@ class LoadShedder:
         self._lock = threading.Lock()
         self._pending: deque[float] = deque()  # arrival times of audio the feeder has not done
         self._windows: deque[float] = deque()  # close times of windows whose features are due
+        self._audio_seconds = audio_seconds  # the source's audio so far: its clock
+        self._history: deque[tuple[float, float]] = deque()  # (monotonic, audio seconds)
         self.level = 0  # how many of SHED_ORDER are shed now
         self.lag_seconds = 0.0
         self.max_lag_seconds = 0.0
@@ -141,6 +153,8 @@ class LoadShedder:
         window = self._windows[0] if self._windows else now
         lag = max(0.0, now - min(audio, window))
         with self._lock:
+            if self._faster_than_real_time(now):
+                lag = 0.0  # a replay pushed as fast as it is read: no live audio to lag
             self.lag_seconds = lag
             self.max_lag_seconds = max(self.max_lag_seconds, lag)
             level = self.level
@@ -152,6 +166,20 @@ class LoadShedder:
                 self._log(level, lag)
                 self.level = level
         return level
+
+    def _faster_than_real_time(self, now: float) -> bool:
+        """Has the source delivered audio faster than real time over the last seconds (a
+        client streaming a file unpaced)? Live audio comes at 1 s per second."""
+        if self._audio_seconds is None:
+            return False
+        history = self._history
+        if not history or now - history[-1][0] >= HISTORY_STEP_SECONDS:
+            history.append((now, self._audio_seconds()))
+        while len(history) > 2 and now - history[1][0] >= HISTORY_SECONDS:
+            history.popleft()
+        (then, first), (_, last) = history[0], history[-1]
+        span = now - then
+        return span >= HISTORY_STEP_SECONDS and last - first > FASTER * span
 
     def _log(self, level: int, lag: float) -> None:
         if level > self.level:

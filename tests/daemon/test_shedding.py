@@ -86,6 +86,25 @@ def test_a_source_without_a_clock_never_sheds() -> None:
     assert never.update() == 0
 
 
+def test_audio_pushed_faster_than_real_time_is_not_live_audio() -> None:
+    """A client streaming a file unpaced to a Wyoming server: its backlog is no lag."""
+    clock, audio = Clock(), [0.0]
+    shedder = LoadShedder(
+        LoadSettings(shed_lag_seconds=1.0), clock=clock, audio_seconds=lambda: audio[0]
+    )
+    shedder.submitted()
+    for _ in range(8):  # 3 s of audio per second for 4 s
+        clock.now += 0.5
+        audio[0] += 1.5
+        shedder.update()
+    assert shedder.level == 0 and shedder.lag_seconds == 0.0
+    for _ in range(30):  # then live: 1 s per second, the oldest piece still 4+ s old
+        clock.now += 0.5
+        audio[0] += 0.5
+        shedder.update()
+    assert shedder.level == 2 and shedder.lag_seconds == pytest.approx(19.0)
+
+
 @pytest.mark.parametrize("priority", ["idle", "nice", "normal"])
 def test_measuring_threads_take_their_priority(priority: str) -> None:
     def policy() -> tuple[int, int]:
