@@ -208,7 +208,7 @@ def test_a_slowed_phone_decoder_is_shed_and_the_lag_stays_bounded(
         with open_store(daemon_db) as store:
             prometheus = PrometheusExporter(config.prometheus)
             pipeline = build_pipeline(config, store=store, exporters=[prometheus, recorder])
-            pipeline.incremental.warm_up()  # decoders built before the spell starts
+            pipeline.streams.parts()[2].warm_up()  # decoders built before the spell starts
             PhoneStream.feed = slow_feed  # type: ignore[method-assign]
             track = pipeline.tracker.process
 
