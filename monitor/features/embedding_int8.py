@@ -36,12 +36,10 @@ from typing import Any
 import numpy as np
 
 from monitor.errors import ConfigError
+from monitor.features.embedding_onnx import INT8_GRAPHS, graph_path
 
-INT8_GRAPHS: dict[str, tuple[str, str]] = {
-    "ecapa-int8": ("ecapa", "ecapa_embedding_model.int8.onnx"),
-    "campplus-int8": ("campplus", "campplus_cn_en_common.int8.onnx"),
-}
-"""int8 backend -> (float backend whose graph it quantises, int8 ONNX file beside the weights)."""
+__all__ = ["INT8_GRAPHS", "build", "build_missing", "check_session", "fit_ranges"]
+
 OP_TYPES = ["Conv"]
 """Only convolutions: they are nearly all the work, and quantising the pooling and the
 normalisations as well lost accuracy for no speed (measured in the session that fitted them)."""
@@ -145,8 +143,6 @@ def build(backend: str, folder: Path) -> Path:
     from onnxruntime.quantization import CalibrationMethod
     from onnxruntime.quantization.calibrate import TensorsData, save_tensors_data
 
-    from monitor.features.embedding_onnx import graph_path
-
     float_backend, name = INT8_GRAPHS[backend]
     source = graph_path(float_backend, folder).resolve()
     document = json.loads(ranges_text(backend))
@@ -193,8 +189,6 @@ def build(backend: str, folder: Path) -> Path:
 
 def is_current(backend: str, path: Path) -> bool:
     """Whether the int8 graph at ``path`` was built from today's ranges and its float graph."""
-    from monitor.features.embedding_onnx import graph_path
-
     source = graph_path(INT8_GRAPHS[backend][0], path.parent)
     if not path.is_file() or path.stat().st_mtime < source.stat().st_mtime:
         return False
@@ -218,8 +212,6 @@ def check_session(backend: str, session: Any, path: Path) -> None:
 
 def build_missing(folder: Path) -> list[str]:
     """Build every int8 graph whose float graph is present and that is absent or stale."""
-    from monitor.features.embedding_onnx import graph_path
-
     written = []
     for backend, (float_backend, name) in INT8_GRAPHS.items():
         if graph_path(float_backend, folder).is_file() and not is_current(backend, folder / name):

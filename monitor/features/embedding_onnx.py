@@ -45,6 +45,12 @@ GRAPHS: dict[str, tuple[str, str]] = {
     "campplus": ("campplus_cn_en_common.pt", "campplus_cn_en_common.onnx"),
 }
 """backend -> (checkpoint it is exported from, ONNX file) in the weights folder."""
+INT8_GRAPHS: dict[str, tuple[str, str]] = {
+    "ecapa-int8": ("ecapa", "ecapa_embedding_model.int8.onnx"),
+    "campplus-int8": ("campplus", "campplus_cn_en_common.int8.onnx"),
+}
+"""int8 backend -> (float backend whose graph it quantises, int8 ONNX file beside the weights);
+built by :mod:`monitor.features.embedding_int8`."""
 OPSET = 17
 RUNTIMES = ("auto", "onnx", "torch")
 """``auto``: where the graph is present, whichever of ONNX Runtime and torch took less CPU for a
@@ -55,7 +61,6 @@ requires the graph."""
 def graph_path(backend: str, folder: Path | None = None) -> Path:
     """Where ``backend``'s ONNX graph lives (the weights folder unless ``folder``); an int8
     backend's is its quantised graph (:mod:`monitor.features.embedding_int8`)."""
-    from monitor.features.embedding_int8 import INT8_GRAPHS
     from monitor.features.weights import weights_dir
 
     name = INT8_GRAPHS[backend][1] if backend in INT8_GRAPHS else GRAPHS[backend][1]
@@ -133,8 +138,6 @@ def use_onnx(backend: str, runtime: str) -> bool | None:
     the graph present, to be decided by :func:`monitor.features.runtime_probe.choose` when the
     network is first needed. An int8 backend runs only there, whatever the runtime: its graph
     is its model."""
-    from monitor.features.embedding_int8 import INT8_GRAPHS
-
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown embedding runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
     if backend in INT8_GRAPHS:
