@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from monitor.errors import InputError
-from monitor.features.base import embedding_backend
+from monitor.features.base import DEFAULT_EMBEDDING, embedding_backend
 from monitor.jsonsafe import jsonable
 
 if TYPE_CHECKING:
@@ -244,12 +244,12 @@ class CalibrationSet:
 
 def default_path(backend: str | None = None) -> Path:
     """The shipped calibration for an embedding backend (default: the selected one):
-    ``shipped/calibration.json`` for ecapa (``make calibration`` rebuilds it), else
-    ``shipped/calibration-<backend>.json`` (package data beside this module)."""
+    ``shipped/calibration.json`` for the default backend (``make calibration`` rebuilds it),
+    else ``shipped/calibration-<backend>.json`` (package data beside this module)."""
     backend = backend or embedding_backend()
     return (
         DEFAULT_PATH
-        if backend == "ecapa"
+        if backend == DEFAULT_EMBEDDING
         else DEFAULT_PATH.with_name(f"calibration-{backend}.json")
     )
 

@@ -214,7 +214,7 @@ class FeatureSettings:
     )
     workers: int = _setting(2, "threads running features (in parallel) and scoring", _positive)
     embedding: str = _setting(
-        "ecapa",
+        "ecapa-int8",
         "embedding backend: ecapa (SpeechBrain ECAPA-TDNN), campplus (CAM++) or ge2e "
         "(resemblyzer); ecapa-int8, campplus-int8: the same networks in static int8 (ONNX "
         "Runtime, ~3x less CPU); must be the one the database was enrolled with",
@@ -222,8 +222,10 @@ class FeatureSettings:
     )
     runtime: str = _setting(
         "auto",
-        "what runs the ECAPA / CAM++ network: onnx (ONNX Runtime, graphs exported by make "
-        "models), torch (the reference port) or auto (onnx where its graph is present)",
+        "what runs the float ECAPA / CAM++ network: onnx (ONNX Runtime, graphs exported by "
+        "make models), torch (the reference port) or auto (whichever took less CPU for a 3 s "
+        "window on this CPU model: measured once in a child process, cached in the feature "
+        "cache folder; torch where the graph is absent); the -int8 backends always run on onnx",
         _one_of("auto", "onnx", "torch"),
     )
 

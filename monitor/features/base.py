@@ -36,8 +36,10 @@ EMBEDDING_BACKENDS: dict[str, str] = {
     "ecapa-int8": "monitor.features.embedding:EcapaInt8Embedding",
     "campplus-int8": "monitor.features.embedding:CampplusInt8Embedding",
 }
-"""The ``embedding`` feature's backends, strongest attacker first (``ecapa`` is the default)."""
-DEFAULT_EMBEDDING = "ecapa"
+"""The ``embedding`` feature's backends, strongest attacker first (default: ``ecapa-int8``)."""
+DEFAULT_EMBEDDING = "ecapa-int8"
+"""ECAPA as static int8: the strongest attacker at less than half of float32's CPU, the same EER
+(5.02 -> 4.93 %, bench/results/edge-int8-shipped.json)."""
 EMBEDDING_ENV = "VOXMETER_EMBEDDING"
 """Carries the selected backend to worker processes (spawned children inherit it)."""
 RUNTIME_ENV = "VOXMETER_EMBEDDING_RUNTIME"
@@ -173,7 +175,8 @@ def _check_backend(backend: str) -> str:
 
 
 def embedding_backend() -> str:
-    """The process's embedding backend: the last :func:`set_embedding_backend`, else ecapa."""
+    """The process's embedding backend: the last :func:`set_embedding_backend`, else the
+    default (:data:`DEFAULT_EMBEDDING`)."""
     return _check_backend(os.environ.get(EMBEDDING_ENV) or DEFAULT_EMBEDDING)
 
 

@@ -239,9 +239,16 @@ def test_shipped_calibrations_are_package_data() -> None:
 
     shipped = importlib.resources.files("monitor.calibration") / "shipped"
     names = sorted(p.name for p in shipped.iterdir() if p.name.endswith(".json"))
-    assert names == ["calibration-campplus.json", "calibration-ge2e.json", "calibration.json"]
+    assert names == [
+        "calibration-campplus-int8.json",
+        "calibration-campplus.json",
+        "calibration-ecapa.json",
+        "calibration-ge2e.json",
+        "calibration.json",  # the default backend's (ecapa-int8)
+    ]
     assert DEFAULT_PATH.name in names
-    assert all(default_path(b).is_file() for b in ("ecapa", "campplus", "ge2e"))
+    backends = ("ecapa-int8", "ecapa", "campplus", "ge2e", "campplus-int8")
+    assert all(default_path(b).is_file() for b in backends)
     pyproject = tomllib.loads((DEFAULT_PATH.parents[3] / "pyproject.toml").read_text())
     patterns = pyproject["tool"]["setuptools"]["package-data"]["monitor"]
     for name in names:

@@ -24,6 +24,7 @@ from monitor.features.base import (
 from monitor.features.embedding import (
     CampplusEmbedding,
     EcapaEmbedding,
+    EcapaInt8Embedding,
     GE2EEmbedding,
     UnitEmbedding,
 )
@@ -139,10 +140,10 @@ def test_selection_picks_the_backend_and_its_version() -> None:
         set_embedding_backend("xvector")
 
 
-def test_default_backend_is_ecapa(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_backend_is_ecapa_int8(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(EMBEDDING_ENV)
-    assert embedding_backend() == "ecapa"
-    assert get_feature("embedding").version == EcapaEmbedding.version
+    assert embedding_backend() == "ecapa-int8"
+    assert get_feature("embedding").version == EcapaInt8Embedding.version
 
 
 def _child_backend() -> str:
