@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent / "monitor"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
     ("vocabulary", "jsonsafe", "printable", "userfiles", "outputs", "blocks"),
-    ("disclosure",),
+    ("disclosure", "protect"),
     ("audio",),
     ("features",),
     ("corpus",),

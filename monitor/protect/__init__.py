@@ -1,0 +1,2 @@
+"""Protection of what the assistant receives: the McAdams anonymiser (pure signal code) and
+the policy deciding which utterances it processes."""
