@@ -34,6 +34,7 @@ from monitor.errors import VoxmeterError
 
 if TYPE_CHECKING:
     from monitor.calibration.buckets import CalibrationSet
+    from monitor.evaluate.protection import ProtectRequest
     from monitor.store.enroll import EnrolmentReport
 
 
@@ -404,6 +405,22 @@ def evaluate_command(
         Path | None,
         typer.Option("--protected", help="Pseudonymised copy of the corpus (same file names)."),
     ] = None,
+    protect: Annotated[
+        str | None,
+        typer.Option(
+            "--protect",
+            help="Also audit the split anonymised by this method (mcadams): original, ignorant "
+            "and lazy-informed attackers, and pocketsphinx's word error rate before and after.",
+        ),
+    ] = None,
+    protect_alpha: Annotated[
+        str,
+        typer.Option("--protect-alpha", help="McAdams α: fixed (0.8) or drawn per utterance."),
+    ] = "0.5,0.9",
+    wer_utterances: Annotated[
+        int,
+        typer.Option("--wer-utterances", help="Utterances the word error rate decodes (0: none)."),
+    ] = 200,
     loss: Annotated[
         str, typer.Option("--loss", help="Loss of the reported model: ll, ms, wms, rwms, cll.")
     ] = "ll",
@@ -442,6 +459,7 @@ def evaluate_command(
     check_output_folder(out, "--out")
     if protected is not None and not protected.is_dir():
         raise InputError(str(protected), "--protected: not a corpus folder")
+    request = _protect_request(protect, protect_alpha, wer_utterances)
     with (
         _LazyBar("extracting") as extraction_progress,
         shared_scheduler(jobs, scheduler) as address,  # one cluster for both corpora
@@ -458,6 +476,7 @@ def evaluate_command(
             calibration_source=str(calibration_path) if loaded is not None else None,
             lid_source=lid_from,
             protected=protected,
+            protect=request,
             cache_dir=None if no_cache else (cache or default_cache_dir()),
             jobs=jobs,
             scheduler=address,
@@ -477,6 +496,43 @@ def evaluate_command(
         highlight=False,
         soft_wrap=True,
     )
+    if document.get("protection"):
+        console.print(protection_line(document["protection"]), markup=False, highlight=False)
+
+
+def protection_line(protection: dict[str, Any]) -> str:
+    """One line of ``evaluate --protect``: EER and MeanD per attacker (the embedding's, else
+    the first feature's), and the word error rate."""
+    parts = []
+    for condition, setting in protection["conditions"].items():
+        features = setting["features"]
+        name = "embedding" if "embedding" in features else next(iter(features))
+        f = features[name]
+        parts.append(f"{condition} EER {100 * f['EER']:.1f} % MeanD {f['MeanD_histogram']:.2f}")
+    wer = protection.get("wer")
+    if wer:
+        parts.append(f"WER {100 * wer['before']:.1f} -> {100 * wer['after']:.1f} %")
+    return f"protection ({protection['method']}, α {protection['alpha']}): " + "; ".join(parts)
+
+
+def _protect_request(method: str | None, alpha: str, wer_utterances: int) -> ProtectRequest | None:
+    """The ``--protect`` options checked (one line naming the option when wrong)."""
+    from monitor.evaluate.protection import ProtectRequest, check_method
+    from monitor.protect.mcadams import parse_alpha
+
+    if method is None:
+        return None
+    try:
+        check_method(method)
+    except ValueError as error:
+        raise VoxmeterError(f"--protect: {error}") from None
+    try:
+        parsed = parse_alpha(alpha)
+    except ValueError as error:
+        raise VoxmeterError(f"--protect-alpha {error}") from None
+    if wer_utterances < 0:
+        raise VoxmeterError(f"--wer-utterances {wer_utterances}: expected 0 or more")
+    return ProtectRequest(method, parsed, wer_utterances=wer_utterances)
 
 
 def _audit_calibration(

@@ -263,3 +263,22 @@ class McAdamsStream:
         final = y[: count * hop]
         self._emitted += final.size
         return final
+
+
+def parse_alpha(value: object) -> Alpha:
+    """α as a user writes it: one number (fixed), or two (a range drawn per utterance), as
+    ``0.8``, ``"0.8"``, ``"0.5,0.9"`` or ``[0.5, 0.9]``; ValueError saying what is accepted."""
+    accepted = "a number in (0, 1] or a range LOW,HIGH with 0 < LOW <= HIGH <= 1"
+    if isinstance(value, str):
+        parts: list[object] = [p.strip() for p in value.split(",")]
+    elif isinstance(value, list | tuple):
+        parts = list(value)
+    else:
+        parts = [value]
+    try:
+        if len(parts) not in (1, 2) or any(isinstance(p, bool) for p in parts):
+            raise ValueError
+        numbers = [float(p) for p in parts]  # type: ignore[arg-type]
+        return Alpha(numbers[0], numbers[-1])
+    except (TypeError, ValueError):
+        raise ValueError(f"{value!r}: expected {accepted}") from None
