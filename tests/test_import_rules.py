@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent / "monitor"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
     ("vocabulary", "jsonsafe", "printable", "userfiles", "outputs", "blocks"),
-    ("disclosure", "protect"),
+    ("disclosure",),
     ("audio",),
-    ("features",),
+    ("features", "protect"),
     ("corpus",),
     ("calibration",),
     ("store", "score"),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from monitor.cli.audit_options import ProtectAlphaOption, ProtectOption, WerUtterancesOption
 from monitor.cli.common import (
     ALL_FEATURES,
     DB_HELP,
@@ -34,7 +35,6 @@ from monitor.errors import VoxmeterError
 
 if TYPE_CHECKING:
     from monitor.calibration.buckets import CalibrationSet
-    from monitor.evaluate.protection import ProtectRequest
     from monitor.store.enroll import EnrolmentReport
 
 
@@ -405,22 +405,9 @@ def evaluate_command(
         Path | None,
         typer.Option("--protected", help="Pseudonymised copy of the corpus (same file names)."),
     ] = None,
-    protect: Annotated[
-        str | None,
-        typer.Option(
-            "--protect",
-            help="Also audit the split anonymised by this method (mcadams): original, ignorant "
-            "and lazy-informed attackers, and pocketsphinx's word error rate before and after.",
-        ),
-    ] = None,
-    protect_alpha: Annotated[
-        str,
-        typer.Option("--protect-alpha", help="McAdams α: fixed (0.8) or drawn per utterance."),
-    ] = "0.5,0.9",
-    wer_utterances: Annotated[
-        int,
-        typer.Option("--wer-utterances", help="Utterances the word error rate decodes (0: none)."),
-    ] = 200,
+    protect: ProtectOption = None,
+    protect_alpha: ProtectAlphaOption = "0.5,0.9",
+    wer_utterances: WerUtterancesOption = 200,
     loss: Annotated[
         str, typer.Option("--loss", help="Loss of the reported model: ll, ms, wms, rwms, cll.")
     ] = "ll",
@@ -445,6 +432,7 @@ def evaluate_command(
 ) -> None:
     """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
     from monitor.blocks.workers import shared_scheduler
+    from monitor.cli.audit_options import audit_calibration, print_protection, protect_request
     from monitor.errors import InputError
     from monitor.evaluate import evaluate_corpus
     from monitor.features.extract import default_cache_dir
@@ -455,11 +443,11 @@ def evaluate_command(
     loss = _check_loss(loss)
     tests = [t for t in _seconds_list(test_seconds, "--test-seconds") if t is not None]
     templates = _seconds_list(template_seconds, "--template-seconds", allow_rest=True)
-    loaded, calibration_path = _audit_calibration(calibration, lid_from, names)
+    loaded, calibration_path = audit_calibration(calibration, lid_from, names)
     check_output_folder(out, "--out")
     if protected is not None and not protected.is_dir():
         raise InputError(str(protected), "--protected: not a corpus folder")
-    request = _protect_request(protect, protect_alpha, wer_utterances)
+    request = protect_request(protect, protect_alpha, wer_utterances)
     with (
         _LazyBar("extracting") as extraction_progress,
         shared_scheduler(jobs, scheduler) as address,  # one cluster for both corpora
@@ -496,60 +484,4 @@ def evaluate_command(
         highlight=False,
         soft_wrap=True,
     )
-    if document.get("protection"):
-        console.print(protection_line(document["protection"]), markup=False, highlight=False)
-
-
-def protection_line(protection: dict[str, Any]) -> str:
-    """One line of ``evaluate --protect``: EER and MeanD per attacker (the embedding's, else
-    the first feature's), and the word error rate."""
-    parts = []
-    for condition, setting in protection["conditions"].items():
-        features = setting["features"]
-        name = "embedding" if "embedding" in features else next(iter(features))
-        f = features[name]
-        parts.append(f"{condition} EER {100 * f['EER']:.1f} % MeanD {f['MeanD_histogram']:.2f}")
-    wer = protection.get("wer")
-    if wer:
-        parts.append(f"WER {100 * wer['before']:.1f} -> {100 * wer['after']:.1f} %")
-    return f"protection ({protection['method']}, α {protection['alpha']}): " + "; ".join(parts)
-
-
-def _protect_request(method: str | None, alpha: str, wer_utterances: int) -> ProtectRequest | None:
-    """The ``--protect`` options checked (one line naming the option when wrong)."""
-    from monitor.evaluate.protection import ProtectRequest, check_method
-    from monitor.protect.mcadams import parse_alpha
-
-    if method is None:
-        return None
-    try:
-        check_method(method)
-    except ValueError as error:
-        raise VoxmeterError(f"--protect: {error}") from None
-    try:
-        parsed = parse_alpha(alpha)
-    except ValueError as error:
-        raise VoxmeterError(f"--protect-alpha {error}") from None
-    if wer_utterances < 0:
-        raise VoxmeterError(f"--wer-utterances {wer_utterances}: expected 0 or more")
-    return ProtectRequest(method, parsed, wer_utterances=wer_utterances)
-
-
-def _audit_calibration(
-    calibration: Path | None, lid_from: str | None, names: Sequence[str]
-) -> tuple[CalibrationSet | None, Path]:
-    """The calibration an audit reads its LID weights from (given, or the shipped one if there
-    is one), and its path."""
-    from monitor.calibration.buckets import CalibrationSet, default_path
-    from monitor.userfiles import MAX_JSON_BYTES, regular_file
-
-    shipped = default_path()
-    if lid_from not in (None, "calibration", "crossfit"):
-        raise VoxmeterError(f"--lid-from {lid_from!r}: expected 'calibration' or 'crossfit'")
-    calibration_path = calibration if calibration is not None else shipped
-    loaded = None
-    if calibration is not None or lid_from == "calibration" or shipped.is_file():
-        loaded = CalibrationSet.load(regular_file(calibration_path, max_bytes=MAX_JSON_BYTES))
-        if "embedding" in names:
-            loaded.check_embedding_backend(str(calibration_path))
-    return loaded, calibration_path
+    print_protection(document)

@@ -18,6 +18,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from monitor.audio.spec import parse_source
 from monitor.calibration.tracking import TrackerThresholds, tracker_thresholds
 from monitor.daemon.settings import (
     SECTIONS,
@@ -139,6 +140,12 @@ def _check_together(config: Config) -> None:
     if config.homeassistant.discovery and not config.mqtt.enabled:
         raise ConfigError("homeassistant.discovery", "needs mqtt.enabled = true (same broker)")
     _check_mqtt_tls(config.mqtt)
+    if config.protect.mode != "off" and parse_source(config.daemon.source).kind != "wyoming-proxy":
+        raise ConfigError(
+            "protect.mode",
+            f"{config.protect.mode!r} needs a source that relays audio to an assistant "
+            f"(wyoming-proxy://...), not {config.daemon.source!r}",
+        )
 
 
 def _check_mqtt_tls(mqtt: MqttSettings) -> None:

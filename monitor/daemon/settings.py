@@ -376,6 +376,32 @@ class HomeAssistantSettings:
     node_id: str = _setting("", "node in discovery topics; empty = device_id made safe", _node_id)
 
 
+def _alpha(value: str) -> str | None:
+    from monitor.protect.mcadams import parse_alpha
+
+    try:
+        parse_alpha(value)
+    except ValueError as error:
+        return str(error).split(": ", 1)[1]
+    return None
+
+
+@dataclass(frozen=True)
+class ProtectSettings:
+    """Anonymise what a relayed assistant receives (needs a wyoming-proxy source)."""
+
+    mode: str = _setting(
+        "off",
+        "off; exceeded = an utterance is anonymised when the stream's last identified speaker "
+        "(none yet: any member) is over budget this period; always = every utterance",
+        _one_of("off", "exceeded", "always"),
+    )
+    method: str = _setting("mcadams", "anonymiser: mcadams (VoicePrivacy B2)", _one_of("mcadams"))
+    alpha: str = _setting(
+        "0.5,0.9", 'McAdams α: fixed ("0.8") or a range drawn per utterance ("0.5,0.9")', _alpha
+    )
+
+
 @dataclass(frozen=True)
 class Config:
     """All settings of ``voxmeter run``; one attribute per config.toml section."""
@@ -392,6 +418,7 @@ class Config:
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     homeassistant: HomeAssistantSettings = field(default_factory=HomeAssistantSettings)
+    protect: ProtectSettings = field(default_factory=ProtectSettings)
 
 
 SECTIONS: dict[str, type] = {f.name: f.default_factory for f in fields(Config)}  # type: ignore[misc]

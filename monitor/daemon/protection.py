@@ -1,0 +1,74 @@
+"""``[protect]`` in the daemon: the relay's chunk transform and what its policy learns.
+
+:func:`protection_for` builds the :class:`~monitor.protect.policy.ProtectionPolicy` of the
+config, hands the relay its per-connection transform (:mod:`monitor.protect.relay`) and
+returns :class:`ProtectionObserver`, an exporter that tells the policy who was scored last and
+whose budget is exceeded (restored states at start, transitions, period resets). The measuring
+side keeps seeing the audio as it came.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from monitor.daemon.events import (
+    DaemonEvent,
+    DaemonStarted,
+    StateChanged,
+    TrackRestored,
+    WindowScored,
+)
+from monitor.daemon.settings import Config
+from monitor.errors import ConfigError
+from monitor.protect.mcadams import parse_alpha
+from monitor.protect.policy import ProtectionPolicy
+from monitor.protect.relay import transform_factory
+
+logger = logging.getLogger(__name__)
+
+
+class ProtectionObserver:
+    """An exporter that feeds the protection policy from the daemon's events."""
+
+    name = "protect"
+
+    def __init__(self, policy: ProtectionPolicy) -> None:
+        self.policy = policy
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()  # nothing of its own to do: handle() is all
+
+    async def handle(self, event: DaemonEvent) -> None:
+        policy = self.policy
+        match event:
+            case DaemonStarted(states=states):
+                for track, state in states.items():
+                    policy.budget(track, state)
+            case TrackRestored(figures=figures):
+                policy.budget(figures.track, figures.state)
+            case WindowScored(figures=figures):
+                policy.heard(figures.track)
+                policy.budget(figures.track, figures.state)
+            case StateChanged(track=track, to_state=state):
+                policy.budget(track, state)
+
+
+def _log_change(protecting: bool, speaker: str | None) -> None:
+    whom = f" ({speaker} over budget)" if speaker else ""
+    logger.info("protection %s%s", "on: anonymising" if protecting else "off", whom)
+
+
+def protection_for(config: Config, source: object) -> ProtectionObserver | None:
+    """The observer of ``[protect]`` (None when off), the relay of ``source`` hooked to it."""
+    settings = config.protect
+    if settings.mode == "off":
+        return None
+    if not getattr(source, "relays", False) or not hasattr(source, "upstream_transform"):
+        raise ConfigError("protect.mode", "needs a source that relays (wyoming-proxy://...)")
+    policy = ProtectionPolicy(
+        settings.mode, parse_alpha(settings.alpha), random.Random(), on_change=_log_change
+    )
+    source.upstream_transform = transform_factory(policy)
+    return ProtectionObserver(policy)
