@@ -136,8 +136,7 @@ def build_pipeline(
     profiles = [p for p in store.local_profiles() if p.identity_alias in scorer.index]
     if exporters is None:
         exporters = daemon_exporters(config, store, device_id)
-    if (protection := protection_for(config, source)) is not None:
-        exporters = [*exporters, protection]
+    exporters = [*exporters, *protection_for(config, source, exporters, device_id)]
     return Pipeline(
         config,
         store=store,

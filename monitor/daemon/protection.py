@@ -12,14 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Sequence
 
 from monitor.daemon.events import (
     DaemonEvent,
     DaemonStarted,
+    Exporter,
     StateChanged,
     TrackRestored,
     WindowScored,
 )
+from monitor.daemon.exporters.homeassistant import HomeAssistantExporter
+from monitor.daemon.exporters.protection import ProtectionMqtt, protection_entities
 from monitor.daemon.settings import Config
 from monitor.errors import ConfigError
 from monitor.protect.mcadams import parse_alpha
@@ -60,15 +64,30 @@ def _log_change(protecting: bool, speaker: str | None) -> None:
     logger.info("protection %s%s", "on: anonymising" if protecting else "off", whom)
 
 
-def protection_for(config: Config, source: object) -> ProtectionObserver | None:
-    """The observer of ``[protect]`` (None when off), the relay of ``source`` hooked to it."""
+def protection_for(
+    config: Config, source: object, exporters: Sequence[Exporter], device_id: str
+) -> list[Exporter]:
+    """The exporters of ``[protect]`` (none when off): the observer that feeds the policy and,
+    with Home Assistant discovery, the switch's; the relay of ``source`` hooked to the policy."""
     settings = config.protect
     if settings.mode == "off":
-        return None
+        return []
     if not getattr(source, "relays", False) or not hasattr(source, "upstream_transform"):
         raise ConfigError("protect.mode", "needs a source that relays (wyoming-proxy://...)")
-    policy = ProtectionPolicy(
-        settings.mode, parse_alpha(settings.alpha), random.Random(), on_change=_log_change
-    )
+    policy = ProtectionPolicy(settings.mode, parse_alpha(settings.alpha), random.Random())
     source.upstream_transform = transform_factory(policy)
-    return ProtectionObserver(policy)
+    added: list[Exporter] = [ProtectionObserver(policy)]
+    ha = [e for e in exporters if isinstance(e, HomeAssistantExporter)]
+    switch = ProtectionMqtt(policy, config.mqtt, device_id=device_id) if ha else None
+    for exporter in ha:
+        exporter.extra_entities = protection_entities
+    if switch is not None:
+        added.append(switch)
+
+    def changed(protecting: bool, speaker: str | None) -> None:
+        _log_change(protecting, speaker)
+        if switch is not None:
+            switch.changed(protecting, speaker)
+
+    policy.on_change = changed
+    return added
