@@ -70,6 +70,45 @@ def anonymiser_cpu(files: int = 40) -> dict[str, Any]:
     return out
 
 
+def relay_transform(files: int = 40) -> dict[str, Any]:
+    """The relay hook as the proxy runs it: Wyoming events of 1024-sample chunks through
+    :class:`UpstreamAnonymiser` (decode, anonymise, re-encode): per-chunk wall and CPU time, and
+    the audio held back (input received minus output sent, the delay the anonymiser adds)."""
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
+
+    from monitor.audio.wyoming_wire import encode_event
+    from monitor.protect.mcadams import Alpha
+    from monitor.protect.policy import ProtectionPolicy
+    from monitor.protect.relay import UpstreamAnonymiser
+
+    paths = sorted(CORPUS.glob("*/*.flac"))[:files]
+    wall, cpu, held = [], [], []
+    for path in paths:
+        pcm = (np.clip(read_audio(path)[0], -1, 1) * 32767).astype("<i2")
+        transform = UpstreamAnonymiser(ProtectionPolicy("always", Alpha.fixed(ALPHA)))
+        start = AudioStart(16000, 2, 1).event()
+        transform(start, encode_event(start))
+        for i in range(0, pcm.size, 1024):
+            event = AudioChunk(16000, 2, 1, pcm[i : i + 1024].tobytes()).event()
+            raw = encode_event(event)
+            w0, c0 = time.perf_counter(), time.process_time()
+            out = transform(event, raw)
+            wall.append(time.perf_counter() - w0)
+            cpu.append(time.process_time() - c0)
+            assert out and transform.stream is not None
+            held.append(transform.stream.held_samples / 16.0)
+        stop = AudioStop().event()
+        transform(stop, encode_event(stop))
+    return {
+        "chunk_samples": 1024,
+        "chunks": len(wall),
+        "p95_wall_ms": 1000 * float(np.percentile(wall, 95)),
+        "p95_cpu_ms": 1000 * float(np.percentile(cpu, 95)),
+        "max_held_ms": float(max(held)),
+        "mean_held_ms": float(np.mean(held)),
+    }
+
+
 def audit(wer_utterances: int) -> dict[str, Any]:
     """The corpus audit through the command line, as a user runs it."""
     command = [
@@ -132,7 +171,8 @@ def targets(protection: dict[str, Any]) -> dict[str, Any]:
 def main(args: list[str] | None = None) -> None:
     args = args or []
     results: dict[str, Any] = {"machine": machine(), "anonymiser": anonymiser_cpu()}
-    print(results["anonymiser"], flush=True)
+    results["relay_transform"] = relay_transform()
+    print(results["anonymiser"], results["relay_transform"], flush=True)
     if "--cpu-only" not in args:
         results["audit"] = audit(int(os.environ.get("VOXMETER_BENCH_WER", "200")))
         results["targets"] = targets(results["audit"]["protection"])

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from monitor.calibration.buckets import CalibrationSet
     from monitor.evaluate.protection import ProtectRequest
+    from monitor.protect.mcadams import Alpha
 
 ProtectOption = Annotated[
     str | None,
@@ -23,6 +24,14 @@ ProtectOption = Annotated[
         "--protect",
         help="Also audit the split anonymised by this method (mcadams): original, ignorant "
         "and lazy-informed attackers, and pocketsphinx's word error rate before and after.",
+    ),
+]
+EnrolProtectOption = Annotated[
+    str | None,
+    typer.Option(
+        "--protect",
+        help="Also store each speaker's lazy-informed embedding template: the same files "
+        "anonymised by this method (mcadams).",
     ),
 ]
 ProtectAlphaOption = Annotated[
@@ -52,6 +61,12 @@ def protection_line(protection: dict[str, Any]) -> str:
     if wer:
         parts.append(f"WER {100 * wer['before']:.1f} -> {100 * wer['after']:.1f} %")
     return f"protection ({protection['method']}, α {protection['alpha']}): " + "; ".join(parts)
+
+
+def lazy_template_alpha(method: str | None, alpha: str) -> Alpha | None:
+    """``enroll --protect``: the α of the lazy-informed templates (None: none asked)."""
+    request = protect_request(method, alpha, 0)
+    return None if request is None else request.alpha
 
 
 def protect_request(method: str | None, alpha: str, wer_utterances: int) -> ProtectRequest | None:

@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from monitor.cli.audit_options import ProtectAlphaOption, ProtectOption, WerUtterancesOption
+from monitor.cli.audit_options import (
+    EnrolProtectOption,
+    ProtectAlphaOption,
+    ProtectOption,
+    WerUtterancesOption,
+)
 from monitor.cli.common import (
     ALL_FEATURES,
     DB_HELP,
@@ -62,11 +67,14 @@ def enroll_command(
     no_cache: NoCacheOption = False,
     min_speech: MinSpeechOption = 0.3,
     embedding: EmbeddingOption = None,
+    protect: EnrolProtectOption = None,
+    protect_alpha: ProtectAlphaOption = "0.5,0.9",
 ) -> None:
     """Build one template per speaker and feature from a corpus (replacing old templates)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from monitor.blocks.workers import shared_scheduler
+    from monitor.cli.audit_options import lazy_template_alpha
     from monitor.corpus import check_speaker_names, scan_corpus
     from monitor.features.extract import FeatureCache, default_cache_dir
     from monitor.store import open_store
@@ -74,6 +82,7 @@ def enroll_command(
 
     select_embedding(embedding)
     names = _enrolment_features(features, utterances, seconds, local)
+    lazy_alpha = lazy_template_alpha(protect, protect_alpha)
     scanned = scan_corpus(corpus, split=split)
     check_speaker_names(scanned)  # before the database is touched or any audio processed
     path = db_path(db)
@@ -107,6 +116,7 @@ def enroll_command(
                     cache=feature_cache,
                     progress=progress,
                     min_speech_seconds=min_speech,
+                    protect=lazy_alpha,
                 )
     _print_enrolment(report, path, utterances, seconds)
 

@@ -19,7 +19,6 @@ his speaker model on anonymised speech (the VoicePrivacy 2020 figures: EER back 
 from __future__ import annotations
 
 import dataclasses
-import random
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,34 +30,14 @@ from monitor.calibration.protocol import SpeakerUtterances, pool_trials
 from monitor.corpus.speakers import CorpusSpeakers
 from monitor.evaluate.results import CONDITIONS, Audit, ProtectionAudit, SettingAudit
 from monitor.protect import METHODS
+from monitor.protect.files import DEFAULT_SEED, anonymise_file, utterance_alphas
 from monitor.protect.mcadams import ALPHA_RANGE_2024, Alpha, anonymise
-
-DEFAULT_SEED = 20240
-"""Seed of the per-utterance α draws: the same corpus gives the same anonymised audio."""
 
 
 def check_method(method: str) -> str:
     if method not in METHODS:
         raise ValueError(f"unknown protection method {method!r}; known: {', '.join(METHODS)}")
     return method
-
-
-def anonymise_file(source: Path, destination: Path, alpha: float) -> None:
-    """One corpus file anonymised into ``destination`` (16 kHz FLAC, 16-bit, clipped)."""
-    import soundfile
-
-    from monitor.audio.file import RATE_HZ, read_audio
-
-    audio, _ = read_audio(source)
-    out = np.clip(anonymise(audio.astype(np.float64), RATE_HZ, alpha), -1.0, 1.0)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    soundfile.write(destination, out, RATE_HZ, subtype="PCM_16", format="FLAC")
-
-
-def utterance_alphas(paths: Sequence[Path], alpha: Alpha, seed: int) -> list[float]:
-    """α of each utterance, drawn in corpus order from one seeded generator."""
-    rng = random.Random(seed)
-    return [alpha.draw(rng) for _ in paths]
 
 
 def anonymise_corpus(

@@ -220,6 +220,11 @@ class McAdamsStream:
         self._seen = 0  # input samples so far
         self._emitted = 0  # output samples so far
 
+    @property
+    def held_samples(self) -> int:
+        """Input received but not yet given back: the delay the anonymiser adds, in samples."""
+        return self._seen - self._emitted
+
     def process(self, chunk: np.ndarray) -> np.ndarray:
         """The anonymised samples that became final with ``chunk`` (float64; may be empty)."""
         x = _check(chunk, self.alpha)

@@ -78,6 +78,7 @@ def test_stream_equals_whole_utterance(chunk: int | str) -> None:
             size = int(sizes[i]) if sizes is not None else int(chunk)
             outs.append(stream.process(x[start : start + size]))
             start += size
+            assert 0 <= stream.held_samples < 2 * hop  # never more than one frame held back
         outs.append(stream.flush())
         streamed, whole = np.concatenate(outs), anonymise(x, RATE, alpha)
         assert streamed.size == x.size
