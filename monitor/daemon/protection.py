@@ -52,8 +52,8 @@ class ProtectionObserver:
                     policy.budget(track, state)
             case TrackRestored(figures=figures):
                 policy.budget(figures.track, figures.state)
-            case WindowScored(figures=figures):
-                policy.heard(figures.track)
+            case WindowScored(figures=figures, stream=stream):
+                policy.heard(figures.track, stream.source)
                 policy.budget(figures.track, figures.state)
             case StateChanged(track=track, to_state=state):
                 policy.budget(track, state)
@@ -72,10 +72,13 @@ def protection_for(
     settings = config.protect
     if settings.mode == "off":
         return []
-    if not getattr(source, "relays", False) or not hasattr(source, "upstream_transform"):
+    named = getattr(source, "named", None) or {"": source}  # a SourceSet, or the one source
+    relaying = {n: s for n, s in named.items() if hasattr(s, "upstream_transform")}
+    if not relaying:
         raise ConfigError("protect.mode", "needs a source that relays (wyoming-proxy://...)")
     policy = ProtectionPolicy(settings.mode, parse_alpha(settings.alpha), random.Random())
-    source.upstream_transform = transform_factory(policy)
+    for name, relay in relaying.items():  # the others (a microphone) have no upstream to protect
+        relay.upstream_transform = transform_factory(policy, name)
     added: list[Exporter] = [ProtectionObserver(policy)]
     ha = [e for e in exporters if isinstance(e, HomeAssistantExporter)]
     switch = ProtectionMqtt(policy, config.mqtt, device_id=device_id) if ha else None

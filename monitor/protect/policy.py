@@ -4,7 +4,9 @@
 - ``exceeded``: an utterance is anonymised from its start when the speaker identified for the
   stream's previous utterance is over budget (``exceeded``) in the current period; while no
   speaker is known yet (no window scored since the daemon started), when any member of the
-  household is. The known gap: the first utterance of a speaker after someone else spoke is
+  household is. The "stream" is the relaying source (a named ``wyoming-proxy``): Home
+  Assistant opens a new connection for every command, so a connection has no previous
+  utterance. The known gap: the first utterance of a speaker after someone else spoke is
   judged by the previous speaker, so it passes clear (or is protected needlessly) until its
   own windows are attributed — the measuring side only knows who spoke once a window closed.
 
@@ -40,7 +42,7 @@ class ProtectionPolicy:
     alpha: Alpha
     rng: random.Random = field(default_factory=random.Random)
     enabled: bool = True  # the Home Assistant switch: off suspends protection
-    last_speaker: str | None = None
+    last_speakers: dict[str, str] = field(default_factory=dict)  # source name → track
     exceeded: set[str] = field(default_factory=set)
     on_change: Callable[[bool, str | None], None] | None = None  # protecting now, for whom
     protecting: bool = False
@@ -49,9 +51,10 @@ class ProtectionPolicy:
         if self.mode not in MODES:
             raise ValueError(f"protection mode {self.mode!r}: expected one of {', '.join(MODES)}")
 
-    def heard(self, speaker: str) -> None:
-        """A window of the stream was attributed to ``speaker`` (a track alias)."""
-        self.last_speaker = speaker
+    def heard(self, speaker: str, source: str = "") -> None:
+        """A window heard through ``source`` (its name; "" for the daemon's only source) was
+        attributed to ``speaker`` (a track alias)."""
+        self.last_speakers[source] = speaker
 
     def budget(self, speaker: str, state: str) -> None:
         """``speaker``'s budget state in the current period is now ``state``."""
@@ -64,21 +67,23 @@ class ProtectionPolicy:
         """Every budget starts afresh."""
         self.exceeded.clear()
 
-    def over_budget(self) -> str | None:
-        """Whose exceeded budget protects the next utterance (None: nobody's)."""
-        if self.last_speaker is not None:
-            return self.last_speaker if self.last_speaker in self.exceeded else None
+    def over_budget(self, source: str = "") -> str | None:
+        """Whose exceeded budget protects the next utterance through ``source`` (None:
+        nobody's)."""
+        last = self.last_speakers.get(source)
+        if last is not None:
+            return last if last in self.exceeded else None
         return min(self.exceeded) if self.exceeded else None
 
-    def decide(self) -> Decision:
-        """At an ``audio-start``: is this utterance anonymised, and with which α."""
+    def decide(self, source: str = "") -> Decision:
+        """At an ``audio-start`` on ``source``: is this utterance anonymised, with which α."""
         speaker = None
         if not self.enabled or self.mode == "off":
             protect = False
         elif self.mode == "always":
             protect = True
         else:
-            speaker = self.over_budget()
+            speaker = self.over_budget(source)
             protect = speaker is not None
         if protect != self.protecting:
             self.protecting = protect

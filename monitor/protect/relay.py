@@ -32,8 +32,9 @@ ChunkTransform = Callable[[Event, bytes], bytes]
 class UpstreamAnonymiser:
     """One connection's transform (see the module docstring)."""
 
-    def __init__(self, policy: ProtectionPolicy) -> None:
+    def __init__(self, policy: ProtectionPolicy, source: str = "") -> None:
         self.policy = policy
+        self.source = source  # the relaying source's name, whose last speaker decides
         self.stream: McAdamsStream | None = None  # None: this utterance passes clear
         self.format: tuple[int, int, int] | None = None  # rate, width, channels
         self._warned = False
@@ -54,7 +55,7 @@ class UpstreamAnonymiser:
         return raw
 
     def _start(self, start: AudioStart) -> None:
-        decision = self.policy.decide()
+        decision = self.policy.decide(self.source)
         self.stream, self.format = None, (start.rate, start.width, start.channels)
         if decision.alpha is None:
             return
@@ -85,6 +86,6 @@ class UpstreamAnonymiser:
         return encode_event(chunk.event())
 
 
-def transform_factory(policy: ProtectionPolicy) -> Callable[[], ChunkTransform]:
-    """A new :class:`UpstreamAnonymiser` per relay connection (state per connection)."""
-    return lambda: UpstreamAnonymiser(policy)
+def transform_factory(policy: ProtectionPolicy, source: str = "") -> Callable[[], ChunkTransform]:
+    """A new :class:`UpstreamAnonymiser` per connection of the relaying ``source`` (its name)."""
+    return lambda: UpstreamAnonymiser(policy, source)

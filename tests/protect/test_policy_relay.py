@@ -150,3 +150,22 @@ def test_an_unprotected_utterance_passes_byte_for_byte() -> None:
     ):
         raw = encode_event(event)
         assert transform(event, raw) == raw
+
+
+def test_several_sources_protection_needs_one_that_relays() -> None:
+    relay = f"kitchen={PROXY}"
+    config = load_config(None, [f"audio.sources=['{relay}', 'hall=mic']", "protect.mode='always'"])
+    assert config.protect.mode == "always"
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, ["audio.sources=['a=mic', 'b=mic:1']", "protect.mode='always'"])
+    assert caught.value.key == "protect.mode" and "not 'mic', 'mic:1'" in str(caught.value)
+
+
+def test_each_relaying_source_follows_its_own_last_speaker() -> None:
+    policy = ProtectionPolicy("exceeded", Alpha.fixed(0.8))
+    policy.budget("alice", "exceeded")
+    policy.heard("alice", "kitchen")
+    policy.heard("bob", "hall")
+    assert policy.decide("kitchen").speaker == "alice"
+    assert policy.decide("hall").alpha is None
+    assert policy.decide("garage").speaker == "alice"  # none heard there yet: any member

@@ -25,13 +25,8 @@ from typing import TYPE_CHECKING, Any
 import aiomqtt
 
 from monitor.daemon.events import DaemonEvent, DaemonStarted
-from monitor.daemon.exporters.mqtt import (
-    client_options,
-    connection_problem,
-    publish,
-    tls_context,
-    topics_for,
-)
+from monitor.daemon.exporters.connection import Reconnect, client_options, tls_context
+from monitor.daemon.exporters.mqtt import publish, topics_for
 from monitor.daemon.settings import MqttSettings
 from monitor.protect.policy import ProtectionPolicy
 
@@ -102,8 +97,14 @@ class ProtectionMqtt:
         self.topics = topics_for(mqtt, device_id)
         self.client_id = f"{mqtt.client_id or f'voxmeter-{device_id}'}-protect"
         self._tls = tls_context(mqtt)
-        self._rng = rng or random.Random()
         self._clock = clock
+        self._reconnect = Reconnect(
+            mqtt,
+            logger=logger,
+            label="protection switch, ",
+            rng=rng,
+            on_connection=self._set_connected,
+        )
         self._wake = asyncio.Event()
         self._alerts: list[dict[str, Any]] = []
         self._speaker: str | None = None
@@ -140,33 +141,28 @@ class ProtectionMqtt:
             self._started.set()
 
     async def run(self) -> None:
+        """After ``DaemonStarted``: connect and reconnect (``connection.Reconnect``, the policy
+        of every MQTT client of the daemon) until cancelled."""
         await self._started.wait()
-        s = self.mqtt
-        ceiling = s.reconnect_min_seconds
-        while True:
-            try:
-                async with aiomqtt.Client(
-                    **client_options(s, self._tls), identifier=self.client_id
-                ) as client:
-                    self.connected = True
-                    ceiling = s.reconnect_min_seconds
-                    await client.subscribe(command_topic(self.topics.prefix), qos=1)
-                    async with asyncio.TaskGroup() as tasks:
-                        tasks.create_task(self._commands(client))
-                        tasks.create_task(self._publisher(client))
-            except* aiomqtt.MqttError as group:
-                logger.log(
-                    logging.WARNING if self.connected else logging.INFO,
-                    "protection switch, MQTT broker %s:%d: %s",
-                    s.host,
-                    s.port,
-                    connection_problem(group.exceptions[0]),  # type: ignore[arg-type]
-                )
-            finally:
-                self.connected = False
-            delay = self._rng.uniform(s.reconnect_min_seconds, ceiling)
-            ceiling = min(s.reconnect_max_seconds, ceiling * 2)
-            await asyncio.sleep(delay)
+        await self._reconnect.run(self._client, self._session)
+
+    def _client(self) -> aiomqtt.Client:
+        return aiomqtt.Client(**client_options(self.mqtt, self._tls), identifier=self.client_id)
+
+    def _set_connected(self, connected: bool) -> None:
+        self.connected = connected
+
+    async def _session(self, client: aiomqtt.Client) -> None:
+        await client.subscribe(command_topic(self.topics.prefix), qos=1)
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self._commands(client), name="voxmeter.exporter.protect.commands")
+                tasks.create_task(self._publisher(client), name="voxmeter.exporter.protect.pub")
+        except ExceptionGroup as group:  # a lost broker fails both: hand Reconnect its error
+            lost, other = group.split(aiomqtt.MqttError)
+            if lost is None or other is not None:
+                raise
+            raise lost.exceptions[0] from group
 
     async def _commands(self, client: aiomqtt.Client) -> None:
         async for message in client.messages:
