@@ -216,8 +216,9 @@ class FeatureSettings:
     embedding: str = _setting(
         "ecapa",
         "embedding backend: ecapa (SpeechBrain ECAPA-TDNN), campplus (CAM++) or ge2e "
-        "(resemblyzer); must be the one the database was enrolled with",
-        _one_of("ecapa", "campplus", "ge2e"),
+        "(resemblyzer); ecapa-int8, campplus-int8: the same networks in static int8 (ONNX "
+        "Runtime, ~3x less CPU); must be the one the database was enrolled with",
+        _one_of("ecapa", "campplus", "ge2e", "ecapa-int8", "campplus-int8"),
     )
     runtime: str = _setting(
         "auto",
@@ -231,6 +232,8 @@ TRACKER_THRESHOLDS: dict[str, tuple[float, float]] = {
     "ecapa": (0.60, 0.50),
     "campplus": (0.60, 0.55),
     "ge2e": (0.75, 0.70),
+    "ecapa-int8": (0.60, 0.50),
+    "campplus-int8": (0.60, 0.55),
 }
 """(profile, cluster) cosine thresholds per embedding backend: cosines of different models live
 on different scales. Measured on 3 s windows of 12 corpus speakers (8 adults, 4 children)
