@@ -4,6 +4,7 @@ opens the source it names."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from monitor.audio.file import FileSource
@@ -83,10 +84,13 @@ def open_source(
     fast: bool = False,
     retry: Retry | None = None,
     zeroconf: bool = False,
+    channel: Path | None = None,
 ) -> AudioSource:
     """Build a source from its spelling; ``fast`` also unpaces files, ``retry`` (default: each
     source's own) sets a microphone's or Wyoming source's retries, ``zeroconf`` announces a
-    Wyoming server of ours (``wyoming-listen``, ``wyoming-proxy``) on mDNS."""
+    Wyoming server of ours (``wyoming-listen``, ``wyoming-proxy``) on mDNS; with ``channel`` (the
+    relay process's socket) a ``wyoming-proxy`` is relayed by ``voxmeter relay`` and measured
+    from there."""
     parsed = parse_source(spec) if isinstance(spec, str) else spec
     retries: dict[str, Any] = {}
     if retry is not None:
@@ -108,4 +112,6 @@ def open_source(
             return WyomingSource(endpoint, zeroconf=announce, **retries)
         case "wyoming-proxy":
             retries.pop("wait_for_device", None)  # an upstream down at start is an outage too
-            return WyomingProxySource(parse_proxy(parsed.text), zeroconf=zeroconf, **retries)
+            return WyomingProxySource(
+                parse_proxy(parsed.text), zeroconf=zeroconf, channel=channel, **retries
+            )
