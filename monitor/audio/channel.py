@@ -138,6 +138,7 @@ class ChannelServer:
     """Seconds of audio relayed but not handed to a measuring process, per source, since start."""
     subscribers: dict[str, _Subscriber] = field(default_factory=dict)
     _server: asyncio.AbstractServer | None = None
+    _handlers: set[asyncio.Task[None]] = field(default_factory=set)
 
     def tap(self, source: str) -> ChannelTap:
         """The tap of one source's proxy: what it relays goes to that source's subscriber."""
@@ -170,7 +171,9 @@ class ChannelServer:
         if self._server is not None:
             self._server.close()
             for subscriber in list(self.subscribers.values()):
-                subscriber.writer.close()
+                subscriber.writer.close()  # its handler reads the end and returns
+            if self._handlers:
+                await asyncio.wait(self._handlers, timeout=1.0)
             await self._server.wait_closed()
         with contextlib.suppress(OSError):
             self.path.unlink()
@@ -179,6 +182,9 @@ class ChannelServer:
         """A measuring process: its ``subscribe`` names the sources it measures; it gets the
         ``hello`` (the unmeasured seconds so far), then their audio until either side leaves."""
         names: list[str] = []
+        handler = asyncio.current_task()
+        if handler is not None:
+            self._handlers.add(handler)
         try:
             message = await asyncio.wait_for(read_message(reader), 10.0)
             if message is None or message[0].get("kind") != "subscribe":
@@ -203,6 +209,7 @@ class ChannelServer:
                 if mine is not None and mine.writer is writer:
                     del self.subscribers[name]
             writer.close()
+            self._handlers.discard(handler)  # type: ignore[arg-type]
             if names:
                 logger.warning(
                     "measuring process left: audio of %s is relayed unmeasured until it is back",
@@ -326,6 +333,7 @@ async def receive(
     tap: Tap,
     on_unmeasured: Callable[[float], None],
     *,
+    on_connected: Callable[[bool], None] = lambda connected: None,
     initial_seconds: float = 0.1,
     max_seconds: float = 2.0,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -333,8 +341,9 @@ async def receive(
 ) -> None:
     """Until cancelled: subscribe to ``source`` at the relay's socket ``path`` and hand its
     events to ``tap`` (each stream by its key); ``on_unmeasured`` gets the seconds the relay
-    could not hand over. A lost or refused connection is retried with random capped backoff;
-    the streams open then are ended."""
+    could not hand over; ``on_connected`` hears True at each ``hello``, False when the channel is
+    lost. A lost or refused connection is retried with random capped backoff; the streams open
+    then are ended."""
     rng = rng or random.Random()
     unmeasured = Unmeasured()
     relay = ""
@@ -357,6 +366,7 @@ async def receive(
                 kind = header["kind"]
                 if kind == "hello":
                     relay = str(header.get("relay", ""))
+                    on_connected(True)
                     seconds = float(header.get("unmeasured", {}).get(source, 0.0))
                 elif kind == "left":
                     key = keys.pop(str(header.get("stream")), None)
@@ -375,6 +385,7 @@ async def receive(
             problem = f"channel broken ({error})"
         finally:
             writer.close()
+            on_connected(False)
             for key in keys.values():
                 tap.left(key)
         logger.warning("relay channel %s: %s; reconnecting", path, problem)

@@ -143,6 +143,7 @@ class WyomingProxySource(ProxyServer):
         self.tap: SideTap = self.tap  # type: ignore[assignment]  # narrowed: the queue is read
         self.frame_ms = check_frame_ms(frame_ms)
         self.channel = channel
+        self.relay_connected = False  # with a channel: subscribed to the relay process now
         self._clock = clock
         self._closed: asyncio.Event | None = None
 
@@ -183,8 +184,12 @@ class WyomingProxySource(ProxyServer):
         def unmeasured(seconds: float) -> None:
             self.stats.dropped_seconds += seconds
 
+        def connected(now: bool) -> None:
+            self.relay_connected = now
+
         task = asyncio.get_running_loop().create_task(
-            receive(channel, self.name, self.tap, unmeasured), name="voxmeter.relay-channel"
+            receive(channel, self.name, self.tap, unmeasured, on_connected=connected),
+            name="voxmeter.relay-channel",
         )
         try:
             yield
