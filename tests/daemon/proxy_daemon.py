@@ -39,6 +39,16 @@ class ProxiedDaemon:
     summary: RunSummary | None = None  # once stopped
     relay: subprocess.Popen[bytes] | None = None  # the relay process, with relay=True
     relay_port: int = 0
+    relay_command: tuple[str, ...] = ()
+
+    async def kill_relay(self) -> None:
+        """SIGKILL the relay process and start it again at once (as systemd and the add-on
+        do); returns once it listens. The measuring side subscribes again by itself."""
+        assert self.relay is not None
+        self.relay.kill()
+        self.relay.wait()
+        self.relay = subprocess.Popen(self.relay_command, cwd=REPO)
+        await asyncio.to_thread(wait_for_port, self.relay_port, timeout_seconds=60)
 
     @property
     def port(self) -> int:
@@ -67,19 +77,19 @@ async def proxied_daemon(
     if relay:
         overrides.append(f"relay.socket={folder / 'relay.sock'}")
     config = load_config(None, overrides)
-    process = None
-    if relay:
-        arguments = [item for override in overrides for item in ("--set", override)]
-        process = subprocess.Popen(
-            [sys.executable, "-m", "monitor.cli", "relay", *arguments], cwd=REPO
-        )
-        await asyncio.to_thread(wait_for_port, port, timeout_seconds=60)
+    arguments = [item for override in overrides for item in ("--set", override)]
+    command = (sys.executable, "-m", "monitor.cli", "relay", *arguments)
+    daemon: ProxiedDaemon | None = None
+    process = subprocess.Popen(command, cwd=REPO) if relay else None
     try:
+        if process is not None:
+            await asyncio.to_thread(wait_for_port, port, timeout_seconds=60)
         async with _running(db, config, prepare) as daemon:
-            daemon.relay, daemon.relay_port = process, port
+            if process is not None:
+                daemon.relay, daemon.relay_port, daemon.relay_command = process, port, command
             yield daemon
     finally:
-        stop_process(process)
+        stop_process(daemon.relay if daemon is not None and daemon.relay else process)
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -47,7 +47,10 @@ def test_home_assistant_transcribes_through_the_proxy(
     db = daemon_db
     audio = speech(COMMAND)
 
+    after_relay_kill: list[Any] = []  # Home Assistant's run after the relay was SIGKILLed
+
     async def scenario() -> tuple[dict[str, Any], list[Any], str, list[bytearray], float]:
+        nonlocal after_relay_kill
         records: list[bytearray] = []
         server, upstream_port = await serve("asr", records=records)
         (direct,) = await talk(upstream_port, conversation(audio, Transcribe().event()))
@@ -63,6 +66,12 @@ def test_home_assistant_transcribes_through_the_proxy(
                 while pipeline.audio_seconds < audio.shape[0] / 16000 - 0.1:
                     await asyncio.sleep(0.1)
             measured = pipeline.audio_seconds
+            if relay:  # killed, the relay is back at once and Home Assistant uses it again
+                await daemon.kill_relay()
+                async with asyncio.timeout(60):
+                    while not daemon.source.relay_connected:
+                        await asyncio.sleep(0.05)
+                after_relay_kill = await blocking(ha.assist, stt, audio.astype("<i2").tobytes())
         await server.stop()
         return flow, events, str(direct.data["text"]), records, measured
 
@@ -74,6 +83,9 @@ def test_home_assistant_transcribes_through_the_proxy(
     (done,) = [e for e in events if e["type"] == "stt-end"]
     text = done["data"]["stt_output"]["text"]
     assert text == direct_text and direct_text.strip(), (text, direct_text)
+    if relay:
+        (again,) = [e for e in after_relay_kill if e["type"] == "stt-end"]
+        assert again["data"]["stt_output"]["text"] == direct_text, after_relay_kill
     # the upstream's only utterance since the direct one came through the proxy, all of it
     assert any(b"audio-stop" in r and len(r) > audio.nbytes for r in records), len(records)
     assert measured == pytest.approx(audio.shape[0] / 16000, abs=0.1)
