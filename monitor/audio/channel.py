@@ -12,13 +12,13 @@ audio per source ("unmeasured"), and the count travels to the measuring side in 
 that answers each subscription and in every chunk's message, so the measuring process exports
 what was lost while it was gone (``voxmeter_dropped_seconds_total``).
 
-A dropped chunk cuts its stream's utterance there: the relay sends a ``left`` marker (the
-measuring side ends the speaker's turn, so audio on either side of a gap is never glued into one
-window), and the stream's next chunk that fits opens a new utterance with a synthetic
-``audio-start`` in the chunk's format. Control messages (start, stop, left; no samples) are
-written while the buffer holds less than ``capacity_bytes`` + :data:`CONTROL_SLACK_BYTES`, so
-an utterance the measuring side saw begin is almost always seen to end, and the buffer is
-bounded all the same.
+A dropped chunk leaves a gap in its stream: the stream's next message says so (``gap``), and
+the measuring side ends the speaker's turn there (as for a drop of its own queue), so audio on
+either side of a gap is never glued into one window. Messages without samples (start, stop, the
+``left`` of a closed connection) may still be written while the buffer holds less than
+``capacity_bytes`` + :data:`CONTROL_SLACK_BYTES`, so turns and streams are seen to end, and the
+buffer is bounded all the same. A measuring process that subscribes mid-stream sees the stream
+begin with its next message.
 
 Wire format: per message an 8-byte header (big-endian lengths of the JSON header and of the
 payload), the JSON header, the payload (PCM samples, for chunks). Measuring side: :func:`receive`
@@ -42,12 +42,11 @@ import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from wyoming.event import Event
 
 from monitor.audio.retry import backoff_seconds
-from monitor.audio.wyoming_relay import Tap
 from monitor.audio.wyoming_wire import MAX_DATA_BYTES, MAX_PAYLOAD_BYTES, audio_seconds
 from monitor.errors import AudioDeviceError
 
@@ -222,8 +221,8 @@ class _Stream:
     """A relayed connection as the channel sees it."""
 
     key: str
-    subscriber: _Subscriber | None = None  # the one that saw its utterance open, if any
-    open: bool = False  # the subscriber has an utterance of it open
+    subscriber: _Subscriber | None = None  # the one its last message went to
+    gap: bool = False  # a message of it was dropped since the last that went
 
 
 class ChannelTap:
@@ -237,77 +236,59 @@ class ChannelTap:
         self._numbers = itertools.count(1)
         self._dropping = False  # logged once per run of drops
 
-    def _stream(self, who: object) -> _Stream:
-        stream = self._streams.get(who)
-        if stream is None:
-            stream = _Stream(f"{self.server.relay_id}.{next(self._numbers)}")
-            self._streams[who] = stream
-        return stream
-
     def offer(self, who: object, event: Event) -> None:
         if event.type not in _AUDIO:
             return
-        stream = self._stream(who)
-        subscriber = self.server.subscribers.get(self.source)
-        if subscriber is not None and subscriber.gone:
-            subscriber = None
-        if stream.subscriber is not subscriber:  # a new measuring process knows nothing of it
-            stream.subscriber, stream.open = subscriber, False
-        if event.type == "audio-chunk":
-            self._chunk(stream, subscriber, event)
-        elif event.type == "audio-start":
-            stream.open = subscriber is not None and self._control(stream, subscriber, event)
-        elif stream.open and subscriber is not None:  # audio-stop of an utterance it saw begin
-            self._control(stream, subscriber, event)
-            stream.open = False
+        stream = self._streams.get(who)
+        if stream is None:
+            stream = self._streams[who] = _Stream(f"{self.server.relay_id}.{next(self._numbers)}")
+        subscriber = self._subscriber()
+        if stream.subscriber is not subscriber:  # a new measuring process: a new stream to it
+            stream.subscriber, stream.gap = subscriber, False
+        chunk = event.type == "audio-chunk"
+        if subscriber is not None:
+            data = event.data if isinstance(event.data, dict) else {}
+            header = self._header(stream, "event")
+            header |= {"type": event.type, "data": data}
+            if stream.gap:
+                header["gap"] = True
+            if subscriber.send(encode(header, event.payload or b""), samples=chunk):
+                stream.gap = self._dropping = False
+                return
+            stream.gap = True
+        if chunk:
+            self.server.unmeasured[self.source] += audio_seconds(event)
+            if not self._dropping:
+                self._dropping = True
+                why = (
+                    "no measuring process" if subscriber is None else "the measuring side is behind"
+                )
+                logger.warning("%s: audio relayed unmeasured (%s)", self.source, why)
 
     def left(self, who: object) -> None:
         stream = self._streams.pop(who, None)
+        subscriber = self._subscriber()
+        if stream is not None and subscriber is not None and stream.subscriber is subscriber:
+            subscriber.send(encode(self._header(stream, "left")), samples=False)
+
+    def _subscriber(self) -> _Subscriber | None:
         subscriber = self.server.subscribers.get(self.source)
-        if stream is not None and stream.open and stream.subscriber is subscriber is not None:
-            self._control(stream, subscriber, None)
+        return None if subscriber is None or subscriber.gone else subscriber
 
-    def _chunk(self, stream: _Stream, subscriber: _Subscriber | None, event: Event) -> None:
-        payload = event.payload or b""
-        data = event.data if isinstance(event.data, dict) else {}
-        message = encode(self._header(stream, "event", event.type, data), payload)
-        if subscriber is not None and not stream.open:  # opens an utterance: start first
-            start = self._header(stream, "event", "audio-start", data)
-            fits = subscriber.waiting_bytes() + len(message) + 200 <= subscriber.capacity_bytes
-            stream.open = fits and subscriber.send(encode(start), samples=False)
-        if subscriber is not None and stream.open and subscriber.send(message, samples=True):
-            self._dropping = False
-            return
-        seconds = audio_seconds(event)
-        self.server.unmeasured[self.source] = self.server.unmeasured[self.source] + seconds
-        if subscriber is not None and stream.open:  # cut here: the turn ends at the gap
-            self._control(stream, subscriber, None)
-            stream.open = False
-        if not self._dropping:
-            self._dropping = True
-            why = "no measuring process" if subscriber is None else "the measuring side is behind"
-            logger.warning("%s: audio relayed unmeasured (%s)", self.source, why)
-
-    def _control(self, stream: _Stream, subscriber: _Subscriber, event: Event | None) -> bool:
-        """A message without samples: an event's start or stop, or (None) the ``left`` marker."""
-        if event is None:
-            header = self._header(stream, "left", "", {})
-        else:
-            data = event.data if isinstance(event.data, dict) else {}
-            header = self._header(stream, "event", event.type, data)
-        return subscriber.send(encode(header), samples=False)
-
-    def _header(
-        self, stream: _Stream, kind: str, type_: str, data: dict[str, Any]
-    ) -> dict[str, Any]:
-        header: dict[str, Any] = {"kind": kind, "source": self.source, "stream": stream.key}
-        if kind == "event":
-            header |= {"type": type_, "data": data}
-            header["unmeasured"] = self.server.unmeasured[self.source]
-        return header
+    def _header(self, stream: _Stream, kind: str) -> dict[str, Any]:
+        unmeasured = self.server.unmeasured[self.source]
+        return {"kind": kind, "source": self.source, "stream": stream.key, "unmeasured": unmeasured}
 
 
 # ---- the measuring side --------------------------------------------------------------------
+
+
+class Inbox(Protocol):
+    """What :func:`receive` feeds: :class:`~monitor.audio.wyoming_proxy.SideTap`."""
+
+    def offer(self, who: object, event: Event, *, gap: bool = False) -> None: ...
+
+    def left(self, who: object) -> None: ...
 
 
 class Unmeasured:
@@ -330,7 +311,7 @@ class Unmeasured:
 async def receive(
     path: Path,
     source: str,
-    tap: Tap,
+    tap: Inbox,
     on_unmeasured: Callable[[float], None],
     *,
     on_connected: Callable[[bool], None] = lambda connected: None,
@@ -372,11 +353,13 @@ async def receive(
                     key = keys.pop(str(header.get("stream")), None)
                     if key is not None:
                         tap.left(key)
-                    continue
+                    seconds = float(header.get("unmeasured", 0.0))
                 else:
                     key = keys.setdefault(str(header.get("stream")), str(header.get("stream")))
-                    data = header.get("data") or {}
-                    tap.offer(key, Event(str(header.get("type")), data, payload or None))
+                    event = Event(
+                        str(header.get("type")), header.get("data") or {}, payload or None
+                    )
+                    tap.offer(key, event, gap=bool(header.get("gap")))
                     seconds = float(header.get("unmeasured", 0.0))
                 if (new := unmeasured.update(relay, seconds)) > 0:
                     on_unmeasured(new)

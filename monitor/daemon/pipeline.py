@@ -39,8 +39,7 @@ from typing import Any, Protocol
 
 from monitor import __version__
 from monitor.audio.frames import AudioSource
-from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad
-from monitor.audio.windows import Windower
+from monitor.audio.vad import FrameVad
 from monitor.daemon.budget import BudgetMachine, period_start
 from monitor.daemon.config import tracker_settings, tracker_thresholds_for
 from monitor.daemon.events import (
@@ -53,12 +52,12 @@ from monitor.daemon.events import (
 )
 from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
 from monitor.daemon.exporters.mqtt import topics_for
-from monitor.daemon.incremental import IncrementalWindows
 from monitor.daemon.ledger import LedgerWriter, expired_on_restart, restored_track
 from monitor.daemon.measuring import MeasuringSupervisor, leaves
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
 from monitor.daemon.stages import PipelineStages, one_blas_thread
+from monitor.daemon.streams import measured_streams
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
 from monitor.daemon.turns import TurnSplitter
 from monitor.errors import VoxmeterError
@@ -108,7 +107,7 @@ class Pipeline(PipelineStages):
         profiles: Sequence[Any] = (),
         exporters: Sequence[Exporter] = (),
         device_id: str = "",
-        vad: FrameVad | None = None,
+        vad: Callable[[], FrameVad] | None = None,  # a detector per stream (tests)
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -121,28 +120,14 @@ class Pipeline(PipelineStages):
         self.device_id = device_id or socket.gethostname()
         self.clock = clock
         self.wall_clock = wall_clock
-        audio = config.audio
-        if vad is None:
-            if audio.vad == "silero":
-                vad = SileroVad(hangover_ms=audio.hangover_ms)
-            else:
-                vad = WebRtcVad(audio.vad_aggressiveness, hangover_ms=audio.hangover_ms)
-        self.vad = vad
-        self.windower = Windower(
-            audio.window_seconds,
-            turn_pause_seconds=audio.turn_pause_seconds,
-            min_window_seconds=audio.min_window_seconds,
-            tail_seconds=audio.tail_seconds,
-        )
         self.window_features = WindowFeatures(self.features)
         thresholds = tracker_thresholds_for(config, scorer.calibration)
         self.turns = TurnSplitter(
             self._embed, change_cosine=thresholds.change if thresholds else -1.0
         )
-        self.incremental = IncrementalWindows(
-            self.features, max_samples=self.windower.window_samples, turns=self.turns
-        )
-        self._feed_counted = 0.0  # incremental.feed_seconds already in _busy
+        # a VAD, windower and feature streams per stream (each source, each proxy client)
+        self.streams = measured_streams(config, self.features, self.turns, vad=vad, clock=clock)
+        self._feed_counted = 0.0  # streams.feed_seconds already in _busy
         self.tracker = SpeakerTracker(
             profiles,
             tracker_settings(config),
@@ -167,7 +152,6 @@ class Pipeline(PipelineStages):
         self.measuring = MeasuringSupervisor(
             restart=getattr(source, "relays", False), reset=self._reset_measuring, clock=clock
         )
-        self._feeder: ThreadPoolExecutor | None = None
         self._next_index = 0  # the next window's number since start (ClosedWindow.index)
         self._stop = asyncio.Event()
         self._stop_reason = ""
@@ -278,15 +262,12 @@ class Pipeline(PipelineStages):
                 ("ledger", self._ledger_stage()),
             ]
 
-        self._feeder = feeder
         return self.measuring.run(stages)
 
     async def _reset_measuring(self) -> None:
-        """After a failure: the speech held by the VAD, the windower and the streams is lost."""
-        self.vad.reset()
-        self.windower.reset()
-        if self._feeder is not None:  # in order, after every chunk handed to it before
-            await asyncio.get_running_loop().run_in_executor(self._feeder, self.incremental.reset)
+        """After a failure: the speech held by every stream's VAD, windower and features is
+        lost (their state is made afresh on their next frame)."""
+        self.streams.reset()
 
     async def _supervise(self) -> None:
         duration = self.config.daemon.duration_seconds
@@ -340,7 +321,7 @@ class Pipeline(PipelineStages):
         started_unix = self.wall_clock()
         self._check_budget()
         await loop.run_in_executor(executor, self.window_features.warm_up)
-        await loop.run_in_executor(feeder, self.incremental.warm_up)
+        await loop.run_in_executor(feeder, self.streams.parts()[2].warm_up)
         startup = self.restore()
         opening = DaemonStarted(
             device_id=self.device_id,

@@ -11,10 +11,11 @@ subscribes again, learns the count and resumes from its ledger.
 
 This process imports no numpy, ONNX Runtime, torch or pocketsphinx (tests/daemon/
 test_relay_process.py checks ``sys.modules``), keeps the default priority and holds ~30 MB.
-It reads its few keys of config.toml itself — ``daemon.source`` (the ``wyoming-proxy://``
-sources), ``[relay]``, ``wyoming.zeroconf``, ``audio.retry_min_seconds`` /
-``retry_max_seconds`` (upstream probes) and ``[logging]`` — since the daemon's loader checks
-every key with the measuring modules; ``voxmeter run`` checks the whole file.
+It reads its few keys of config.toml itself — ``audio.sources`` or else ``daemon.source`` (the
+``wyoming-proxy://`` ones; the other sources are the measuring process's), ``[relay]``,
+``wyoming.zeroconf``, ``audio.retry_min_seconds`` / ``retry_max_seconds`` (upstream probes)
+and ``[logging]`` — since the daemon's loader checks every key with the measuring modules;
+``voxmeter run`` checks the whole file.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class RelayConfig:
 
 _KEYS: dict[str, tuple[type, ...]] = {
     "daemon.source": (str,),
+    "audio.sources": (list,),
     "relay.socket": (str,),
     "relay.channel_bytes": (int,),
     "wyoming.zeroconf": (bool,),
@@ -77,6 +79,13 @@ def _override(item: str) -> tuple[str, Any]:
     except tomllib.TOMLDecodeError:
         value = text.strip()
     return key.strip(), value
+
+
+def _without_name(spec: str) -> str:
+    """``kitchen=wyoming-proxy://…`` → ``wyoming-proxy://…`` (names are the measuring side's:
+    the channel knows a source by its spec, monitor/audio/spec.py by its name)."""
+    head, equals, rest = spec.partition("=")
+    return rest if equals and not any(c in head for c in ":/") else spec
 
 
 def load_relay_config(path: Path | None = None, overrides: Sequence[str] = ()) -> RelayConfig:
@@ -103,15 +112,15 @@ def load_relay_config(path: Path | None = None, overrides: Sequence[str] = ()) -
     socket = str(values.get("relay.socket", ""))
     if not socket.startswith("/"):
         raise ConfigError("relay.socket", "must be set (an absolute path) for voxmeter relay")
-    source = str(values.get("daemon.source", ""))
-    if not source.startswith(f"{SCHEME}://"):
-        raise ConfigError(
-            "daemon.source", f"voxmeter relay relays a {SCHEME}:// source, got {source!r}"
-        )
+    sources = values.get("audio.sources") or [values.get("daemon.source", "")]
+    key = "audio.sources" if values.get("audio.sources") else "daemon.source"
+    specs = [_without_name(str(spec)) for spec in sources]
     try:
-        proxies = (parse_proxy(source),)
+        proxies = tuple(parse_proxy(spec) for spec in specs if spec.startswith(f"{SCHEME}://"))
     except InputError as error:
-        raise ConfigError("daemon.source", error.problem) from None
+        raise ConfigError(key, error.problem) from None
+    if not proxies:
+        raise ConfigError(key, f"voxmeter relay relays {SCHEME}:// sources, got {sources!r}")
     config = RelayConfig(
         proxies,
         Path(socket),

@@ -92,6 +92,17 @@ def test_relay_config_reads_its_keys_of_the_daemons_file(tmp_path: Path) -> None
     assert (proxy.port, proxy.upstream_host, proxy.upstream_port) == (10555, "whisper", 10300)
     assert (loaded.socket, loaded.channel_bytes) == (Path("/run/voxmeter/relay.sock"), 65536)
     assert (loaded.zeroconf, loaded.format) == (False, "json")
+    named = load_relay_config(
+        config,
+        [
+            'audio.sources=["kitchen=wyoming-proxy://0.0.0.0:10301?upstream=tcp://w:10300", '
+            '"mic", "hall=wyoming-proxy://0.0.0.0:10401?upstream=tcp://ww:10400"]'
+        ],
+    )  # several sources: the relay serves the proxies, known by their specs without the names
+    assert [str(p) for p in named.proxies] == [
+        "wyoming-proxy://0.0.0.0:10301?upstream=tcp://w:10300",
+        "wyoming-proxy://0.0.0.0:10401?upstream=tcp://ww:10400",
+    ]
     with pytest.raises(ConfigError, match=r"relay\.channel_bytes"):
         load_relay_config(config, ["relay.channel_bytes=true"])
     with pytest.raises(ConfigError, match=r"wyoming\.zeroconf"):

@@ -125,7 +125,7 @@ def test_through_the_proxy_each_command_ends_its_window_at_audio_stop(
             sent = sum(c.shape[0] for c in commands) / 16000
             pipeline = daemon.pipeline
             async with asyncio.timeout(300):
-                while pipeline.vad.frames_total * 0.03 < sent - 0.03 or pipeline._windows < 1:
+                while pipeline.streams.frames_total * 0.03 < sent - 0.03 or pipeline._windows < 1:
                     await asyncio.sleep(0.1)
         await server.stop()
         return daemon.summary, texts
