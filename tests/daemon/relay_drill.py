@@ -55,6 +55,8 @@ class Drill:
     windows_final: int = 0
     back_seconds: list[float] = field(default_factory=list)  # kill → a new window in the ledger
     subscribed_seconds: list[float] = field(default_factory=list)  # kill → subscribed again
+    back_cpu_seconds: list[float] = field(default_factory=list)  # the new process's CPU time
+    # from its start until it scored again: what its start costs whatever the machine's load
     relay_listening_seconds: float = 0.0  # relay SIGKILL → listening again (started at once)
     relay_resubscribed_seconds: float = 0.0  # relay SIGKILL → the measuring side subscribed
     integrity: str = ""
@@ -72,6 +74,12 @@ def _rows(db: Path, query: str) -> list[Any]:
 
 def windows(db: Path) -> int:
     return int(_rows(db, "SELECT count(*) FROM ledger_windows")[0][0])
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_kib(pid: int) -> int:
@@ -241,6 +249,8 @@ async def _kill_measuring(
         subscribed_again.set()
         await _until(lambda: windows(db) > after, "a window scored after the restart")
         drill.back_seconds.append(time.monotonic() - killed)
+        assert processes.measuring is not None
+        drill.back_cpu_seconds.append(_cpu_seconds(processes.measuring.pid))
 
     return asyncio.get_running_loop().create_task(back())
 

@@ -44,7 +44,8 @@ def test_the_relay_survives_two_sigkills_of_the_measuring_process(
     drill = asyncio.run(run_drill(tmp_path, daemon_db, commands(daemon_corpus)))
     print(
         f"drill: back (scoring) {[round(s, 1) for s in drill.back_seconds]} s after each kill, "
-        f"subscribed {[round(s, 1) for s in drill.subscribed_seconds]} s; relay listening "
+        f"subscribed {[round(s, 1) for s in drill.subscribed_seconds]} s, its CPU until "
+        f"then {[round(s, 2) for s in drill.back_cpu_seconds]} s; relay listening "
         f"{drill.relay_listening_seconds:.2f} s after its kill; relay RSS "
         f"{drill.relay_rss_kib / 1024:.1f} MB; {drill.windows_final} windows, "
         f"{len(drill.alert_seqs)} alerts"
