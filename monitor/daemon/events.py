@@ -189,6 +189,8 @@ class PipelineStats:
     tracks: int  # active tracks
     at_unix: float
     measuring_restarts: int = 0  # failures of the measuring side survived (relays only)
+    shed_seconds: Mapping[str, float] = field(default_factory=dict)  # feature → speech shed
+    lag_seconds: float = 0.0  # how far the measuring side is behind live audio now
     sources: Mapping[str, SourceCounts] = field(default_factory=dict)  # named source → totals
 
 

@@ -435,6 +435,25 @@ class HomeAssistantSettings:
 
 
 @dataclass(frozen=True)
+class LoadSettings:
+    """When the device is busy: the measuring threads' priority and what is shed (issue 27)."""
+
+    measuring_priority: str = _setting(
+        "idle",
+        "CPU priority of the measuring threads on live audio: idle (SCHED_IDLE: only spare "
+        "CPU), nice (nice 19) or normal; the relay of a Wyoming proxy, and a fast replay, keep "
+        "normal priority",
+        _one_of("idle", "nice", "normal"),
+    )
+    shed_lag_seconds: float = _setting(
+        1.0,
+        "measuring this far behind live audio sheds phone decoding, twice this the turn "
+        "splitting too (never the embedding); below half, measuring resumes; 0 = never shed",
+        _non_negative,
+    )
+
+
+@dataclass(frozen=True)
 class Config:
     """All settings of ``voxmeter run``; one attribute per config.toml section."""
 
@@ -451,6 +470,7 @@ class Config:
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     homeassistant: HomeAssistantSettings = field(default_factory=HomeAssistantSettings)
+    load: LoadSettings = field(default_factory=LoadSettings)
 
 
 SECTIONS: dict[str, type] = {f.name: f.default_factory for f in fields(Config)}  # type: ignore[misc]

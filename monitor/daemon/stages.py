@@ -36,6 +36,7 @@ from monitor.daemon.ledger import LedgerWriter
 from monitor.daemon.measuring import MeasuringSupervisor
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
+from monitor.daemon.shedding import LoadShedder
 from monitor.daemon.streams import Streams, StreamState, named_stats
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
 from monitor.daemon.turns import TurnSplitter
@@ -66,6 +67,7 @@ class PipelineStages:
     ledger: LedgerWriter
     queues: dict[str, asyncio.Queue[Any]]
     measuring: MeasuringSupervisor
+    shedder: LoadShedder
     audio_seconds: float
     last: dict[str, Figures]
     _feed_counted: float
@@ -138,6 +140,7 @@ class PipelineStages:
         for chunk in chunks:
             closed = self._process_chunk(state, chunk, feeder)
             # features work on the speech as it arrives, in order, on the feeder thread
+            self.shedder.submitted()
             loop.run_in_executor(feeder, state.incremental.feed, chunk.samples)
             windows += closed
         if ends:  # the turn ends with the utterance/stream
@@ -152,6 +155,7 @@ class PipelineStages:
                 index, self._next_index = self._next_index, self._next_index + 1
                 self.streams.closed(state)
                 closed_at = (self.clock(), self.wall_clock())
+                self.shedder.window_closed(closed_at[0])
                 await out.put(ClosedWindow(index, piece, *closed_at, stream=state.key))
 
     async def _split(
@@ -165,6 +169,9 @@ class PipelineStages:
         feeder, after every chunk fed before it closed) where the feeder holds them."""
         loop = asyncio.get_running_loop()
         if not self.turns.active or self.turns.parts(window) < 2:
+            return [window]
+        if self.shedder.sheds("turns"):  # lagging: the window is scored whole
+            self.shedder.count("turns", window.speech_seconds)
             return [window]
         incremental = state.incremental
         if incremental.parts is None:
@@ -216,6 +223,7 @@ class PipelineStages:
                 *(loop.run_in_executor(executor, streams[n].finish) for n in names)
             )
             spent = self.clock() - started
+            self.shedder.window_done()
             fed_total = self.streams.feed_seconds
             fed, self._feed_counted = fed_total - self._feed_counted, fed_total
             self._busy["features"] += spent + fed
@@ -343,6 +351,8 @@ class PipelineStages:
             tracks=len(self.track_scorer.tracks),
             at_unix=self.wall_clock(),
             measuring_restarts=self.measuring.restarts,
+            shed_seconds=dict(self.shedder.shed_seconds),
+            lag_seconds=self.shedder.lag_seconds,
             sources=self.streams.counts(named_stats(self.source, self.streams.default_source)),
         )
 
@@ -350,6 +360,7 @@ class PipelineStages:
         interval = self.config.daemon.stats_interval_seconds
         while True:
             await asyncio.sleep(interval)
+            self.shedder.update()  # an idle daemon leaves shedding
             for event in self.tracker.expire():
                 await self.queues["tracked"].put(event)
             with contextlib.suppress(asyncio.QueueFull):
