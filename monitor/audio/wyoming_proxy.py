@@ -42,6 +42,7 @@ from monitor.audio.wyoming import FrameDecoder
 from monitor.audio.wyoming_relay import (
     SCHEME,
     VIA,
+    ChunkTransform,
     ProxyEndpoint,
     ProxyServer,
     annotate_info,
@@ -130,7 +131,9 @@ class SideTap:
 
 class WyomingProxySource(ProxyServer):
     """Frames of the audio relayed through a Wyoming proxy (see the module docstring); with
-    ``channel`` (the relay process's socket) the relay is not served here but subscribed to."""
+    ``channel`` (the relay process's socket) the relay is not served here but subscribed to.
+    ``transform``: what the in-process relay does to each chunk on its way upstream
+    (:data:`~monitor.audio.wyoming_relay.ChunkTransform`; the relay process takes its own)."""
 
     relays = True
     """A failure of the measuring side must not end the daemon, and with it the relay
@@ -146,6 +149,7 @@ class WyomingProxySource(ProxyServer):
         tap_events: int = 512,
         zeroconf: bool = False,
         channel: Path | None = None,
+        transform: ChunkTransform | None = None,
         sleep: Sleep = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
@@ -158,6 +162,7 @@ class WyomingProxySource(ProxyServer):
             backoff_initial_seconds=backoff_initial_seconds,
             backoff_max_seconds=backoff_max_seconds,
             zeroconf=zeroconf,
+            transform=transform,
             sleep=sleep,
             rng=rng,
         )
