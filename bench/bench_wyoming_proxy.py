@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -158,6 +159,7 @@ async def proxy(
     finally:
         process.terminate()
         process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 async def run(count: int, layout: str = "inprocess") -> dict[str, Any]:
