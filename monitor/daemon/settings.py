@@ -205,6 +205,34 @@ class WyomingSettings:
     )
 
 
+def _socket_path(value: str) -> str | None:
+    """A Unix socket's path: absolute, and short enough for ``sun_path`` (108 bytes)."""
+    if not value:
+        return None
+    if not value.startswith("/") or len(value.encode()) > 100:
+        return "must be empty or an absolute path of at most 100 bytes"
+    return None
+
+
+@dataclass(frozen=True)
+class RelaySettings:
+    """The relay in a process of its own (``voxmeter relay``): the Wyoming proxies there, the
+    measuring side in ``voxmeter run``, one local channel between them."""
+
+    socket: str = _setting(
+        "",
+        "Unix socket of the channel from voxmeter relay to voxmeter run; empty = the proxy "
+        "relays inside voxmeter run",
+        _socket_path,
+    )
+    channel_bytes: int = _setting(
+        1048576,
+        "audio that may wait for the measuring process (bytes; 1 MiB = 33 s of 16 kHz speech); "
+        "beyond it, or with no measuring process, audio is relayed unmeasured and counted",
+        _positive,
+    )
+
+
 @dataclass(frozen=True)
 class FeatureSettings:
     """Which extractors run on every window."""
@@ -461,6 +489,7 @@ class Config:
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
     audio: AudioSettings = field(default_factory=AudioSettings)
     wyoming: WyomingSettings = field(default_factory=WyomingSettings)
+    relay: RelaySettings = field(default_factory=RelaySettings)
     features: FeatureSettings = field(default_factory=FeatureSettings)
     tracker: TrackerSettings = field(default_factory=TrackerSettings)
     scorer: ScorerSettings = field(default_factory=ScorerSettings)
