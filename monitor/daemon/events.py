@@ -171,6 +171,7 @@ class PipelineStats:
     tracks: int  # active tracks
     at_unix: float
     measuring_restarts: int = 0  # failures of the measuring side survived (relays only)
+    unattributed_seconds: float = 0.0  # speech of windows the tracker gave to no track
 
 
 @dataclass(frozen=True)

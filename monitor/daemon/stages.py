@@ -299,6 +299,7 @@ class PipelineStages:
             tracks=len(self.track_scorer.tracks),
             at_unix=self.wall_clock(),
             measuring_restarts=self.measuring.restarts,
+            unattributed_seconds=self.tracker.skipped_seconds,
         )
 
     async def _stats_stage(self) -> None:

@@ -110,6 +110,11 @@ class Metrics:
             "Seconds of audio lost before scoring: a full queue, a gap in the input, a chunk "
             "that could not be decoded, a second Wyoming client.",
         )
+        self.unattributed_seconds = counter(
+            "voxmeter_unattributed_speech_seconds",
+            "Seconds of speech in windows the tracker gave to no one (two voices, near a member "
+            "but not close enough, too short to open a track): counted, never in a figure.",
+        )
         self.stage_seconds = Histogram(
             "voxmeter_stage_seconds",
             "Processing time of one item by one pipeline stage.",
@@ -367,6 +372,8 @@ class PrometheusExporter:
         m.audio_seconds.inc(max(0.0, event.audio_seconds - (last.audio_seconds if last else 0.0)))
         dropped_before = last.dropped_seconds if last else 0.0
         m.audio_dropped_seconds.inc(max(0.0, event.dropped_seconds - dropped_before))
+        unattributed_before = last.unattributed_seconds if last else 0.0
+        m.unattributed_seconds.inc(max(0.0, event.unattributed_seconds - unattributed_before))
         previous_errors = last.audio_device_errors if last else 0
         m.audio_device_errors.inc(max(0, event.audio_device_errors - previous_errors))
         previous_restarts = last.measuring_restarts if last else 0
