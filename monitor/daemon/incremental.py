@@ -26,6 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from monitor.audio.frames import RATE_HZ
+from monitor.daemon.shedding import AbsentStream, LoadShedder
 from monitor.daemon.turns import EarlyParts, TurnSplitter
 from monitor.features.base import BufferedStream, Feature, FeatureStream, open_stream
 
@@ -48,6 +49,7 @@ class IncrementalWindows:
         max_samples: int,
         block_samples: int = 4000,
         turns: TurnSplitter | None = None,
+        shedder: LoadShedder | None = None,
     ) -> None:
         self.features = dict(features)
         self.max_samples = max_samples  # the windower's full window: never fed beyond
@@ -67,6 +69,8 @@ class IncrementalWindows:
         self.feed_seconds = 0.0  # thread CPU spent feeding (the daemon's busy share)
         # the turn splitter's part embeddings, while the window fills (None: no splitter)
         self.parts = EarlyParts(turns) if turns is not None and turns.active else None
+        self.shedder = shedder  # under load: phone decoding, then the part embeddings, shed
+        self._shed: set[str] = set()  # features shed in the window being filled
 
     def warm_up(self) -> None:
         """Two streams of every feature opened and finished now, so that the pools behind them
@@ -90,6 +94,8 @@ class IncrementalWindows:
         except Exception as error:
             self._error = error
         self.feed_seconds += time.thread_time() - started
+        if self.shedder is not None:
+            self.shedder.processed()
 
     def close_window(self) -> None:
         """The windower closed the window being filled (a turn ended early): what was fed is
@@ -103,7 +109,7 @@ class IncrementalWindows:
         """The windower dropped the speech it held (a turn too short to score): so do we,
         unless a closed window still waits for :meth:`take` (it checks what it gets)."""
         if self._count < self._cap:
-            self._streams, self._fed, self._count = None, [], 0
+            self._streams, self._fed, self._count, self._shed = None, [], 0, set()
             self._unfed, self._unfed_count = [], 0
             if self.parts is not None:
                 self.parts.reset()
@@ -113,7 +119,7 @@ class IncrementalWindows:
         one, :mod:`monitor.daemon.measuring`); the counters are kept."""
         self._streams, self._fed, self._count, self._spill = None, [], 0, []
         self._unfed, self._unfed_count, self._cap = [], 0, self.max_samples
-        self._error = None
+        self._error, self._shed = None, set()
         if self.parts is not None:
             self.parts.reset()
 
@@ -127,7 +133,7 @@ class IncrementalWindows:
             self._unfed_count += head.shape[0]
             if push and self._unfed_count >= self.block_samples:
                 self._push()
-            if push and self.parts is not None:
+            if push and self.parts is not None and not self._sheds("turns"):
                 self.parts.advance(self._fed, self._count)
         if rest.shape[0]:
             self._spill.append(rest)
@@ -138,10 +144,19 @@ class IncrementalWindows:
             return
         block = np.concatenate(self._unfed)
         if self._streams is None:
-            self._streams = {n: open_stream(f, RATE_HZ) for n, f in self.features.items()}
-        for stream in self._streams.values():
-            stream.feed(block)
+            self._shed |= {n for n in self.features if self._sheds(n)}
+            self._streams = {
+                n: open_stream(f, RATE_HZ) for n, f in self.features.items() if n not in self._shed
+            }
+        for name, stream in self._streams.items():
+            if name not in self._shed and self._sheds(name):
+                self._shed.add(name)  # shed from here: this window's stream is incomplete
+            if name not in self._shed:
+                stream.feed(block)
         self._unfed, self._unfed_count = [], 0
+
+    def _sheds(self, feature: str) -> bool:
+        return self.shedder is not None and self.shedder.sheds(feature)
 
     def part_vectors(self, window: np.ndarray) -> np.ndarray:
         """(P, D) embeddings of the parts of ``window`` (just closed, not yet taken) for the
@@ -174,10 +189,21 @@ class IncrementalWindows:
             self.streamed += 1
         else:
             streams = {}
+            self._shed = {name for name in self.features if self._sheds(name)}
             for name, feature in self.features.items():
-                streams[name] = BufferedStream(feature, RATE_HZ)
-                streams[name].feed(window)
+                if name not in self._shed:
+                    streams[name] = BufferedStream(feature, RATE_HZ)
+                    streams[name].feed(window)
             self.fallbacks += 1
+        for name in self._shed:  # absent, not invented: no counts, 0 s (module shedding)
+            abandoned = streams.pop(name, None)
+            if abandoned is not None:
+                abandoned.finish()  # its decoder goes back to the pool
+            streams[name] = AbsentStream(self.features[name])
+            if self.shedder is not None:
+                self.shedder.count(name, n / RATE_HZ)
+        streams = {name: streams[name] for name in self.features}
+        self._shed = set()
         self._streams, self._fed, self._count, self._spill = None, [], 0, []
         self._unfed, self._unfed_count, self._cap = [], 0, self.max_samples
         if self.parts is not None:
