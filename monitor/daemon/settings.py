@@ -39,6 +39,10 @@ def _fraction(value: float) -> str | None:
     return None if 0 < value < 1 else "must be between 0 and 1 (exclusive)"
 
 
+def _share(value: float) -> str | None:
+    return None if 0 <= value < 1 else "must be in [0, 1)"
+
+
 def _window_length(value: float) -> str | None:
     """A window's audio is held until it closes, and a window shorter than half a second gives
     features next to nothing: 0.5..60 s (the calibration's buckets are 3, 6 and 12 s)."""
@@ -319,6 +323,26 @@ class TrackerSettings:
     )
     max_unknown_tracks: int = _setting(
         16, "active unknown-N tracks kept (oldest expires)", _positive
+    )
+    adapt_weight: float = _setting(
+        0.3,
+        "most a member's adapted profile may lean on the room's windows (the rest is the "
+        "enrolment); 0 = members' profiles never adapt",
+        _share,
+    )
+    adapt_seconds: float = _setting(
+        60.0,
+        "speech of confident windows at which the room's share is half of adapt_weight",
+        _positive,
+    )
+    adapt_margin: float = _setting(
+        0.05,
+        "a window teaches a member's adapted profile only this far (cosine) above the member "
+        "threshold on the enrolled profile, and above every other profile and unknown track",
+        _non_negative,
+    )
+    adapt_drift: float = _setting(
+        0.95, "an adapted profile never falls below this cosine to the enrolled one", _cosine
     )
 
 
