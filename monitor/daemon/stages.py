@@ -88,8 +88,8 @@ class PipelineStages:
 
     async def _vad_stage(self, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor) -> None:
         """Frames → speech → windows that hold one voice: cut at a turn pause or an utterance's
-        end by the windower, then at a change of speaker found on the embeddings of their parts
-        (computed on the feeder while the window fills); the speech also goes, as it arrives,
+        end by the windower, then at a change of speaker found on their filterbank frames (and
+        the embeddings of two parts where that is uncertain); the speech also goes, as it arrives,
         to the incremental features."""
         inbox, out = self.queues["frames"], self.queues["windows"]
         loop = asyncio.get_running_loop()
@@ -122,15 +122,15 @@ class PipelineStages:
     async def _split(
         self, window: SpeechWindow, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor
     ) -> list[SpeechWindow]:
-        """``window`` cut at changes of speaker: its parts embedded while it filled (on the
-        feeder, after every chunk fed before it closed) where the feeder holds them."""
+        """``window`` cut at changes of speaker, scored on the filterbank frames its embedding
+        stream computed while it filled (on the feeder, after every chunk fed before it
+        closed); parts are embedded only where the score is uncertain."""
         loop = asyncio.get_running_loop()
         if not self.turns.active or self.turns.parts(window) < 2:
             return [window]
-        if self.incremental.parts is None:
+        if self.incremental.turns is None:
             return await loop.run_in_executor(executor, self.turns.split, window)
-        vectors = await loop.run_in_executor(feeder, self.incremental.part_vectors, window.samples)
-        return self.turns.split(window, vectors)
+        return await loop.run_in_executor(feeder, self.incremental.split, window)
 
     def _process_chunk(self, chunk: SpeechChunk, feeder: ThreadPoolExecutor) -> list[SpeechWindow]:
         """The windower's windows for ``chunk``; a turn it ended before the chunk (at a pause)
