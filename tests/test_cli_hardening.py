@@ -417,3 +417,54 @@ def test_a_database_path_naming_a_pipe_is_one_line(tmp_path: Path, command: list
     args = [a.replace("CORPUS", str(tmp_path / "c")) for a in command]
     one_error_line(runner.invoke(app, [*args, "--db", str(pipe)]), "not a regular file")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "v.db"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["enroll", "CORPUS", "--features", "f0"],
+        ["calibrate", "CORPUS", "--out", "OUT/c.json", "--features", "f0"],
+        ["status"],
+        ["db", "list"],
+        ["db", "show", "someone"],
+        ["db", "remove", "someone"],
+        ["db", "check"],
+        ["db", "recover", "OUT/r.db"],
+        ["run", "--source", "file:CORPUS/spk/a.wav", "--set", "prometheus.enabled=false"],
+    ],
+)
+def test_a_dangling_database_symlink_is_one_line_and_nothing_is_created(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """``enroll --db LINK`` with LINK pointing nowhere retried O_EXCL creation until a
+    RecursionError (9,845 lines) and then removed the user's link: through the real entry
+    point, every command that takes --db says so in one line, exit 2, and leaves the folder,
+    the link and its missing target as they were."""
+    (tmp_path / "c" / "spk").mkdir(parents=True)
+    sf.write(tmp_path / "c" / "spk" / "a.wav", np.zeros(16000, dtype=np.float32), 16000)
+    (tmp_path / "out").mkdir()
+    link = tmp_path / "v.db"
+    link.symlink_to(tmp_path / "gone" / "..." / "v.db")
+    (tmp_path / "w.db").symlink_to(tmp_path / "missing.db")  # target's folder exists
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    checkout = DEFAULT_PATH.parents[3]
+    for db in (link, tmp_path / "w.db"):
+        args = [
+            a.replace("CORPUS", str(tmp_path / "c")).replace("OUT", str(tmp_path / "out"))
+            for a in command
+        ]
+        done = subprocess.run(
+            [sys.executable, "-c", "import sys; from monitor.cli import main; sys.exit(main())",
+             *args, "--db", str(db), "--cache", str(tmp_path / "cache")] if command[0] in
+            ("enroll", "calibrate") else
+            [sys.executable, "-c", "import sys; from monitor.cli import main; sys.exit(main())",
+             *args, "--db", str(db)],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(checkout)},
+        )  # fmt: skip
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in done.stderr, lines
+        assert f"{db}: a symbolic link to" in lines[0] and "does not exist" in lines[0], lines
+        assert sorted(p.name for p in tmp_path.rglob("*")) == before
+        assert db.is_symlink()

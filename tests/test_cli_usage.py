@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +28,12 @@ def voxmeter(*args: str) -> subprocess.CompletedProcess[str]:
         (("score", "--matrix"), "--matrix"),
         # one torch process per file of a corpus would exhaust a machine: capped per CPU
         (("enroll", ".", "--db", "x.db", "--jobs", "10000"), "'--jobs'"),
+        # typer parses its number options with pydantic, ASCII digits only: int("٢") is 2
+        (("enroll", ".", "--db", "x.db", "--jobs", "٢"), "'--jobs'"),
+        (("enroll", ".", "--db", "x.db", "--utterances", "٣"), "'--utterances'"),
+        (("compose", "--epsilon", "١", "--delta", "1e-5", "--steps", "10"), "'--epsilon'"),
+        (("status", "--interval", "٢"), "'--interval'"),
+        (("run", "--duration", "٥"), "'--duration'"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(args: tuple[str, ...], expected: str) -> None:
@@ -41,3 +48,27 @@ def test_help_and_version_still_exit_0() -> None:
     assert voxmeter("--version").stdout.strip().startswith("voxmeter ")
     result = voxmeter("compose", "--help")
     assert result.returncode == 0 and "--epsilon" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("sources", "expected"),
+    [
+        (("kitchen=mic", "kitchen=stdin"), "'audio.sources': two sources are named 'kitchen'"),
+        (
+            (
+                "a=wyoming-proxy://127.0.0.1:10390?upstream=tcp://127.0.0.1:10300",
+                "b=wyoming-listen://127.0.0.1:10390",
+            ),
+            "'audio.sources': port 10390 is served by two sources (a and b)",
+        ),
+        (("living room=mic",), "'daemon.source': bad source name 'living room'"),
+    ],
+)
+def test_several_sources_bad_input_is_one_line_before_anything_starts(
+    tmp_path: Path, sources: tuple[str, ...], expected: str
+) -> None:
+    args = [arg for source in sources for arg in ("--source", source)]
+    result = voxmeter("run", "--db", f"{tmp_path}/none.db", *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], result.stderr

@@ -12,7 +12,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import soxr
@@ -39,6 +39,22 @@ def check_rate(source: str, rate_hz: int) -> int:
     return rate_hz
 
 
+class StreamKey(NamedTuple):
+    """Which stream a frame belongs to: the source's name and, for a source that serves several
+    clients at once (the Wyoming proxy: one stream per satellite connection), the connection.
+    The daemon keeps a VAD, a windower and feature streams per key (monitor/daemon/streams.py)."""
+
+    source: str = ""
+    """The source's name (``kitchen=wyoming-proxy://…``); "" = the daemon's only source."""
+    connection: int = 0
+    """The connection's number within its source, never reused while the source runs; 0 for a
+    source with one stream (microphone, file, stdin, Wyoming client)."""
+
+
+ONE_STREAM = StreamKey()
+"""The key of a source's only stream (a name is added where the daemon has several sources)."""
+
+
 @dataclass(frozen=True)
 class AudioFrame:
     """A run of 16 kHz mono samples and the stream time of its first sample."""
@@ -51,6 +67,11 @@ class AudioFrame:
     utterance_end: bool = False
     """The speaker's turn ends after this frame (a Wyoming ``audio-stop`` through the proxy):
     the daemon closes the window there instead of waiting for more speech. May be empty."""
+    stream: StreamKey = ONE_STREAM
+    """The stream this frame continues; each stream has its own timeline (``start_seconds``)."""
+    stream_end: bool = False
+    """The stream ends after this frame (its connection closed): the daemon closes its turn and
+    forgets its state. May be empty."""
 
     @property
     def duration_seconds(self) -> float:

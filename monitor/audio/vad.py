@@ -71,6 +71,11 @@ class FrameVad:
         """``frames`` int16 (F, frame_samples) in stream order → (F,) bool: speech or not."""
         raise NotImplementedError
 
+    def fresh(self) -> FrameVad:
+        """A detector with the same settings and no state, for another stream (the daemon keeps
+        one per stream); what is costly to build (a model) is shared."""
+        raise NotImplementedError
+
     def reset(self) -> None:
         """Forget buffered samples, hangover and detector state (counters are kept)."""
         self._buffer = np.zeros(0, dtype=np.int16)
@@ -174,6 +179,9 @@ class WebRtcVad(FrameVad):
         self._vad = webrtcvad.Vad(aggressiveness)
         super().__init__(hangover_ms=hangover_ms)
 
+    def fresh(self) -> WebRtcVad:
+        return WebRtcVad(self.aggressiveness, self.frame_ms, self.hangover_ms)
+
     def classify(self, frames: np.ndarray) -> np.ndarray:
         data = np.ascontiguousarray(frames, dtype="<i2")
         return np.fromiter(
@@ -226,6 +234,17 @@ class SileroVad(FrameVad):
         )
         self._sr = np.array(RATE_HZ, dtype=np.int64)
         super().__init__(hangover_ms=hangover_ms)
+
+    def fresh(self) -> SileroVad:
+        """Another stream's detector on the same ONNX session (the network's recurrent state is
+        ours, passed in on every call: the session holds none)."""
+        other = object.__new__(SileroVad)
+        other.threshold = self.threshold
+        other.model_path = self.model_path
+        other._session = self._session
+        other._sr = self._sr
+        FrameVad.__init__(other, hangover_ms=self.hangover_ms)
+        return other
 
     def reset(self) -> None:
         super().reset()

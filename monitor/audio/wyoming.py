@@ -38,11 +38,13 @@ from monitor import __version__
 from monitor.audio.frames import (
     MAX_RATE_HZ,
     MIN_RATE_HZ,
+    ONE_STREAM,
     RATE_HZ,
     AudioFrame,
     Resampler,
     Sleep,
     SourceStats,
+    StreamKey,
     backoff_seconds,
     check_frame_ms,
 )
@@ -194,6 +196,73 @@ def listen_info() -> Info:
     )
 
 
+class FrameDecoder:
+    """One stream's audio events → frames of ``frame_ms`` on the stream's own timeline (stream
+    time counts the audio received). With ``turns``, the last frame of each ``audio-stop`` (or
+    ended connection) carries ``utterance_end`` — an empty frame when no samples are left — so
+    the daemon closes the speaker's window there. Every frame carries ``stream``."""
+
+    def __init__(
+        self,
+        frame_ms: int,
+        stats: SourceStats,
+        name: str,
+        *,
+        turns: bool = False,
+        stream: StreamKey = ONE_STREAM,
+    ) -> None:
+        self.decoder = WyomingDecoder()
+        self.frame = RATE_HZ * frame_ms // 1000
+        self.stats = stats
+        self.name = name
+        self.turns = turns
+        self.stream = stream
+        self._pending = np.zeros(0, dtype=np.int16)
+        self._emitted = 0  # samples received so far: the stream's clock
+        self._in_turn = False  # audio came since the last end of a turn
+
+    def process(self, event: Event | None) -> list[AudioFrame]:
+        """The frames ``event`` completes (None: a connection ended, drain the resampler)."""
+        if event is None:
+            samples = self.decoder.flush()
+        else:
+            kind = event.type
+            started = AudioStart.is_type(kind) or AudioChunk.is_type(kind)
+            self._in_turn = self._in_turn or started
+            try:
+                samples = self.decoder.process(event)
+            except ValueError as error:
+                self.stats.dropped_seconds += audio_seconds(event)
+                logger.warning("%s: audio chunk dropped: %s", self.name, error)
+                return []
+        pending = np.concatenate([self._pending, samples])
+        last = event is None or AudioStop.is_type(event.type)
+        ended = self.turns and last and self._in_turn
+        self._in_turn = self._in_turn and not last
+        frames = []
+        frame = self.frame
+        while pending.shape[0] >= frame or (last and pending.shape[0]):
+            out, pending = pending[:frame], pending[frame:]
+            self.stats.frames_total += 1
+            end = ended and pending.shape[0] == 0
+            frames.append(self._frame(out, utterance_end=end))
+            self._emitted += out.shape[0]
+            ended = ended and not end
+        self._pending = pending
+        if ended:  # nothing left to carry the mark
+            frames.append(self._frame(np.zeros(0, dtype=np.int16), utterance_end=True))
+        return frames
+
+    def end(self) -> list[AudioFrame]:
+        """The stream ends (its connection closed): what is left, then an empty frame marking
+        ``stream_end``."""
+        rest = self.process(None)
+        return [*rest, self._frame(np.zeros(0, dtype=np.int16), stream_end=True)]
+
+    def _frame(self, samples: np.ndarray, **marks: bool) -> AudioFrame:
+        return AudioFrame(samples, self._emitted / RATE_HZ, stream=self.stream, **marks)
+
+
 async def decode_frames(
     events: AsyncIterator[Event | None],
     frame_ms: int,
@@ -203,38 +272,11 @@ async def decode_frames(
     turns: bool = False,
 ) -> AsyncIterator[AudioFrame]:
     """Frames of ``frame_ms`` on one timeline from the audio of ``events`` (None: a connection
-    ended, drain the resampler). Stream time counts the audio received. With ``turns``, the
-    last frame of each ``audio-stop`` (or ended connection) carries ``utterance_end`` — an empty
-    frame when no samples are left — so the daemon closes the speaker's window there."""
-    decoder = WyomingDecoder()
-    frame = RATE_HZ * frame_ms // 1000
-    pending = np.zeros(0, dtype=np.int16)
-    emitted = 0  # samples received so far: the stream's clock
-    in_turn = False  # audio came since the last end of a turn
+    ended, drain the resampler): one :class:`FrameDecoder` over the whole sequence."""
+    decoder = FrameDecoder(frame_ms, stats, name, turns=turns)
     async for event in events:
-        if event is None:  # a connection ended: drain the resampler
-            samples = decoder.flush()
-        else:
-            in_turn = in_turn or AudioStart.is_type(event.type) or AudioChunk.is_type(event.type)
-            try:
-                samples = decoder.process(event)
-            except ValueError as error:
-                stats.dropped_seconds += audio_seconds(event)
-                logger.warning("%s: audio chunk dropped: %s", name, error)
-                continue
-        pending = np.concatenate([pending, samples])
-        last = event is None or AudioStop.is_type(event.type)
-        ended = turns and last and in_turn
-        in_turn = in_turn and not last
-        while pending.shape[0] >= frame or (last and pending.shape[0]):
-            out, pending = pending[:frame], pending[frame:]
-            stats.frames_total += 1
-            end = ended and pending.shape[0] == 0
-            yield AudioFrame(out, emitted / RATE_HZ, utterance_end=end)
-            emitted += out.shape[0]
-            ended = ended and not end
-        if ended:  # nothing left to carry the mark
-            yield AudioFrame(np.zeros(0, dtype=np.int16), emitted / RATE_HZ, utterance_end=True)
+        for frame in decoder.process(event):
+            yield frame
 
 
 _END = object()

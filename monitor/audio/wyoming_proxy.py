@@ -10,9 +10,12 @@ stay: clients send them back in ``transcribe``/``detect``, and the upstream must
 The measurement sits beside the relay, never on it: after an event is passed on, a copy of its
 audio is offered to a bounded queue with ``put_nowait``; when the measuring side is behind (a
 slow extractor, a stalled or crashed pipeline) the copy is dropped and its seconds counted, and
-the relay never waits. The measured stream follows one utterance at a time (another client's
-overlapping utterance is not measured, and counted as dropped); ``audio-stop`` ends the
-speaker's turn (:attr:`AudioFrame.utterance_end`).
+the relay never waits. Every client connection (every satellite) is a stream of its own: its
+audio is tagged with the connection's number (:class:`TapItem`), decoded on its own timeline and
+measured by its own VAD and windows in the daemon (:attr:`AudioFrame.stream`), so clients
+streaming at once are all measured; ``audio-stop`` ends the speaker's turn
+(:attr:`AudioFrame.utterance_end`), the connection's end ends its stream
+(:attr:`AudioFrame.stream_end`).
 
 Upstream down or refusing: the client gets a Wyoming ``error`` event at once (the connect attempt
 gives up after :data:`CONNECT_SECONDS`) and then the end of the stream, as from a refused
@@ -35,7 +38,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -44,8 +47,15 @@ from wyoming.event import Event
 from wyoming.info import Info
 from wyoming.server import AsyncEventHandler
 
-from monitor.audio.frames import AudioFrame, Sleep, SourceStats, backoff_seconds, check_frame_ms
-from monitor.audio.wyoming import decode_frames
+from monitor.audio.frames import (
+    AudioFrame,
+    Sleep,
+    SourceStats,
+    StreamKey,
+    backoff_seconds,
+    check_frame_ms,
+)
+from monitor.audio.wyoming import FrameDecoder
 from monitor.audio.wyoming_wire import (
     BROKEN_EVENT,
     audio_seconds,
@@ -142,51 +152,63 @@ def annotate_info(info: Event) -> Event:
     return Event(type=info.type, data=data, payload=info.payload)
 
 
+class TapItem(NamedTuple):
+    """One connection's audio event on its way to the measuring side."""
+
+    connection: int
+    """The connection's number (from 1, never reused while the source runs)."""
+    event: Event | None
+    """An audio event; None: the connection closed (its stream ends)."""
+    gap: bool = False
+    """Audio of this connection was dropped just before this item (the measuring side was
+    behind): the speech on either side must not be joined into one turn."""
+
+
+@dataclass
+class _Tapped:
+    number: int
+    gap: bool = False
+
+
 class SideTap:
-    """The measuring side's inbox: the audio of one utterance at a time, never waited for.
+    """The measuring side's inbox: the audio of every connection, tagged, never waited for.
 
     :meth:`offer` is called on the relay path after an event went on; it only ever calls
-    ``put_nowait``. What does not fit is dropped, counted in seconds of audio
-    (``stats.dropped_seconds``), and the rest of that utterance is not measured either: a cut
-    utterance ends at its ``audio-stop`` (or, if even that found the queue full, before the
-    next utterance starts), so the daemon still closes its window there.
+    ``put_nowait``. Each connection's audio is tagged with its number; what does not fit (the
+    measuring side is behind) is dropped and counted in seconds of audio
+    (``stats.dropped_seconds``), and that connection's next item says so (``gap``). A
+    connection's end that does not fit goes in before any later audio.
     """
 
     def __init__(self, max_events: int = 512, stats: SourceStats | None = None) -> None:
-        self.queue: asyncio.Queue[Event | None] = asyncio.Queue(max_events)
+        self.queue: asyncio.Queue[TapItem | None] = asyncio.Queue(max_events)
         self.stats = stats if stats is not None else SourceStats()  # the source's counters
-        self._owner: object | None = None  # the connection whose utterance is measured
-        self._broken = False  # a drop inside the current utterance: the rest is not measured
-        self._end_owed = False  # a cut utterance's end is not in the queue yet
+        self._numbers = itertools.count(1)
+        self._connections: dict[object, _Tapped] = {}  # connections that sent audio
+        self._ends_owed: list[int] = []  # connections gone whose end is not in the queue yet
 
     def offer(self, who: object, event: Event) -> None:
-        start, stop = AudioStart.is_type(event.type), AudioStop.is_type(event.type)
-        if not (start or stop or AudioChunk.is_type(event.type)):
+        kind = event.type
+        if not (AudioChunk.is_type(kind) or AudioStart.is_type(kind) or AudioStop.is_type(kind)):
             return
-        if start and self._owner in (None, who):
-            if self._end_owed and self._put(None):
-                self._end_owed = False
-            self._owner, self._broken = who, self._end_owed
-        if self._owner is not who:
-            self._drop(event)
-            return
-        if (self._broken and not stop) or not self._put(event):
-            self._drop(event)
-            self._broken = True
-            self._end_owed = self._end_owed or stop
-        if stop:
-            self._owner = None
+        while self._ends_owed and self._put(TapItem(self._ends_owed[0], None)):
+            del self._ends_owed[0]
+        tapped = self._connections.get(who)
+        if tapped is None:
+            tapped = self._connections[who] = _Tapped(next(self._numbers))
+        if self._put(TapItem(tapped.number, event, tapped.gap)):
+            tapped.gap = False
+        else:
+            self.stats.dropped_seconds += audio_seconds(event)
+            tapped.gap = True
 
     def left(self, who: object) -> None:
-        """A connection closed: its open utterance (if measured) ends here."""
-        if self._owner is who:
-            self._owner = None
-            self._end_owed = not self._put(None)
+        """A connection closed: its stream ends here."""
+        tapped = self._connections.pop(who, None)
+        if tapped is not None and not self._put(TapItem(tapped.number, None)):
+            self._ends_owed.append(tapped.number)
 
-    def _drop(self, event: Event) -> None:
-        self.stats.dropped_seconds += audio_seconds(event)
-
-    def _put(self, item: Event | None) -> bool:
+    def _put(self, item: TapItem) -> bool:
         try:
             self.queue.put_nowait(item)
         except asyncio.QueueFull:
@@ -405,17 +427,33 @@ class WyomingProxySource:
         queue.put_nowait(None)
 
     async def frames(self) -> AsyncIterator[AudioFrame]:
+        """Every connection's audio as frames of its own stream, in the order it was relayed."""
         async with self.serving():
-            async for frame in decode_frames(
-                self._measured(), self.frame_ms, self.stats, self.name, turns=True
-            ):
-                yield frame
+            decoders: dict[int, FrameDecoder] = {}
+            async for item in self._measured():
+                decoder = decoders.get(item.connection)
+                if decoder is None:
+                    if item.event is None:
+                        continue
+                    stream = StreamKey("", item.connection)
+                    decoder = FrameDecoder(
+                        self.frame_ms, self.stats, self.name, turns=True, stream=stream
+                    )
+                    decoders[item.connection] = decoder
+                if item.event is None:
+                    del decoders[item.connection]
+                    frames = decoder.end()
+                else:  # after a gap, the turn before it ends there
+                    frames = decoder.process(None) if item.gap else []
+                    frames += decoder.process(item.event)
+                for frame in frames:
+                    yield frame
 
-    async def _measured(self) -> AsyncIterator[Event | None]:
+    async def _measured(self) -> AsyncIterator[TapItem]:
         assert self._closed is not None
         while not self._closed.is_set():
             item = await self.tap.queue.get()
-            if not self._closed.is_set():
+            if item is not None and not self._closed.is_set():
                 yield item
 
     @contextlib.asynccontextmanager

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from functools import wraps
 from pathlib import Path
 from typing import Annotated, Any
@@ -86,6 +87,38 @@ def db_path(db: Path | None) -> Path:
     from monitor.store.database import default_db_path
 
     return db if db is not None else default_db_path()
+
+
+def calibration_db_path(db: Path | None) -> Path | None:
+    """The database to store the calibration in (--db, else $VOXMETER_DB, else none), checked
+    before any audio is processed: what it is, never written yet (it may not exist)."""
+    from monitor.store.files import regular_file
+
+    path = (
+        db
+        if db is not None
+        else (Path(os.environ["VOXMETER_DB"]) if os.environ.get("VOXMETER_DB") else None)
+    )
+    if path is not None:
+        regular_file(path)
+    return path
+
+
+@contextmanager
+def new_file_removed_on_error(path: Path) -> Iterator[None]:
+    """If ``path`` does not exist yet and the block fails, remove what it created there (the
+    database and its -wal/-shm): an error never leaves an empty database behind."""
+    names = [path.with_name(path.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")]
+    existed = [os.path.lexists(name) for name in names]  # a dangling symlink is the user's too
+    try:
+        yield
+    except BaseException:
+        if not existed[0]:
+            for name, there in zip(names, existed, strict=True):
+                if not there:
+                    with suppress(OSError):
+                        name.unlink()
+        raise
 
 
 # ---- options shared by the corpus commands (enroll, calibrate, evaluate) ----------------------

@@ -3,10 +3,8 @@ templates, a calibration or an audit out."""
 
 from __future__ import annotations
 
-import os
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -23,14 +21,17 @@ from monitor.cli.common import (
     NoCacheOption,
     SchedulerOption,
     SplitOption,
+    calibration_db_path,
     console,
     db_path,
     err_console,
+    new_file_removed_on_error,
     select_embedding,
     user_errors,
     warning_lines,
 )
 from monitor.errors import VoxmeterError
+from monitor.numerals import ascii_float
 
 if TYPE_CHECKING:
     from monitor.calibration.buckets import CalibrationSet
@@ -76,9 +77,9 @@ def enroll_command(
     scanned = scan_corpus(corpus, split=split)
     check_speaker_names(scanned)  # before the database is touched or any audio processed
     path = db_path(db)
-    feature_cache = None if no_cache else FeatureCache(cache or default_cache_dir())
-    with _new_file_removed_on_error(path), open_store(path) as store:
+    with new_file_removed_on_error(path), open_store(path) as store:
         store.check_writable()  # fail now, not after minutes of extraction
+        feature_cache = None if no_cache else FeatureCache(cache or default_cache_dir())
         with Progress(
             TextColumn("[bold]enrolling[/]"),
             BarColumn(),
@@ -177,21 +178,6 @@ def _print_drops_per_speaker(files: Sequence[str]) -> None:
         )
 
 
-@contextmanager
-def _new_file_removed_on_error(path: Path) -> Iterator[None]:
-    """If ``path`` does not exist yet and the block fails, remove what it created there (the
-    database and its -wal/-shm): an error never leaves an empty database behind."""
-    existed = path.exists()
-    try:
-        yield
-    except BaseException:
-        if not existed:
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                with suppress(OSError):
-                    path.with_name(path.name + suffix).unlink()
-        raise
-
-
 # ---- voxmeter calibrate / evaluate (owner: calibration-evaluate) -----------------------------
 
 
@@ -205,9 +191,11 @@ def _seconds_list(text: str, option: str, *, allow_rest: bool = False) -> list[f
             values.append(None)
             continue
         try:
-            value = float(part)
+            value = ascii_float(part)
         except ValueError:
-            raise VoxmeterError(f"{option} {text!r}: {part!r} is not a number of seconds") from None
+            raise VoxmeterError(
+                f"{option} {text!r}: {part!r} is not a number of seconds (digits 0-9)"
+            ) from None
         if not 0 < value < float("inf"):
             raise VoxmeterError(f"{option} {text!r}: lengths must be positive numbers, got {part}")
         values.append(value)
@@ -340,6 +328,7 @@ def calibrate_command(
     if len(template) != 1:
         raise VoxmeterError(f"--template-seconds {template_seconds!r}: give one length")
     check_output_file(out, "--out")
+    store_path = calibration_db_path(db)  # a dangling link or a folder: said now, not after the fit
     with _LazyBar("extracting") as extraction_progress:
         calibration, skipped = calibrate_corpus(
             corpus,
@@ -355,20 +344,15 @@ def calibrate_command(
             progress=lambda text: err_console.print(f"fitting {text}", markup=False),
             min_speech_seconds=min_speech,
         )
-    _save_calibration(calibration, skipped, out, db)
+    _save_calibration(calibration, skipped, out, store_path)
 
 
 def _save_calibration(
-    calibration: CalibrationSet, skipped: Sequence[tuple[str, str]], out: Path, db: Path | None
+    calibration: CalibrationSet, skipped: Sequence[tuple[str, str]], out: Path, db_path: Path | None
 ) -> None:
     """Write the calibration (and store it in the database if one is named), then say so."""
     _print_skipped(skipped)
     calibration.save(out)
-    db_path = (
-        db
-        if db is not None
-        else (Path(os.environ["VOXMETER_DB"]) if os.environ.get("VOXMETER_DB") else None)
-    )
     stored = ""
     if db_path is not None:
         from monitor.store import open_store

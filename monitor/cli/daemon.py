@@ -36,8 +36,12 @@ def run_command(
     ] = None,
     db: Annotated[Path | None, typer.Option("--db", help="Database (daemon.db).")] = None,
     source: Annotated[
-        str | None,
-        typer.Option("--source", help="mic[:DEVICE], file:PATH or stdin (daemon.source)."),
+        list[str] | None,
+        typer.Option(
+            "--source",
+            help="mic[:DEVICE], file:PATH, stdin, wyoming…, NAME=SPEC; repeat it for several "
+            "sources (daemon.source; audio.sources).",
+        ),
     ] = None,
     fast: Annotated[
         bool, typer.Option("--fast", help="Read a file source as fast as possible.")
@@ -58,8 +62,11 @@ def run_command(
     overrides = list(set_ or [])
     if db is not None:
         overrides.append(f"daemon.db={json.dumps(str(db))}")
-    if source is not None:
-        overrides.append(f"daemon.source={json.dumps(source)}")
+    if source:  # one: daemon.source, as always; several: audio.sources
+        sources = source if len(source) > 1 else []
+        overrides.append(f"audio.sources={json.dumps(sources)}")
+        if len(source) == 1:
+            overrides.append(f"daemon.source={json.dumps(source[0])}")
     if fast:
         overrides.append('audio.pace="fast"')
     if duration is not None:

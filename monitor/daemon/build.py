@@ -15,8 +15,9 @@ from pathlib import Path
 
 from monitor.audio.frames import AudioSource
 from monitor.audio.microphone import MicrophoneSource
-from monitor.audio.spec import Retry, open_source
+from monitor.audio.spec import Retry, open_sources
 from monitor.calibration.buckets import CalibrationSet, load_default
+from monitor.daemon.config import source_specs
 from monitor.daemon.events import Exporter
 from monitor.daemon.exporters import build_exporters
 from monitor.daemon.exporters.log import LogExporter
@@ -39,11 +40,12 @@ logger = logging.getLogger("monitor.daemon.pipeline")  # the name operators' log
 
 
 def make_source(config: Config) -> AudioSource:
-    """The configured source; file pacing and device retry delays come from ``[audio]``."""
+    """The configured source, or sources (``audio.sources``: several read as one, each frame
+    tagged with its source's name); file pacing and device retry delays come from ``[audio]``."""
     audio = config.audio
     retry = Retry(audio.retry_min_seconds, audio.retry_max_seconds, audio.wait_for_device)
-    return open_source(
-        config.daemon.source,
+    return open_sources(
+        source_specs(config),
         fast=audio.pace == "fast",
         retry=retry,
         zeroconf=config.wyoming.zeroconf,
@@ -159,8 +161,9 @@ def run_daemon(config: Config) -> RunSummary:
     with DaemonLock(config.daemon.db):
         configure_logging(config.logging)
         source = make_source(config)  # a bad file: one line, before anything else
-        if isinstance(source, MicrophoneSource) and not source.wait_for_device:
-            source.probe()  # a missing device: likewise
+        for each in getattr(source, "named", {"": source}).values():
+            if isinstance(each, MicrophoneSource) and not each.wait_for_device:
+                each.probe()  # a missing device: likewise
         store = open_store(config.daemon.db, create=False)
         try:
             pipeline = build_pipeline(config, store=store, source=source)

@@ -18,6 +18,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from monitor.audio.spec import SourceSpec, parse_sources
 from monitor.calibration.tracking import TrackerThresholds, tracker_thresholds
 from monitor.daemon.settings import (
     SECTIONS,
@@ -128,8 +129,18 @@ def _line_of(path: Path, offset: int) -> int:
         return handle.read(offset).count(b"\n") + 1
 
 
+def source_specs(config: Config) -> tuple[SourceSpec, ...]:
+    """The daemon's sources: ``audio.sources``, else ``daemon.source`` (both checked at load)."""
+    return parse_sources(config.audio.sources or (config.daemon.source,))
+
+
 def _check_together(config: Config) -> None:
     """Constraints between keys, each reported on the key that must change."""
+    sources = len(config.audio.sources)
+    if sources > config.audio.max_streams:
+        raise ConfigError(
+            "audio.max_streams", f"must be >= the number of audio.sources ({sources})"
+        )
     if config.audio.retry_max_seconds < config.audio.retry_min_seconds:
         raise ConfigError("audio.retry_max_seconds", "must be >= audio.retry_min_seconds")
     if config.mqtt.reconnect_max_seconds < config.mqtt.reconnect_min_seconds:

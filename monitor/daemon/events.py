@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
+from monitor.audio.frames import ONE_STREAM, StreamKey
+
 # The figure record and its parts (monitor/daemon/figures.py) and the vocabulary are
 # re-exported: exporters read the whole protocol from this one module.
 from monitor.daemon.figures import CompositionBounds as CompositionBounds
@@ -54,6 +56,7 @@ class ClosedWindow:
     window: SpeechWindow
     closed_monotonic: float  # start of the latency clock
     closed_unix: float  # the same instant, wall clock
+    stream: StreamKey = ONE_STREAM  # the stream (named source, connection) it was cut from
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class FeatureWindow:
     feature_seconds: float  # CPU wall time spent extracting the features
     mixed: bool = False  # may hold two voices (monitor.daemon.turns): never opens a track
     continues: bool = False  # follows the previous window within one turn (same voice, likely)
+    stream: StreamKey = ONE_STREAM  # the stream it was cut from (``continues`` is within it)
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class WindowScored:
     scored_unix: float  # when the ledger committed this window
     latency_seconds: float  # window close → ledger commit (the exporter adds its own part)
     stage_seconds: Mapping[str, float] = field(default_factory=dict)  # stage → seconds spent
+    stream: StreamKey = ONE_STREAM  # where it was heard: the named source and its connection
 
 
 @dataclass(frozen=True)
@@ -156,6 +161,19 @@ class TrackExpired:
 
 
 @dataclass(frozen=True)
+class SourceCounts:
+    """One named source's totals since start (``PipelineStats.sources``; Prometheus labels them
+    ``source``): what it heard, what the measuring side missed, what it refused."""
+
+    audio_seconds: float = 0.0  # audio of its streams that reached the measuring side
+    speech_seconds: float = 0.0  # of which the VAD kept as speech
+    dropped_seconds: float = 0.0  # lost: the measuring side was behind, bad chunks, gaps
+    streams: int = 0  # streams measured now (proxy connections, or 1)
+    refused_streams: int = 0  # streams not measured: more than audio.max_streams at once
+    refused_seconds: float = 0.0  # their audio (relayed, never measured)
+
+
+@dataclass(frozen=True)
 class PipelineStats:
     """Periodic health figures (every ``daemon.stats_interval_seconds``); counters are totals."""
 
@@ -171,6 +189,9 @@ class PipelineStats:
     tracks: int  # active tracks
     at_unix: float
     measuring_restarts: int = 0  # failures of the measuring side survived (relays only)
+    shed_seconds: Mapping[str, float] = field(default_factory=dict)  # feature → speech shed
+    lag_seconds: float = 0.0  # how far the measuring side is behind live audio now
+    sources: Mapping[str, SourceCounts] = field(default_factory=dict)  # named source → totals
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import numpy as np
 
 from monitor.audio.frames import RATE_HZ
 from monitor.audio.windows import SpeechWindow
+from monitor.daemon.shedding import AbsentStream, LoadShedder
 from monitor.daemon.turns import TurnSplitter, WindowFrames, frames_of
 from monitor.features.base import BufferedStream, Feature, FeatureStream, open_stream
 from monitor.features.embedding import EmbeddingStream
@@ -51,6 +52,7 @@ class IncrementalWindows:
         max_samples: int,
         block_samples: int = 4000,
         turns: TurnSplitter | None = None,
+        shedder: LoadShedder | None = None,
     ) -> None:
         self.features = dict(features)
         self.max_samples = max_samples  # the windower's full window: never fed beyond
@@ -71,6 +73,8 @@ class IncrementalWindows:
         # the turn splitter, run when a window closes (None: none, or no threshold fitted)
         self.turns = turns if turns is not None and turns.active else None
         self.frames_reused = 0  # windows whose change score read the embedding stream's frames
+        self.shedder = shedder  # under load: phone decoding, then the turn splitting, shed
+        self._shed: set[str] = set()  # features shed in the window being filled
 
     def warm_up(self) -> None:
         """Two streams of every feature opened and finished now, so that the pools behind them
@@ -94,6 +98,8 @@ class IncrementalWindows:
         except Exception as error:
             self._error = error
         self.feed_seconds += time.thread_time() - started
+        if self.shedder is not None:
+            self.shedder.processed()
 
     def close_window(self) -> None:
         """The windower closed the window being filled (a turn ended early): what was fed is
@@ -107,7 +113,7 @@ class IncrementalWindows:
         """The windower dropped the speech it held (a turn too short to score): so do we,
         unless a closed window still waits for :meth:`take` (it checks what it gets)."""
         if self._count < self._cap:
-            self._streams, self._fed, self._count = None, [], 0
+            self._streams, self._fed, self._count, self._shed = None, [], 0, set()
             self._unfed, self._unfed_count = [], 0
 
     def reset(self) -> None:
@@ -115,7 +121,7 @@ class IncrementalWindows:
         one, :mod:`monitor.daemon.measuring`); the counters are kept."""
         self._streams, self._fed, self._count, self._spill = None, [], 0, []
         self._unfed, self._unfed_count, self._cap = [], 0, self.max_samples
-        self._error = None
+        self._error, self._shed = None, set()
 
     def _feed(self, data: np.ndarray, *, push: bool = True) -> None:
         room = self._cap - self._count
@@ -136,10 +142,19 @@ class IncrementalWindows:
             return
         block = np.concatenate(self._unfed)
         if self._streams is None:
-            self._streams = {n: open_stream(f, RATE_HZ) for n, f in self.features.items()}
-        for stream in self._streams.values():
-            stream.feed(block)
+            self._shed |= {n for n in self.features if self._sheds(n)}
+            self._streams = {
+                n: open_stream(f, RATE_HZ) for n, f in self.features.items() if n not in self._shed
+            }
+        for name, stream in self._streams.items():
+            if name not in self._shed and self._sheds(name):
+                self._shed.add(name)  # shed from here: this window's stream is incomplete
+            if name not in self._shed:
+                stream.feed(block)
         self._unfed, self._unfed_count = [], 0
+
+    def _sheds(self, feature: str) -> bool:
+        return self.shedder is not None and self.shedder.sheds(feature)
 
     def split(self, window: SpeechWindow) -> list[SpeechWindow]:
         """``window`` (just closed, not yet taken) cut at changes of speaker, on this thread."""
@@ -161,6 +176,7 @@ class IncrementalWindows:
         n = window.shape[0]
         if (
             self._error is not None
+            or "embedding" in self._shed
             or not isinstance(stream, EmbeddingStream)
             or not isinstance(stream.fbank, EcapaFbankStream)
             or self._count != n
@@ -193,10 +209,21 @@ class IncrementalWindows:
             self.streamed += 1
         else:
             streams = {}
+            self._shed = {name for name in self.features if self._sheds(name)}
             for name, feature in self.features.items():
-                streams[name] = BufferedStream(feature, RATE_HZ)
-                streams[name].feed(window)
+                if name not in self._shed:
+                    streams[name] = BufferedStream(feature, RATE_HZ)
+                    streams[name].feed(window)
             self.fallbacks += 1
+        for name in self._shed:  # absent, not invented: no counts, 0 s (module shedding)
+            abandoned = streams.pop(name, None)
+            if abandoned is not None:
+                abandoned.finish()  # its decoder goes back to the pool
+            streams[name] = AbsentStream(self.features[name])
+            if self.shedder is not None:
+                self.shedder.count(name, n / RATE_HZ)
+        streams = {name: streams[name] for name in self.features}
+        self._shed = set()
         self._streams, self._fed, self._count, self._spill = None, [], 0, []
         self._unfed, self._unfed_count, self._cap = [], 0, self.max_samples
         if offset is not None and seen.shape[0] > offset + n:

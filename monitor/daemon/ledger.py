@@ -177,6 +177,7 @@ class LedgerWriter:
                     "scorer": scored.scorer_seconds,
                     "ledger": ledger_seconds,
                 },
+                stream=window.stream,
             ),
         )
         return events

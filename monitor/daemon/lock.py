@@ -24,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 
 from monitor.errors import StoreError
+from monitor.store.files import dangling_link
 
 PROC_LOCKS = Path("/proc/locks")
 
@@ -61,6 +62,8 @@ class DaemonLock:
         try:
             fd = os.open(self.db, flags)
         except FileNotFoundError:
+            if self.db.is_symlink():
+                raise dangling_link(self.db) from None
             raise StoreError(
                 f"{self.db}: no such database (create it with `voxmeter enroll`)"
             ) from None

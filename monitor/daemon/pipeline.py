@@ -26,21 +26,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from monitor import __version__
 from monitor.audio.frames import AudioSource
-from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad
-from monitor.audio.windows import Windower
+from monitor.audio.vad import FrameVad
 from monitor.daemon.budget import BudgetMachine, period_start
 from monitor.daemon.config import tracker_settings, tracker_thresholds_for
 from monitor.daemon.events import (
@@ -53,14 +50,17 @@ from monitor.daemon.events import (
 )
 from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
 from monitor.daemon.exporters.mqtt import topics_for
-from monitor.daemon.incremental import IncrementalWindows
 from monitor.daemon.ledger import LedgerWriter, expired_on_restart, restored_track
 from monitor.daemon.measuring import MeasuringSupervisor, leaves
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
+from monitor.daemon.shedding import LoadShedder, measuring_executor
 from monitor.daemon.stages import PipelineStages, one_blas_thread
+from monitor.daemon.streams import measured_streams
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
 from monitor.daemon.turns import TurnSplitter
+from monitor.daemon.watchdog import EXIT_DEADLINE_SECONDS as EXIT_DEADLINE_SECONDS
+from monitor.daemon.watchdog import ExitWatchdog as ExitWatchdog
 from monitor.errors import VoxmeterError
 from monitor.features.base import Feature
 from monitor.store.database import Store
@@ -108,7 +108,7 @@ class Pipeline(PipelineStages):
         profiles: Sequence[Any] = (),
         exporters: Sequence[Exporter] = (),
         device_id: str = "",
-        vad: FrameVad | None = None,
+        vad: Callable[[], FrameVad] | None = None,  # a detector per stream (tests)
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -121,28 +121,20 @@ class Pipeline(PipelineStages):
         self.device_id = device_id or socket.gethostname()
         self.clock = clock
         self.wall_clock = wall_clock
-        audio = config.audio
-        if vad is None:
-            if audio.vad == "silero":
-                vad = SileroVad(hangover_ms=audio.hangover_ms)
-            else:
-                vad = WebRtcVad(audio.vad_aggressiveness, hangover_ms=audio.hangover_ms)
-        self.vad = vad
-        self.windower = Windower(
-            audio.window_seconds,
-            turn_pause_seconds=audio.turn_pause_seconds,
-            min_window_seconds=audio.min_window_seconds,
-            tail_seconds=audio.tail_seconds,
-        )
         self.window_features = WindowFeatures(self.features)
         thresholds = tracker_thresholds_for(config, scorer.calibration)
         self.turns = TurnSplitter(
             self._embed, change_cosine=thresholds.change if thresholds else -1.0
         )
-        self.incremental = IncrementalWindows(
-            self.features, max_samples=self.windower.window_samples, turns=self.turns
+        live = getattr(source, "realtime", True)  # a fast file replay has no clock to lag
+        self.shedder = LoadShedder(
+            config.load, live=live, clock=clock, audio_seconds=lambda: self.audio_seconds
         )
-        self._feed_counted = 0.0  # incremental.feed_seconds already in _busy
+        # a VAD, windower and feature streams per stream (each source, each proxy client)
+        self.streams = measured_streams(
+            config, self.features, self.turns, vad=vad, clock=clock, shedder=self.shedder
+        )
+        self._feed_counted = 0.0  # streams.feed_seconds already in _busy
         self.tracker = SpeakerTracker(
             profiles,
             tracker_settings(config),
@@ -167,7 +159,6 @@ class Pipeline(PipelineStages):
         self.measuring = MeasuringSupervisor(
             restart=getattr(source, "relays", False), reset=self._reset_measuring, clock=clock
         )
-        self._feeder: ThreadPoolExecutor | None = None
         self._next_index = 0  # the next window's number since start (ClosedWindow.index)
         self._stop = asyncio.Event()
         self._stop_reason = ""
@@ -278,15 +269,13 @@ class Pipeline(PipelineStages):
                 ("ledger", self._ledger_stage()),
             ]
 
-        self._feeder = feeder
         return self.measuring.run(stages)
 
     async def _reset_measuring(self) -> None:
-        """After a failure: the speech held by the VAD, the windower and the streams is lost."""
-        self.vad.reset()
-        self.windower.reset()
-        if self._feeder is not None:  # in order, after every chunk handed to it before
-            await asyncio.get_running_loop().run_in_executor(self._feeder, self.incremental.reset)
+        """After a failure: the speech held by every stream's VAD, windower and features is
+        lost (their state is made afresh on their next frame)."""
+        self.streams.reset()
+        self.shedder.reset()
 
     async def _supervise(self) -> None:
         duration = self.config.daemon.duration_seconds
@@ -331,16 +320,16 @@ class Pipeline(PipelineStages):
                 handled.append(signum)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread (tests): callers use stop()
-        executor = ThreadPoolExecutor(
-            max_workers=self.config.features.workers, thread_name_prefix="voxmeter-work"
-        )
-        # one thread: chunks are fed to the streams in order, and a window taken after them
-        feeder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="voxmeter-feed")
+        # at the measuring priority (the loop thread relays); the feeder has one thread: chunks
+        # are fed to the streams in order, and a window taken after them
+        priority = self.shedder.priority
+        executor = measuring_executor(self.config.features.workers, "voxmeter-work", priority)
+        feeder = measuring_executor(1, "voxmeter-feed", priority)
         restore_blas = one_blas_thread()
         started_unix = self.wall_clock()
         self._check_budget()
         await loop.run_in_executor(executor, self.window_features.warm_up)
-        await loop.run_in_executor(feeder, self.incremental.warm_up)
+        await loop.run_in_executor(feeder, self.streams.parts()[2].warm_up)
         startup = self.restore()
         opening = DaemonStarted(
             device_id=self.device_id,
@@ -434,62 +423,6 @@ def _quiet_cancellation(loop: asyncio.AbstractEventLoop, context: dict[str, Any]
         logger.debug("cancelled while stopping: %s", context.get("message"))
         return
     loop.default_exception_handler(context)
-
-
-#: SIGTERM must end ``voxmeter run`` within 2 s (systemd, containers): past this, by force.
-EXIT_DEADLINE_SECONDS = 1.75
-
-
-class Timer(Protocol):
-    """What :class:`ExitWatchdog` needs of :class:`threading.Timer`."""
-
-    def start(self) -> None: ...
-
-
-def _daemon_timer(seconds: float, function: Callable[[], None]) -> Timer:
-    """A daemon thread that calls ``function`` after ``seconds`` (the watchdog's default)."""
-    timer = threading.Timer(seconds, function)
-    timer.daemon = True
-    return timer
-
-
-def _exit_now(status: int) -> None:
-    """Flush the logs and leave the process at once (no cleanup: it is what failed to end)."""
-    logging.shutdown()
-    os._exit(status)
-
-
-class ExitWatchdog:
-    """After a stop signal, leave the process by force if it is still here ``deadline_seconds``
-    later. A thread, so a stuck event loop cannot hold it up; every window is committed by then.
-
-    The exit status is 1: a stop that the daemon's own path finished exits 0. The timer factory
-    and the exit function are arguments so tests arm it without ending the test process.
-    """
-
-    def __init__(
-        self,
-        deadline_seconds: float = EXIT_DEADLINE_SECONDS,
-        *,
-        timer: Callable[[float, Callable[[], None]], Timer] = _daemon_timer,
-        exit: Callable[[int], object] = _exit_now,
-    ) -> None:
-        self.deadline_seconds = deadline_seconds
-        self._timer = timer
-        self._exit = exit
-        self.reason: str | None = None  # the signal that armed it; None until then
-
-    def arm(self, reason: str) -> None:
-        """Start the countdown (once: a second signal does not move the deadline)."""
-        if self.reason is None:
-            self.reason = reason
-            self._timer(self.deadline_seconds, self._fire).start()
-
-    def _fire(self) -> None:
-        logger.error(
-            "still running %.2f s after %s: exiting now", self.deadline_seconds, self.reason
-        )
-        self._exit(1)
 
 
 def _first_user_error(group: BaseExceptionGroup) -> BaseException:

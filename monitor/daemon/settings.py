@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
-from monitor.audio.spec import parse_source
+from monitor.audio.spec import parse_source, parse_sources
 from monitor.errors import InputError
 from monitor.vocabulary import EXTRACTORS, TRACKING_FEATURE, FigureKey
 
@@ -70,6 +70,16 @@ def _source(value: str) -> str | None:
     return None
 
 
+def _sources(value: tuple[str, ...]) -> str | None:
+    if not value:
+        return None  # daemon.source alone
+    try:
+        parse_sources(value)
+    except InputError as error:
+        return error.problem
+    return None
+
+
 def _features(value: tuple[str, ...]) -> str | None:
     known = EXTRACTORS
     if not value:
@@ -103,7 +113,9 @@ class DaemonSettings:
     """The process: where audio comes from, where state lives, when to stop."""
 
     source: str = _setting(
-        "mic", "mic, mic:DEVICE, file:PATH or stdin[:RATE[:CHANNELS]] (s16le PCM)", _source
+        "mic",
+        "mic, mic:DEVICE, file:PATH or stdin[:RATE[:CHANNELS]] (s16le PCM); NAME=SPEC names it",
+        _source,
     )
     db: str = _setting(
         "voxmeter.db",
@@ -163,6 +175,24 @@ class AudioSettings:
         False,
         "a microphone or Wyoming service missing at start: false = exit with an error, true = wait",
         None,
+    )
+    # ---- several sources and streams (monitor/daemon/streams.py) ----
+    sources: tuple[str, ...] = _setting(
+        (),
+        "several sources in one daemon, each NAME=SPEC (a name: letters, digits, - and _); "
+        "one tracker and ledger pool a person across them; empty = daemon.source alone",
+        _sources,
+    )
+    max_streams: int = _setting(
+        8,
+        "streams measured at once (each source; each client of a Wyoming proxy); a stream "
+        "beyond is still relayed but not measured, and counted as refused",
+        _positive,
+    )
+    stream_idle_seconds: float = _setting(
+        30.0,
+        "a stream without audio this long ends (its turn closes, its state is freed)",
+        _positive,
     )
 
 
@@ -377,6 +407,25 @@ class HomeAssistantSettings:
 
 
 @dataclass(frozen=True)
+class LoadSettings:
+    """When the device is busy: the measuring threads' priority and what is shed (issue 27)."""
+
+    measuring_priority: str = _setting(
+        "idle",
+        "CPU priority of the measuring threads on live audio: idle (SCHED_IDLE: only spare "
+        "CPU), nice (nice 19) or normal; the relay of a Wyoming proxy, and a fast replay, keep "
+        "normal priority",
+        _one_of("idle", "nice", "normal"),
+    )
+    shed_lag_seconds: float = _setting(
+        1.0,
+        "measuring this far behind live audio sheds phone decoding, twice this the turn "
+        "splitting too (never the embedding); below half, measuring resumes; 0 = never shed",
+        _non_negative,
+    )
+
+
+@dataclass(frozen=True)
 class Config:
     """All settings of ``voxmeter run``; one attribute per config.toml section."""
 
@@ -392,6 +441,7 @@ class Config:
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     homeassistant: HomeAssistantSettings = field(default_factory=HomeAssistantSettings)
+    load: LoadSettings = field(default_factory=LoadSettings)
 
 
 SECTIONS: dict[str, type] = {f.name: f.default_factory for f in fields(Config)}  # type: ignore[misc]

@@ -16,9 +16,9 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
-from monitor.audio.frames import RATE_HZ, AudioSource
-from monitor.audio.vad import FrameVad, SpeechChunk
-from monitor.audio.windows import SpeechWindow, Windower
+from monitor.audio.frames import RATE_HZ, AudioFrame, AudioSource
+from monitor.audio.vad import SpeechChunk
+from monitor.audio.windows import SpeechWindow
 from monitor.daemon.budget import period_start
 from monitor.daemon.events import (
     ClosedWindow,
@@ -32,17 +32,21 @@ from monitor.daemon.events import (
     WindowScored,
 )
 from monitor.daemon.evidence import TrackScorer
-from monitor.daemon.incremental import IncrementalWindows
 from monitor.daemon.ledger import LedgerWriter
 from monitor.daemon.measuring import MeasuringSupervisor
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
+from monitor.daemon.shedding import LoadShedder
+from monitor.daemon.streams import Streams, StreamState, named_stats
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
 from monitor.daemon.turns import TurnSplitter
 from monitor.features.base import Feature
 from monitor.store.database import Store
 
 logger = logging.getLogger(__name__)
+
+_NO_FRAME: Any = object()
+"""The vad stage's wake-up without a frame: time to look for idle streams."""
 
 
 class PipelineStages:
@@ -56,15 +60,14 @@ class PipelineStages:
     exporters: list[Exporter]
     clock: Callable[[], float]
     wall_clock: Callable[[], float]
-    vad: FrameVad
-    windower: Windower
-    incremental: IncrementalWindows
+    streams: Streams
     tracker: SpeakerTracker
     turns: TurnSplitter
     track_scorer: TrackScorer
     ledger: LedgerWriter
     queues: dict[str, asyncio.Queue[Any]]
     measuring: MeasuringSupervisor
+    shedder: LoadShedder
     audio_seconds: float
     last: dict[str, Figures]
     _feed_counted: float
@@ -87,40 +90,80 @@ class PipelineStages:
         return self.features[EMBEDDING].observe(samples, RATE_HZ).values
 
     async def _vad_stage(self, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor) -> None:
-        """Frames → speech → windows that hold one voice: cut at a turn pause or an utterance's
-        end by the windower, then at a change of speaker found on their filterbank frames (and
-        the embeddings of two parts where that is uncertain); the speech also goes, as it arrives,
-        to the incremental features."""
+        """Frames → speech → windows that hold one voice, per stream (its own VAD, windower and
+        incremental features: :mod:`monitor.daemon.streams`); windows of every stream go on in
+        the order they close. A stream's end, an idle stream and the end of input close turns."""
         inbox, out = self.queues["frames"], self.queues["windows"]
-        loop = asyncio.get_running_loop()
+        streams = self.streams
         while True:
-            frame = await inbox.get()
-            chunks = self.vad.flush() if frame is None else self.vad.process(frame)
-            if frame is not None and frame.utterance_end:  # the turn ends: a short window
-                chunks = [*chunks, *self.vad.flush()]
-            windows = []
-            for chunk in chunks:
-                closed = self._process_chunk(chunk, feeder)
-                # features work on the speech as it arrives, in order, on the feeder thread
-                loop.run_in_executor(feeder, self.incremental.feed, chunk.samples)
-                windows += closed
-            if frame is None or frame.utterance_end:  # the turn ends with the utterance/stream
-                windows += self._close_turn(feeder)
-            for window in windows:
-                pieces = await self._split(window, executor, feeder)
-                for piece in pieces:
-                    if piece.speech_seconds < self.windower.min_window_seconds:
-                        self.windower.dropped_seconds += piece.speech_seconds
-                        continue
-                    index, self._next_index = self._next_index, self._next_index + 1
-                    await out.put(ClosedWindow(index, piece, self.clock(), self.wall_clock()))
-            if frame is None:
-                self.windower.reset()
+            try:
+                async with asyncio.timeout(streams.idle_seconds if streams.live else None):
+                    frame = await inbox.get()
+            except TimeoutError:
+                frame = _NO_FRAME
+            for state in streams.idle():  # gone without an end: the turn ends now
+                await self._stream_frames(state, None, executor, feeder)
+                streams.end(state.key)
+            if frame is _NO_FRAME:
+                continue
+            if frame is None:  # end of input: every stream ends
+                for state in streams:
+                    await self._stream_frames(state, None, executor, feeder)
+                    streams.end(state.key)
                 await out.put(None)
                 return
+            measured = streams.state(frame)
+            if measured is None:  # refused: more than audio.max_streams at once (counted)
+                continue
+            await self._stream_frames(measured, frame, executor, feeder)
+            if frame.stream_end:
+                streams.end(measured.key)
+
+    async def _stream_frames(
+        self,
+        state: StreamState,
+        frame: AudioFrame | None,
+        executor: ThreadPoolExecutor,
+        feeder: ThreadPoolExecutor,
+    ) -> None:
+        """One frame of ``state``'s stream (None: it ends) → speech → windows: cut at a turn
+        pause or an utterance's end by the windower, then at a change of speaker found on their
+        filterbank frames (and two parts' embeddings where that is uncertain); the speech also
+        goes, as it arrives, to the stream's incremental features."""
+        out = self.queues["windows"]
+        loop = asyncio.get_running_loop()
+        ends = frame is None or frame.utterance_end or frame.stream_end
+        chunks = state.vad.flush() if frame is None else state.vad.process(frame)
+        if frame is not None and ends:  # the turn ends: a short window
+            chunks = [*chunks, *state.vad.flush()]
+        windows = []
+        for chunk in chunks:
+            closed = self._process_chunk(state, chunk, feeder)
+            # features work on the speech as it arrives, in order, on the feeder thread
+            self.shedder.submitted()
+            loop.run_in_executor(feeder, state.incremental.feed, chunk.samples)
+            windows += closed
+        if ends:  # the turn ends with the utterance/stream
+            windows += self._close_turn(state, feeder)
+        windower = state.windower
+        for window in windows:
+            pieces = await self._split(state, window, executor, feeder)
+            for piece in pieces:
+                if piece.speech_seconds < windower.min_window_seconds:
+                    windower.dropped_seconds += piece.speech_seconds
+                    continue
+                index, self._next_index = self._next_index, self._next_index + 1
+                self.streams.closed(state)
+                closed_at = (self.clock(), self.wall_clock())
+                self.shedder.window_closed(closed_at[0])
+                await out.put(ClosedWindow(index, piece, *closed_at, stream=state.key))
 
     async def _split(
-        self, window: SpeechWindow, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor
+        self,
+        state: StreamState,
+        window: SpeechWindow,
+        executor: ThreadPoolExecutor,
+        feeder: ThreadPoolExecutor,
     ) -> list[SpeechWindow]:
         """``window`` cut at changes of speaker, scored on the filterbank frames its embedding
         stream computed while it filled (on the feeder, after every chunk fed before it
@@ -128,27 +171,35 @@ class PipelineStages:
         loop = asyncio.get_running_loop()
         if not self.turns.active or self.turns.parts(window) < 2:
             return [window]
-        if self.incremental.turns is None:
+        if self.shedder.sheds("turns"):  # lagging: the window is scored whole
+            self.shedder.count("turns", window.speech_seconds)
+            return [window]
+        incremental = state.incremental
+        if incremental.turns is None:
             return await loop.run_in_executor(executor, self.turns.split, window)
-        return await loop.run_in_executor(feeder, self.incremental.split, window)
+        return await loop.run_in_executor(feeder, incremental.split, window)
 
-    def _process_chunk(self, chunk: SpeechChunk, feeder: ThreadPoolExecutor) -> list[SpeechWindow]:
+    def _process_chunk(
+        self, state: StreamState, chunk: SpeechChunk, feeder: ThreadPoolExecutor
+    ) -> list[SpeechWindow]:
         """The windower's windows for ``chunk``; a turn it ended before the chunk (at a pause)
         is told to the incremental features first, in order, so the chunk starts the next
         window's streams instead of running on in the closed one's."""
-        dropped = self.windower.dropped_seconds
-        closed = self.windower.process(chunk)
+        windower, incremental = state.windower, state.incremental
+        dropped = windower.dropped_seconds
+        closed = windower.process(chunk)
         before = [w for w in closed if w.end_seconds <= chunk.start_seconds]
         if before:
-            _call(feeder, self.incremental.close_window)
-        elif self.windower.dropped_seconds > dropped:
-            _call(feeder, self.incremental.discard)
+            _call(feeder, incremental.close_window)
+        elif windower.dropped_seconds > dropped:
+            _call(feeder, incremental.discard)
         return closed
 
-    def _close_turn(self, feeder: ThreadPoolExecutor) -> list[SpeechWindow]:
+    def _close_turn(self, state: StreamState, feeder: ThreadPoolExecutor) -> list[SpeechWindow]:
         """The held speech as a short window (or dropped), told to the incremental features."""
-        closed = self.windower.close_turn(self.windower.min_window_seconds)
-        _call(feeder, self.incremental.close_window if closed else self.incremental.discard)
+        windower, incremental = state.windower, state.incremental
+        closed = windower.close_turn(windower.min_window_seconds)
+        _call(feeder, incremental.close_window if closed else incremental.discard)
         return closed
 
     async def _feature_stage(
@@ -165,16 +216,16 @@ class PipelineStages:
             window = item.window
             started = self.clock()
             # after every chunk fed before the window closed (the feeder keeps order)
-            streams = await loop.run_in_executor(feeder, self.incremental.take, window.samples)
+            incremental = self.streams.taking(item.stream)
+            streams = await loop.run_in_executor(feeder, incremental.take, window.samples)
             names = list(streams)
             observations = await asyncio.gather(
                 *(loop.run_in_executor(executor, streams[n].finish) for n in names)
             )
             spent = self.clock() - started
-            fed, self._feed_counted = (
-                self.incremental.feed_seconds - self._feed_counted,
-                (self.incremental.feed_seconds),
-            )
+            self.shedder.window_done()
+            fed_total = self.streams.feed_seconds
+            fed, self._feed_counted = fed_total - self._feed_counted, fed_total
             self._busy["features"] += spent + fed
             await out.put(
                 FeatureWindow(
@@ -188,6 +239,7 @@ class PipelineStages:
                     closed_monotonic=item.closed_monotonic,
                     closed_unix=item.closed_unix,
                     feature_seconds=spent,
+                    stream=item.stream,
                 )
             )
 
@@ -287,9 +339,9 @@ class PipelineStages:
         heavy = self._busy["features"] + self._busy["scorer"]
         source_stats = self.source.stats
         return PipelineStats(
-            frames_total=self.vad.frames_total,
-            frames_speech=self.vad.frames_speech,
-            dropped_seconds=self.vad.dropped_seconds + source_stats.dropped_seconds,
+            frames_total=self.streams.frames_total,
+            frames_speech=self.streams.frames_speech,
+            dropped_seconds=self.streams.dropped_seconds + source_stats.dropped_seconds,
             audio_device_errors=source_stats.device_errors,
             audio_seconds=audio,
             windows=self._windows,
@@ -299,12 +351,16 @@ class PipelineStages:
             tracks=len(self.track_scorer.tracks),
             at_unix=self.wall_clock(),
             measuring_restarts=self.measuring.restarts,
+            shed_seconds=dict(self.shedder.shed_seconds),
+            lag_seconds=self.shedder.lag_seconds,
+            sources=self.streams.counts(named_stats(self.source, self.streams.default_source)),
         )
 
     async def _stats_stage(self) -> None:
         interval = self.config.daemon.stats_interval_seconds
         while True:
             await asyncio.sleep(interval)
+            self.shedder.update()  # an idle daemon leaves shedding
             for event in self.tracker.expire():
                 await self.queues["tracked"].put(event)
             with contextlib.suppress(asyncio.QueueFull):

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from monitor.audio.frames import StreamKey
 from monitor.calibration.tracking import TrackerThresholds, fixed_thresholds
 from monitor.daemon.events import FeatureWindow, TrackedWindow, TrackExpired
 from monitor.daemon.settings import TrackerSettings
@@ -44,6 +45,7 @@ EMBEDDING = TRACKING_FEATURE  # the feature voices are followed by
 _UNKNOWN = re.compile(r"^unknown-(\d+)$")
 SPREAD_SIGMAS = 4.0  # a mature track refuses windows this many spreads below its mean cosine
 SPREAD_WINDOWS = 8  # windows a track needs before its spread is trusted
+PREVIOUS_STREAMS = 64  # streams whose last window's track is kept (a turn continues within one)
 
 
 def _unit(v: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -108,7 +110,8 @@ class SpeakerTracker:
         self.clusters: dict[str, _Cluster] = {}
         self._numbers = itertools.count(1)
         self.skipped_seconds = 0.0  # speech of windows assigned to no track
-        self._previous: str | None = None  # track of the last window (None: it had none)
+        # per stream, the track of its last window (None: it had none); the newest streams
+        self._previous: dict[StreamKey, str | None] = {}
 
     def skip_numbers(self, used: Iterable[str]) -> None:
         """Never reuse an unknown-N name already in the ledger (after a restart)."""
@@ -140,7 +143,10 @@ class SpeakerTracker:
         """Assign ``window`` to a track, or to none (see module docstring); also returns the
         tracks that expired or were merged meanwhile, to be handled before the window."""
         tracked, events = self._assign(window)
-        self._previous = None if tracked is None else tracked.track
+        self._previous.pop(window.stream, None)  # (re)inserted as the newest
+        self._previous[window.stream] = None if tracked is None else tracked.track
+        while len(self._previous) > PREVIOUS_STREAMS:
+            del self._previous[next(iter(self._previous))]
         return tracked, events
 
     def _continued(
@@ -151,7 +157,7 @@ class SpeakerTracker:
     ) -> TrackedWindow | None:
         """A window that continues the last one's turn stays with its track unless it is as far
         from it as a voice's own windows rarely are, or nearer another profile or track."""
-        track = self._previous
+        track = self._previous.get(window.stream)
         if not window.continues or track is None:
             return None
         needed = self.thresholds.staying(window.speech_seconds)

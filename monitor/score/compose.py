@@ -18,6 +18,7 @@ from monitor.disclosure.composition import (
     optimal,
 )
 from monitor.errors import InputError
+from monitor.numerals import ascii_int
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -39,9 +40,11 @@ def parse_steps(tokens: Sequence[str]) -> list[int]:
     steps = []
     for token in tokens:
         try:
-            value = int(token)
+            value = ascii_int(token)
         except ValueError:
-            raise InputError("--steps", f"{token!r} is not an integer number of steps") from None
+            raise InputError(
+                "--steps", f"{token!r} is not an integer number of steps (digits 0-9)"
+            ) from None
         steps.append(value)
     return steps
 

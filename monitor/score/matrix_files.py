@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from monitor.errors import InputError
+from monitor.numerals import ascii_int
 from monitor.score.trial_text import finite_float, shown
 from monitor.userfiles import bounded_lines, regular_file
 
@@ -178,7 +179,7 @@ def _indices(tokens: list[str], source: str, line: int) -> np.ndarray:
     parsed = []
     for token in tokens:
         try:
-            parsed.append(int(token))
+            parsed.append(ascii_int(token))
         except ValueError:
             raise InputError(
                 source, f"{shown(token)} is not an integer identity index", line=line

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from monitor.errors import InputError
+from monitor.numerals import ascii_float
 from monitor.userfiles import MAX_LINE_BYTES, bounded_lines, regular_file
 
 _T = TypeVar("_T")
@@ -37,7 +38,7 @@ LABEL_TYPE = pa.dictionary(pa.int32(), pa.string())  # a key's third column: a f
 def finite_float(token: str, source: str, line: int, what: str) -> float:
     """``token`` as a finite float, else InputError naming the file and line."""
     try:
-        value = float(token)
+        value = ascii_float(token)
     except ValueError:
         raise InputError(source, f"{what} {shown(token)} is not a number", line=line) from None
     if not math.isfinite(value):

@@ -134,11 +134,13 @@ def _new_file(path: Path, create: bool) -> bool:
             raise StoreError(f"{path}: directory {path.parent} does not exist")
         try:
             _create_private_file(path)
-        except FileExistsError:
-            return _new_file(path, create)  # another process made it meanwhile: look again
+            return True
+        except FileExistsError:  # another process made it meanwhile: look once more, no loop
+            status = regular_file(path)
+            if status is None:
+                raise StoreError(f"{path}: cannot create database: it came and went") from None
         except OSError as error:
             raise StoreError(f"{path}: cannot create database: {error.strerror}") from error
-        return True
     new = not recognise(path)
     if new and not create:  # reading must not write a schema into it
         raise StoreError(

@@ -41,12 +41,23 @@ def sidecar(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
 
 
+def dangling_link(path: Path) -> StoreError:
+    """The one line for a symbolic link whose target does not exist: neither read through nor
+    created through (the file would appear somewhere the user did not name)."""
+    return StoreError(
+        f"{path}: a symbolic link to {os.readlink(path)}, which does not exist; "
+        "point the link at a database or give the target's own path"
+    )
+
+
 def regular_file(path: Path) -> os.stat_result | None:
     """The file's status, None when it does not exist; StoreError for a folder, device or pipe
-    (SQLite would leave ``<device>-journal`` beside one)."""
+    (SQLite would leave ``<device>-journal`` beside one) and for a dangling symbolic link."""
     try:
         status = path.stat()
     except FileNotFoundError:
+        if path.is_symlink():  # creating through it would make a file somewhere else, unasked
+            raise dangling_link(path) from None
         return None
     except OSError as error:
         raise StoreError(f"{path}: cannot read: {error.strerror or error}") from error

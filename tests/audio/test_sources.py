@@ -17,11 +17,18 @@ import pytest
 import soundfile as sf
 
 from monitor.audio.file import FileSource, read_audio
-from monitor.audio.frames import RATE_HZ, AudioFrame
+from monitor.audio.frames import RATE_HZ, AudioFrame, StreamKey
 from monitor.audio.microphone import MicrophoneSource, SoundDeviceBackend
-from monitor.audio.spec import SourceSpec, open_source, parse_source
+from monitor.audio.sources import SourceSet
+from monitor.audio.spec import (
+    SourceSpec,
+    open_source,
+    open_sources,
+    parse_source,
+    parse_sources,
+)
 from monitor.audio.stdin import StdinSource
-from monitor.daemon.config import load_config
+from monitor.daemon.config import load_config, source_specs
 from monitor.errors import AudioDeviceError, ConfigError, InputError
 
 
@@ -316,11 +323,11 @@ def test_open_source_spellings(tmp_path: Path) -> None:
 
 
 def test_parse_source_is_the_one_parser() -> None:
-    assert parse_source("mic") == SourceSpec("mic", "mic")
+    assert parse_source("mic") == SourceSpec("mic", "mic", name="mic")
     assert parse_source("mic:0").device == 0  # index 0 is a device, not the default
     assert parse_source("mic:pulse").device == "pulse"
     assert parse_source("file:a b.flac?fast") == SourceSpec(
-        "file", "file:a b.flac?fast", path="a b.flac", fast=True
+        "file", "file:a b.flac?fast", path="a b.flac", fast=True, name="file"
     )
     assert (parse_source("stdin:8000:2").rate_hz, parse_source("stdin:8000:2").channels) == (
         8000,
@@ -329,6 +336,62 @@ def test_parse_source_is_the_one_parser() -> None:
     assert parse_source("wyoming://127.0.0.1:10600?once").kind == "wyoming"
     with pytest.raises(InputError, match="Wyoming"):
         parse_source("wyoming://127.0.0.1")  # no port
+
+
+def test_a_source_is_named_by_a_prefix_else_by_its_kind_and_port() -> None:
+    proxy = "wyoming-proxy://0.0.0.0:10300?upstream=tcp://127.0.0.1:10301"
+    named = parse_source(f"kitchen={proxy}")
+    assert (named.name, named.text, named.kind, named.listen_port) == (
+        "kitchen",
+        proxy,
+        "wyoming-proxy",
+        10300,
+    )
+    assert parse_source(proxy).name == "wyoming-proxy-10300"  # the query's = is no name
+    assert parse_source("file:a=b.wav").path == "a=b.wav"
+    assert parse_source("child-room_2=mic:1").device == 1
+    assert parse_source("wyoming-listen://127.0.0.1:0").name == "wyoming-listen-0"
+    for bad in ("living room=mic", "-x=mic", f"{'a' * 65}=mic", "=mic"):
+        with pytest.raises(InputError, match="bad source name"):
+            parse_source(bad)
+    with pytest.raises(InputError, match="unknown audio source"):
+        parse_source("kitchen=")
+
+
+@pytest.mark.parametrize(
+    ("sources", "problem"),
+    [
+        (["kitchen=mic", "kitchen=file:a.wav"], "two sources are named 'kitchen'"),
+        (["mic", "mic:1"], "two sources are named 'mic'"),
+        (
+            [
+                "a=wyoming-proxy://0.0.0.0:10300?upstream=tcp://h:1",
+                "b=wyoming-listen://127.0.0.1:10300",
+            ],
+            "port 10300 is served by two sources",
+        ),
+        (["a=stdin", "b=stdin:8000"], "stdin can feed one source only"),
+        (["kitchen=speaker"], "unknown audio source"),
+    ],
+)
+def test_several_sources_bad_input_is_one_line_naming_the_key(
+    sources: list[str], problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=r"audio\.sources") as raised:
+        load_config(None, [f"audio.sources={sources!r}".replace("'", '"')])
+    assert problem in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_several_sources_load_and_port_zero_may_repeat() -> None:
+    proxy = "wyoming-proxy://127.0.0.1:0?upstream=tcp://127.0.0.1:9"
+    config = load_config(None, [f'audio.sources=["wake={proxy}", "stt={proxy}", "file:x.wav"]'])
+    assert [s.name for s in source_specs(config)] == ["wake", "stt", "file"]
+    assert source_specs(load_config(None, ["daemon.source=hall=mic"]))[0].name == "hall"
+    with pytest.raises(ConfigError, match=r"audio\.max_streams.*number of audio.sources \(3\)"):
+        load_config(
+            None,
+            [f'audio.sources=["wake={proxy}", "stt={proxy}", "file:x.wav"]', "audio.max_streams=2"],
+        )
 
 
 def test_config_checks_a_source_with_the_same_parser() -> None:
@@ -613,3 +676,27 @@ def test_non_finite_device_blocks_become_counted_silence(caplog: pytest.LogCaptu
             assert np.abs(block.astype(np.float32) / 32768 - blocks[index][:, 0]).max() < 1e-4
     assert mic.stats.non_finite == 2
     assert "NaN or infinite samples replaced by silence (1 so far)" in caplog.text
+
+
+def test_several_sources_are_read_at_once_each_frame_named(tmp_path: Path) -> None:
+    """A SourceSet of two files: every frame of each, named, in each file's own order; each
+    file's end ends its stream; the set ends when both have; a bad file is one line at start."""
+    for name, seconds in (("a", 0.5), ("b", 0.8)):
+        sf.write(tmp_path / f"{name}.wav", tone(16000, seconds, 300.0), 16000)
+    specs = parse_sources([f"kitchen=file:{tmp_path}/a.wav?fast", f"hall=file:{tmp_path}/b.wav"])
+    source = open_sources(specs, fast=True)
+    assert isinstance(source, SourceSet) and list(source.named) == ["kitchen", "hall"]
+    assert not source.relays
+
+    async def read() -> list[AudioFrame]:
+        return [frame async for frame in source.frames()]
+
+    frames = asyncio.run(read())
+    for name, seconds in (("kitchen", 0.5), ("hall", 0.8)):
+        mine = [f for f in frames if f.stream == StreamKey(name)]
+        assert sum(f.samples.shape[0] for f in mine) == round(seconds * 16000)
+        assert [f.start_seconds for f in mine] == sorted(f.start_seconds for f in mine)
+        assert mine[-1].stream_end and not any(f.stream_end for f in mine[:-1])
+    assert source.stats.frames_total == sum(s.stats.frames_total for s in source.named.values())
+    with pytest.raises(InputError, match=r"missing\.wav"):
+        open_sources(parse_sources(["a=mic", f"b=file:{tmp_path}/missing.wav"]))

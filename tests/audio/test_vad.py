@@ -157,6 +157,35 @@ def test_detectors_agree_on_speech(utterance: np.ndarray) -> None:
     assert (masks[0] == masks[1]).mean() >= 0.8
 
 
+@pytest.mark.corpus
+def test_a_fresh_detector_for_another_stream_decides_as_a_new_one(utterance: np.ndarray) -> None:
+    """The daemon keeps a detector per stream: ``fresh()`` shares Silero's ONNX session, not its
+    recurrent state, so two streams interleaved decide as two detectors alone."""
+
+    def mask(chunks: list[SpeechChunk]) -> np.ndarray:
+        kept = np.zeros(utterance.shape[0], dtype=bool)
+        for c in chunks:
+            lo = round(c.start_seconds * RATE_HZ)
+            kept[lo : lo + c.samples.shape[0]] = True
+        return kept
+
+    for vad in (WebRtcVad(aggressiveness=3, hangover_ms=100), SileroVad(hangover_ms=100)):
+        alone = vad.fresh()
+        expected = mask(feed(alone, utterance, [480] * (utterance.shape[0] // 480 + 1)))
+        a, b = vad.fresh(), vad.fresh()
+        assert type(a) is type(vad) and a.hangover_ms == 100
+        if isinstance(vad, SileroVad):
+            assert a._session is vad._session  # one model in memory for every stream
+        got: list[SpeechChunk] = []
+        reversed_audio = utterance[::-1].copy()
+        for start in range(0, utterance.shape[0], 480):
+            for detector, audio in ((a, utterance), (b, reversed_audio)):
+                chunks = detector.process(AudioFrame(audio[start : start + 480], start / RATE_HZ))
+                got += chunks if detector is a else []
+        got += a.flush()
+        assert expected.any() and np.array_equal(mask(got), expected)
+
+
 def test_silence_and_noise_floor_are_not_speech(rng: np.random.Generator) -> None:
     quiet = (rng.standard_normal(3 * RATE_HZ) * 3).astype(np.int16)
     for vad in (WebRtcVad(aggressiveness=3), SileroVad()):

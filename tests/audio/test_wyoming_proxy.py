@@ -24,6 +24,7 @@ from monitor.audio.wyoming_proxy import (
     VIA,
     ProxyEndpoint,
     SideTap,
+    TapItem,
     WyomingProxySource,
     annotate_info,
     parse_proxy,
@@ -111,33 +112,81 @@ def test_info_names_every_program_as_passing_through_voxmeter_and_keeps_the_rest
     assert upstream_info.data["asr"][0]["name"] == "faster-whisper"  # the original is untouched
 
 
-def _drain(queue: asyncio.Queue[Event | None]) -> list[str | None]:
+def _drain(queue: asyncio.Queue[TapItem | None]) -> list[tuple[int, str | None, bool]]:
     items = []
     while not queue.empty():
         item = queue.get_nowait()
-        items.append(None if item is None else item.type)
+        assert item is not None
+        items.append((item.connection, None if item.event is None else item.event.type, item.gap))
     return items
 
 
-def test_the_side_tap_measures_one_utterance_at_a_time_and_counts_what_it_drops() -> None:
+def test_the_side_tap_measures_every_connection_and_counts_only_what_does_not_fit() -> None:
     tap = SideTap(4)
     start = AudioStart(rate=16000, width=2, channels=1).event()
     chunk = AudioChunk(rate=16000, width=2, channels=1, audio=b"\0\0" * 4800).event()  # 0.3 s
     stop = AudioStop().event()
     a, b = object(), object()
-    for who, event in [(a, start), (b, start), (a, chunk), (b, chunk), (a, stop), (b, stop)]:
+    for who, event in [(a, start), (b, start), (a, chunk), (b, chunk)]:
         tap.offer(who, event)
     tap.offer(a, Transcribe().event())  # not audio: not measured, not counted
-    assert _drain(tap.queue) == ["audio-start", "audio-chunk", "audio-stop"]
-    assert tap.stats.dropped_seconds == pytest.approx(0.3)  # b's overlapping utterance
-    for event in [start, chunk, chunk, chunk, chunk, stop]:  # 4 fit, not the rest
+    assert _drain(tap.queue) == [
+        (1, "audio-start", False),
+        (2, "audio-start", False),
+        (1, "audio-chunk", False),
+        (2, "audio-chunk", False),
+    ]  # overlapping utterances of two clients: both measured
+    assert tap.stats.dropped_seconds == 0
+    for event in [chunk, chunk, chunk, chunk, chunk, stop]:  # 4 fit, not the rest
         tap.offer(a, event)
-    assert tap.stats.dropped_seconds == pytest.approx(0.6)
-    assert _drain(tap.queue) == ["audio-start", "audio-chunk", "audio-chunk", "audio-chunk"]
-    tap.offer(b, start)  # the cut utterance's end goes in first
-    assert _drain(tap.queue) == [None, "audio-start"]
-    tap.left(b)
-    assert _drain(tap.queue) == [None]
+    tap.left(b)  # the queue is full: b's end is owed
+    assert tap.stats.dropped_seconds == pytest.approx(0.3)
+    assert _drain(tap.queue) == [(1, "audio-chunk", False)] * 4
+    tap.offer(a, start)  # the owed end first; a's next item says audio was dropped before it
+    assert _drain(tap.queue) == [(2, None, False), (1, "audio-start", True)]
+    tap.left(a)
+    tap.left(a)  # once only
+    assert _drain(tap.queue) == [(1, None, False)]
+
+
+def test_the_proxy_decodes_each_connection_on_its_own_timeline() -> None:
+    """Frames of two interleaved connections: each stream keeps its own clock, a gap ends the
+    turn before it, and a connection's end ends its stream."""
+    fmt = {"rate": 16000, "width": 2, "channels": 1}
+    chunk = AudioChunk(audio=np.ones(960, dtype="<i2").tobytes(), **fmt).event()  # 2 frames
+    source = WyomingProxySource(parse_proxy("wyoming-proxy://127.0.0.1:0?upstream=tcp://h:1"))
+    items = [
+        TapItem(1, AudioStart(**fmt).event()),
+        TapItem(2, AudioStart(**fmt).event()),
+        TapItem(1, chunk),
+        TapItem(2, chunk),
+        TapItem(1, chunk, gap=True),
+        TapItem(2, None),
+        TapItem(1, AudioStop().event()),
+    ]
+
+    async def collect() -> list[AudioFrame]:
+        for item in items:
+            source.tap.queue.put_nowait(item)
+        got = []
+        async for frame in source.frames():
+            got.append(frame)
+            if frame.utterance_end and frame.stream.connection == 1 and len(got) > 5:
+                source.close()
+        return got
+
+    frames = asyncio.run(asyncio.wait_for(collect(), 10))
+    by_stream = {
+        n: [(f.start_seconds, f.samples.shape[0], f.utterance_end, f.stream_end)
+            for f in frames if f.stream.connection == n]
+        for n in (1, 2)
+    }  # fmt: skip
+    assert by_stream[2] == [(0.0, 480, False, False), (0.03, 480, False, False),
+                            (0.06, 0, True, False), (0.06, 0, False, True)]  # fmt: skip
+    assert by_stream[1] == [(0.0, 480, False, False), (0.03, 480, False, False),
+                            (0.06, 0, True, False),  # the gap ends the turn
+                            (0.06, 480, False, False), (0.09, 480, False, False),
+                            (0.12, 0, True, False)]  # fmt: skip
 
 
 # ---- relay against a real speech-to-text service --------------------------------------------
@@ -169,7 +218,9 @@ def test_a_60_event_conversation_reaches_the_upstream_byte_identical_and_is_meas
         assert measured.shape[0] == 57 * CHUNK_SAMPLES  # 16 kHz in, no resampling loss
         np.testing.assert_array_equal(measured, audio[: 57 * CHUNK_SAMPLES])
         assert [f.utterance_end for f in frames].count(True) == 1
-        assert frames[-1].utterance_end
+        assert frames[-2].utterance_end  # at the audio-stop, then the connection's end:
+        assert frames[-1].stream_end and not frames[-1].samples.shape[0]
+        assert {f.stream for f in frames} == {frames[0].stream}  # one connection, one stream
         assert source.dropped_seconds == 0.0
 
     asyncio.run(main())

@@ -107,7 +107,9 @@ class Subscriber:
 async def subscribed(
     broker: MosquittoBroker, topic: str = "voxmeter/#"
 ) -> AsyncIterator[Subscriber]:
-    async with aiomqtt.Client(broker.host, broker.port, identifier=f"test-{os.getpid()}") as client:
+    # An identifier of its own: two subscribers sharing one would take over each other's session.
+    identifier = f"test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    async with aiomqtt.Client(broker.host, broker.port, identifier=identifier) as client:
         subscriber = Subscriber(client, topic)
         await client.subscribe(topic, qos=1)
 

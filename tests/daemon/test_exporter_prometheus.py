@@ -10,12 +10,21 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from monitor.daemon.events import BOUNDS, FEATURES, MEASURES, DaemonStopping, TrackExpired
+from monitor.audio.frames import StreamKey
+from monitor.daemon.events import (
+    BOUNDS,
+    FEATURES,
+    MEASURES,
+    DaemonStopping,
+    SourceCounts,
+    TrackExpired,
+)
 from monitor.daemon.exporters.prometheus import PrometheusExporter
 from monitor.daemon.settings import PrometheusSettings
 from monitor.errors import ConfigError
@@ -152,6 +161,36 @@ def test_pipeline_stats_become_counter_increments_and_gauges() -> None:
     assert get("voxmeter_audio_device_errors_total") == 2
     assert get("voxmeter_realtime_factor") == pytest.approx(0.2)
     assert get("voxmeter_queue_depth", {"queue": "frames"}) == 3
+
+
+def test_each_named_source_has_its_own_labelled_counters() -> None:
+    """Speech, dropped and refused seconds per source (audio.sources), windows per source."""
+    exporter, registry = make_exporter()
+    get = registry.get_sample_value
+    first = {
+        "kitchen": SourceCounts(10.0, 6.0, 0.0, streams=2),
+        "stt": SourceCounts(3.0, 2.5, 0.5, streams=1),
+    }
+    later = {
+        "kitchen": SourceCounts(20.0, 9.0, 1.25, 0, refused_streams=1, refused_seconds=4.0),
+        "stt": SourceCounts(3.0, 2.5, 0.5, streams=0),
+    }
+    exporter.apply(replace(stats(1000, 400, 0.0), sources=first))
+    exporter.apply(replace(stats(2500, 900, 0.9), sources=later))
+    kitchen, stt = {"source": "kitchen"}, {"source": "stt"}
+    assert get("voxmeter_source_speech_seconds_total", kitchen) == pytest.approx(9.0)
+    assert get("voxmeter_source_speech_seconds_total", stt) == pytest.approx(2.5)
+    assert get("voxmeter_source_dropped_seconds_total", kitchen) == pytest.approx(1.25)
+    assert get("voxmeter_source_dropped_seconds_total", stt) == pytest.approx(0.5)
+    assert get("voxmeter_source_audio_seconds_total", kitchen) == pytest.approx(20.0)
+    assert get("voxmeter_source_refused_streams_total", kitchen) == 1
+    assert get("voxmeter_source_refused_seconds_total", kitchen) == pytest.approx(4.0)
+    assert get("voxmeter_source_streams", kitchen) == 0 and get("voxmeter_source_streams", stt) == 0
+    window = scored("alias-a")
+    exporter.apply(replace(window, stream=StreamKey("stt", 3)))
+    exporter.apply(replace(window, stream=StreamKey("stt", 4)))
+    assert get("voxmeter_source_windows_total", stt) == 2
+    assert get("voxmeter_source_windows_total", kitchen) is None
 
 
 def test_alerts_pending_is_read_from_the_outbox_at_scrape_time(tmp_path: Path) -> None:

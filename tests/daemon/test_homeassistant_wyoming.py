@@ -110,7 +110,7 @@ def test_home_assistant_detects_a_wake_word_through_the_proxy(
             pcm = audio.astype("<i2").tobytes()
             events = await blocking(ha.assist, stt, pcm, (entity, "jarvis"))
             async with asyncio.timeout(60):  # the measuring side saw speech pass
-                while pipeline.vad.frames_speech == 0:
+                while pipeline.streams.frames_speech == 0:
                     await asyncio.sleep(0.1)
             measured = pipeline.audio_seconds
         await server.stop()

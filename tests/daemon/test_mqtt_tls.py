@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from monitor.daemon.config import load_config
+from monitor.daemon.exporters.connection import tls_context
 from monitor.daemon.exporters.homeassistant import HomeAssistantExporter
-from monitor.daemon.exporters.mqtt import MqttExporter, tls_context
+from monitor.daemon.exporters.mqtt import MqttExporter
 from monitor.daemon.settings import HomeAssistantSettings, MqttSettings
 from monitor.errors import ConfigError
 from monitor.store.database import open_store

@@ -38,16 +38,24 @@ def test_windows_are_streamed_off_the_loop_thread(daemon_corpus: Any, daemon_db:
     with open_store(daemon_db) as store:
         pipeline = build_pipeline(config, store=store, exporters=[])
         pipeline.window_features.warm_up()  # models load (observe once) before we watch
-        incremental = pipeline.incremental
-        feed = incremental.feed
+        made: list[Any] = []  # every stream's incremental features (one file: one stream)
+        parts = pipeline.streams.parts
 
-        def recording_feed(samples: Any) -> None:
-            feeding.add(threading.current_thread().name)
-            if not blas_during:
-                blas_during.update(blas_threads())
-            feed(samples)
+        def recording_parts() -> Any:
+            vad, windower, incremental = parts()
+            feed = incremental.feed
 
-        incremental.feed = recording_feed  # type: ignore[method-assign]
+            def recording_feed(samples: Any) -> None:
+                feeding.add(threading.current_thread().name)
+                if not blas_during:
+                    blas_during.update(blas_threads())
+                feed(samples)
+
+            incremental.feed = recording_feed  # type: ignore[method-assign]
+            made.append(incremental)
+            return vad, windower, incremental
+
+        pipeline.streams.parts = recording_parts
         phone = pipeline.features["phone"]
         observe = type(phone).observe
 
@@ -74,6 +82,7 @@ def test_windows_are_streamed_off_the_loop_thread(daemon_corpus: Any, daemon_db:
     assert feeding and all(name.startswith("voxmeter-feed") for name in feeding)
     # most windows were streamed; a window after speech the windower dropped (a turn's end
     # under min_window_seconds) is extracted whole, off the loop thread as well
+    (incremental,) = [i for i in made if i.streamed or i.fallbacks]  # the file's stream
     assert incremental.streamed >= summary.windows / 2
     assert len(whole) == incremental.fallbacks
     assert all(name.startswith("voxmeter-work") for name in whole)

@@ -4,6 +4,7 @@ figures it records from the same audio read as a file, at 16 kHz mono and 44.1 k
 from __future__ import annotations
 
 import asyncio
+import math
 import shutil
 import time
 from pathlib import Path
@@ -58,6 +59,7 @@ def run_daemon(db: Path, source: str, stream: Path | None = None) -> Any:
             f"daemon.db={db}",
             "prometheus.enabled=false",
             "daemon.exit_at_end=true",
+            "load.shed_lag_seconds=0",  # the same figures as a file: nothing shed under load
         ],
     )
 
@@ -102,7 +104,23 @@ def test_wyoming_figures_equal_the_file_sources(
     assert by_wyoming.frames_speech == by_file.frames_speech > 0
     expected = ledger(dbs["file"])
     assert expected.get("home-1"), "the enrolled speaker's windows reach the ledger"
-    assert ledger(dbs["wyoming"]) == expected
+    got = ledger(dbs["wyoming"])
+    assert close(got, expected), (got, expected)
+
+
+def close(got: Any, want: Any, rel: float = 1e-6) -> bool:
+    """Equal structure, strings and integers; floats within ``rel`` of their magnitude. The two
+    sources hand the streaming features their audio in different chunks, so sums run in another
+    order: on some CPUs a figure differs in its ninth digit (1.9977349055 against 1.9977349080)."""
+    if isinstance(got, dict) and isinstance(want, dict):
+        return got.keys() == want.keys() and all(close(got[k], want[k], rel) for k in want)
+    if isinstance(got, list | tuple) and isinstance(want, list | tuple):
+        return len(got) == len(want) and all(
+            close(g, w, rel) for g, w in zip(got, want, strict=True)
+        )
+    if isinstance(want, float) and isinstance(got, float):
+        return math.isclose(got, want, rel_tol=rel, abs_tol=1e-12)
+    return bool(got == want)
 
 
 def test_through_the_proxy_each_command_ends_its_window_at_audio_stop(
@@ -125,7 +143,7 @@ def test_through_the_proxy_each_command_ends_its_window_at_audio_stop(
             sent = sum(c.shape[0] for c in commands) / 16000
             pipeline = daemon.pipeline
             async with asyncio.timeout(300):
-                while pipeline.vad.frames_total * 0.03 < sent - 0.03 or pipeline._windows < 1:
+                while pipeline.streams.frames_total * 0.03 < sent - 0.03 or pipeline._windows < 1:
                     await asyncio.sleep(0.1)
         await server.stop()
         return daemon.summary, texts
@@ -214,6 +232,7 @@ def test_without_a_relay_a_failing_measuring_side_ends_the_daemon(
             f"daemon.db={daemon_db}",
             "prometheus.enabled=false",
             "daemon.exit_at_end=true",
+            "load.shed_lag_seconds=0",  # the same figures as a file: nothing shed under load
         ],
     )
 

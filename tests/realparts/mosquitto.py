@@ -1,4 +1,4 @@
-"""A real Debian mosquitto broker on a free loopback port, with stop()/start() for outage tests.
+"""A real Debian mosquitto broker on a free loopback port, with stop()/kill()/start() for outages.
 
 Use the ``mosquitto`` fixture (marker ``mosquitto``). The broker keeps its port across
 ``stop()``/``start()`` so a client that reconnects finds it again; ``persistence false`` means a
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -100,6 +101,14 @@ class MosquittoBroker:
         if self.process is None:
             return
         stop_process(self.process)
+        self.process = None
+        wait_for_port(self.port, up=False)
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash: no goodbye to its clients) and wait for the port."""
+        if self.process is None:
+            return
+        stop_process(self.process, sig=signal.SIGKILL)
         self.process = None
         wait_for_port(self.port, up=False)
 

@@ -49,15 +49,8 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
-from monitor.daemon.exporters.mqtt import (
-    Topics,
-    client_options,
-    connection_problem,
-    iso_utc,
-    publish,
-    tls_context,
-    topics_for,
-)
+from monitor.daemon.exporters.connection import Reconnect, client_options, tls_context
+from monitor.daemon.exporters.mqtt import Topics, iso_utc, publish, topics_for
 from monitor.daemon.settings import HomeAssistantSettings, MqttSettings
 from monitor.store.templates import LocalProfile
 from monitor.vocabulary import BUDGET_STATES as STATES
@@ -227,8 +220,8 @@ class Discovery:
 class HomeAssistantExporter:
     """Publishes discovery configs and the device state; clears entities that went away.
 
-    ``handle`` only updates memory and wakes ``run``; ``run`` owns its own connection and
-    retries it with random capped backoff (``[mqtt]`` reconnect settings).
+    ``handle`` only updates memory and wakes ``run``; ``run`` owns its own connection and keeps
+    it as the alert sender does (connection.Reconnect, ``[mqtt]`` reconnect settings).
     """
 
     name = "homeassistant"
@@ -251,8 +244,15 @@ class HomeAssistantExporter:
         self._tls = tls_context(mqtt)
         self._store = store
         self._clock = clock
-        self._rng = rng or random.Random()
         self._sleep = sleep
+        self._reconnect = Reconnect(
+            mqtt,
+            logger=logger,
+            label="Home Assistant discovery, ",
+            rng=rng,
+            sleep=sleep,
+            on_connection=self._set_connected,
+        )
         self._speakers: set[str] = set()
         self._configs: dict[str, bytes] = {}  # config topic → payload wanted on the broker
         self._dirty: dict[str, bytes] = {}  # config topic → payload to publish (b"" clears)
@@ -335,31 +335,16 @@ class HomeAssistantExporter:
     # ---- connection ------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """After ``DaemonStarted``: connect, publish, and reconnect until cancelled."""
+        """After ``DaemonStarted``: connect, publish, and reconnect (connection.Reconnect, the
+        alert sender's policy) until cancelled."""
         await self._started.wait()
-        s = self.mqtt
-        ceiling = s.reconnect_min_seconds
-        while True:
-            try:
-                async with aiomqtt.Client(
-                    **client_options(s, self._tls), identifier=self.client_id
-                ) as client:
-                    self.connected = True
-                    ceiling = s.reconnect_min_seconds
-                    await self._session(client)
-            except aiomqtt.MqttError as error:
-                logger.log(
-                    logging.WARNING if self.connected else logging.INFO,
-                    "Home Assistant discovery, MQTT broker %s:%d: %s",
-                    s.host,
-                    s.port,
-                    connection_problem(error),
-                )
-            finally:
-                self.connected = False
-            delay = self._rng.uniform(s.reconnect_min_seconds, ceiling)
-            ceiling = min(s.reconnect_max_seconds, ceiling * 2)
-            await self._sleep(delay)
+        await self._reconnect.run(self._client, self._session)
+
+    def _client(self) -> aiomqtt.Client:
+        return aiomqtt.Client(**client_options(self.mqtt, self._tls), identifier=self.client_id)
+
+    def _set_connected(self, connected: bool) -> None:
+        self.connected = connected
 
     async def _session(self, client: aiomqtt.Client) -> None:
         # Subscribe before publishing: retained configs delivered now predate this session.

@@ -38,6 +38,10 @@ class LogExporter:
                 # where the window lies in the file or stream, beside the wall clock
                 fields["stream_start_s"] = round(event.window_start_seconds, 2)
                 fields["stream_end_s"] = round(event.window_end_seconds, 2)
+                if event.stream.source:  # which source (room) heard it, which of its clients
+                    fields["source"] = event.stream.source
+                if event.stream.connection:
+                    fields["connection"] = event.stream.connection
                 self.log.info("window", extra={"fields": fields})
             case StateChanged():
                 self.log.warning(

@@ -16,13 +16,15 @@ Topics under ``<prefix>`` (default ``voxmeter/<device_id>``):
 Alerts are never held only in memory: the budget stage writes each to the outbox in the same
 transaction as the state change, and this exporter deletes it (``ack``) only after the broker's
 PUBACK (QoS ≥ 1). Across broker outages and daemon restarts every alert is therefore delivered
-at least once and in ``seq`` order. The connection is retried with random capped backoff.
+at least once and in ``seq`` order. The connection is kept by
+:class:`~monitor.daemon.exporters.connection.Reconnect`, the one reconnect policy of every MQTT
+client of the daemon; here its wait also ends within a second when an alert waits in the outbox.
 
-With ``mqtt.tls`` the connection is TLS (:func:`tls_context`: the broker's certificate checked
-against ``mqtt.cafile`` or the system's CAs, its host name against ``mqtt.host`` unless
+With ``mqtt.tls`` the connection is TLS (``connection.tls_context``: the broker's certificate
+checked against ``mqtt.cafile`` or the system's CAs, its host name against ``mqtt.host`` unless
 ``mqtt.verify_hostname = false``; a client certificate when ``mqtt.certfile`` is set).
-:func:`client_options` gives both MQTT clients (this one and Home Assistant's) the same broker,
-credentials and TLS.
+``connection.client_options`` gives both MQTT clients (this one and Home Assistant's) the same
+broker, credentials and TLS.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import json
 import logging
 import math
 import random
-import ssl
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
@@ -56,81 +57,22 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
+from monitor.daemon.exporters.connection import (
+    PUBLISH_TIMEOUT_SECONDS,
+    Reconnect,
+    client_options,
+    tls_context,
+)
 from monitor.daemon.settings import MqttSettings
-from monitor.errors import ConfigError, StoreError
+from monitor.errors import StoreError
 from monitor.store.outbox import OutboxMessage
 
 logger = logging.getLogger(__name__)
-
-PUBLISH_TIMEOUT_SECONDS = 10.0
-"""Longest wait for a PUBACK before the connection is considered dead and retried."""
 
 OFFLINE_TIMEOUT_SECONDS = 1.0
 """Longest wait for the ``offline`` status on a clean stop (SIGTERM must end us within 2 s)."""
 
 OUTBOX_BATCH = 100
-
-ALERT_RETRY_SECONDS = 1.0
-"""Longest pause between reconnect attempts while an alert waits in the outbox: alerts reach
-the broker within about a second of its return, however long the outage (the backoff's
-ceiling, ``mqtt.reconnect_max_seconds``, only spaces out attempts when nothing is waiting)."""
-
-
-def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
-    """The TLS context of ``mqtt.tls`` (None without TLS); a file that cannot be used raises
-    ConfigError naming its key, at start rather than at every reconnect."""
-    if not settings.tls:
-        return None
-    try:
-        context = ssl.create_default_context(cafile=settings.cafile or None)
-    except (OSError, ssl.SSLError) as error:
-        raise ConfigError(
-            "mqtt.cafile", f"cannot use {settings.cafile}: {_reason(error)}"
-        ) from error
-    context.check_hostname = settings.verify_hostname
-    if settings.certfile:
-        try:
-            context.load_cert_chain(settings.certfile, settings.keyfile or None)
-        except (OSError, ssl.SSLError) as error:
-            key = "mqtt.keyfile" if settings.keyfile else "mqtt.certfile"
-            raise ConfigError(
-                key,
-                f"cannot use {settings.certfile} / {settings.keyfile or '(same file)'}: "
-                f"{_reason(error)}",
-            ) from error
-    return context
-
-
-def _reason(error: OSError | ssl.SSLError) -> str:
-    """An ssl or file error without its errno prefix or C source line."""
-    return str(getattr(error, "reason", None) or error.strerror or error)
-
-
-def client_options(settings: MqttSettings, context: ssl.SSLContext | None) -> dict[str, Any]:
-    """Keyword arguments of ``aiomqtt.Client`` for the configured broker: address,
-    credentials, keepalive and TLS (both MQTT clients of the daemon use them)."""
-    return {
-        "hostname": settings.host,
-        "port": settings.port,
-        "username": settings.username or None,
-        "password": settings.password or None,
-        "keepalive": settings.keepalive_seconds,
-        "timeout": PUBLISH_TIMEOUT_SECONDS,
-        "tls_context": context,
-    }
-
-
-def connection_problem(error: aiomqtt.MqttError) -> str:
-    """One line for a failed connection; a refused certificate says which and what to check."""
-    cause = error.__context__
-    if isinstance(cause, ssl.SSLCertVerificationError):
-        return (
-            f"TLS: the broker's certificate is not accepted ({cause.verify_message.rstrip('.')}); "
-            "check mqtt.cafile, mqtt.host and mqtt.verify_hostname"
-        )
-    if isinstance(cause, ssl.SSLError):
-        return f"TLS: {_reason(cause)}"
-    return str(error)
 
 
 class Outbox(Protocol):
@@ -215,7 +157,7 @@ class MqttExporter:
     """Publishes status, speaker states and the outbox; see the module docstring.
 
     ``handle`` only updates memory and wakes ``run``; ``run`` owns the connection. Clock and
-    random source and sleep are arguments so tests control time and backoff.
+    random source and sleep (the reconnect's) are arguments so tests control time and backoff.
     """
 
     name = "mqtt"
@@ -232,11 +174,6 @@ class MqttExporter:
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        if settings.reconnect_max_seconds < settings.reconnect_min_seconds:
-            raise ValueError(
-                f"mqtt.reconnect_max_seconds {settings.reconnect_max_seconds} < "
-                f"mqtt.reconnect_min_seconds {settings.reconnect_min_seconds}"
-            )
         self.settings = settings
         self._tls = tls_context(settings)
         if settings.password and not settings.tls and not is_loopback(settings.host):
@@ -251,8 +188,15 @@ class MqttExporter:
         self._on_connection = on_connection
         self._clear_expired = clear_expired
         self._clock = clock
-        self._rng = rng or random.Random()
-        self._sleep = sleep
+        self._reconnect = Reconnect(
+            settings,
+            logger=logger,
+            rng=rng,
+            sleep=sleep,
+            urgent=self._alerts_waiting,  # a waiting alert ends the backoff within a second
+            on_connection=self._set_connected,
+            log_connected=True,
+        )
         self._version = __version__
         self._started_unix = clock()
         self._states: dict[str, dict[str, Any]] = {}  # alias → latest retained payload
@@ -316,42 +260,8 @@ class MqttExporter:
             self._on_connection(connected)
 
     async def run(self) -> None:
-        """Connect, publish, and reconnect with random capped backoff until cancelled."""
-        s = self.settings
-        ceiling = s.reconnect_min_seconds
-        while True:
-            try:
-                async with self._client() as client:
-                    self._set_connected(True)
-                    logger.info("connected to MQTT broker %s:%d", s.host, s.port)
-                    ceiling = s.reconnect_min_seconds
-                    await self._session(client)
-            except aiomqtt.MqttError as error:
-                # a lost connection or a TLS refusal is news; a broker still away is not
-                tls = isinstance(error.__context__, ssl.SSLError)
-                level = logging.WARNING if self.connected or tls else logging.INFO
-                logger.log(
-                    level, "MQTT broker %s:%d: %s", s.host, s.port, connection_problem(error)
-                )
-            except StoreError:
-                logger.exception("cannot read the alert outbox; retrying")
-            finally:
-                self._set_connected(False)
-            # Random in [min, ceiling], the ceiling doubling up to max: many devices that lost
-            # the same broker do not all come back at the same instant.
-            delay = self._rng.uniform(s.reconnect_min_seconds, ceiling)
-            ceiling = min(s.reconnect_max_seconds, ceiling * 2)
-            await self._back_off(delay)
-
-    async def _back_off(self, delay: float) -> None:
-        """Sleep ``delay`` in steps of at most :data:`ALERT_RETRY_SECONDS`, ending early once
-        an alert waits in the outbox (written meanwhile by the budget stage, or left over)."""
-        while delay > 0:
-            step = min(delay, ALERT_RETRY_SECONDS)
-            await self._sleep(step)
-            delay -= step
-            if self._alerts_waiting():
-                return
+        """Connect, publish, and reconnect (connection.Reconnect) until cancelled."""
+        await self._reconnect.run(self._client, self._session)
 
     def _alerts_waiting(self) -> bool:
         try:

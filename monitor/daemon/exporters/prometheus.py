@@ -29,12 +29,14 @@ from monitor.daemon.events import (
     DaemonStopping,
     Figures,
     PipelineStats,
+    SourceCounts,
     StateChanged,
     TrackExpired,
     TrackRestored,
     WindowScored,
 )
 from monitor.daemon.settings import PrometheusSettings
+from monitor.daemon.shedding import SHED_ORDER
 from monitor.errors import ConfigError
 from monitor.store.database import open_store
 from monitor.vocabulary import BUDGET_STATES
@@ -50,6 +52,18 @@ STAGE_BUCKETS_SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 LATENCY_BUCKETS_SECONDS = (
     0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )  # fmt: skip
+
+
+SOURCE_COUNTERS = {
+    "audio_seconds": "Seconds of the source's audio that reached the measuring side.",
+    "speech_seconds": "Seconds of the source's audio the VAD kept as speech.",
+    "dropped_seconds": "Seconds of the source's audio lost: the measuring side was behind, a "
+    "chunk could not be decoded, a gap.",
+    "refused_streams": "Streams of the source not measured: audio.max_streams were already "
+    "(relayed all the same).",
+    "refused_seconds": "Seconds of audio of the refused streams.",
+}
+"""``voxmeter_source_<field>_total{source}``: a field of ``SourceCounts`` each."""
 
 
 class Metrics:
@@ -157,8 +171,35 @@ class Metrics:
             "Failures of the measuring stages survived by restarting them (Wyoming proxy: the "
             "relay goes on); the audio in flight at each is unmeasured.",
         )
+        self.shed_seconds = counter(
+            "voxmeter_shed_seconds",
+            "Seconds of speech measured without a feature because the measuring side lagged "
+            "behind live audio (phone decoding shed first, then turn splitting; never the "
+            "embedding).",
+            ("feature",),
+        )
+        self.measuring_lag = gauge(
+            "voxmeter_measuring_lag_seconds",
+            "How far the measuring side is behind live audio now (shedding starts at "
+            "load.shed_lag_seconds).",
+        )
+        # per named source (audio.sources; a daemon of one source has one), from PipelineStats
+        self.source_counters = {
+            field: counter(f"voxmeter_source_{field}", doc, ("source",))
+            for field, doc in SOURCE_COUNTERS.items()
+        }
+        self.source_streams = gauge(
+            "voxmeter_source_streams",
+            "Streams of the source measured now (a Wyoming proxy: one per client).",
+            ("source",),
+        )
+        self.source_windows = counter(
+            "voxmeter_source_windows", "Windows scored from the source's speech.", ("source",)
+        )
         for kind in ("total", "speech"):
             self.frames.labels(kind)  # export 0 before the first stats, so rate() works
+        for shed in SHED_ORDER:
+            self.shed_seconds.labels(shed)
         for state in BUDGET_STATES:
             self.alerts.labels(state)
 
@@ -318,6 +359,8 @@ class PrometheusExporter:
         self._figures(event.figures)
         m = self.metrics
         m.speech_seconds.labels(event.figures.track).inc(max(0.0, event.window_speech_seconds))
+        if event.stream.source:
+            m.source_windows.labels(event.stream.source).inc()
         for stage, seconds in event.stage_seconds.items():
             m.stage_seconds.labels(stage).observe(seconds)
         m.window_latency_seconds.observe(
@@ -371,8 +414,18 @@ class PrometheusExporter:
         m.audio_device_errors.inc(max(0, event.audio_device_errors - previous_errors))
         previous_restarts = last.measuring_restarts if last else 0
         m.measuring_restarts.inc(max(0, event.measuring_restarts - previous_restarts))
+        shed_before = last.shed_seconds if last else {}
+        for feature, seconds in event.shed_seconds.items():
+            m.shed_seconds.labels(feature).inc(max(0.0, seconds - shed_before.get(feature, 0.0)))
+        m.measuring_lag.set(event.lag_seconds)
         m.realtime_factor.set(event.realtime_factor)
         _set_all(m.queue_depth, event.queue_depths)
+        for source, counts in event.sources.items():
+            before = last.sources.get(source, SourceCounts()) if last else SourceCounts()
+            for field, instrument in m.source_counters.items():
+                grown = getattr(counts, field) - getattr(before, field)
+                instrument.labels(source).inc(max(0, grown))
+            m.source_streams.labels(source).set(counts.streams)
         self._last_stats = event
 
 
