@@ -16,10 +16,10 @@ Per front end (ECAPA's filterbanks; CAM++'s Kaldi ones are measured too, not shi
 separate voices worse, so the daemon computes ECAPA's frames for CAM++): ``high`` = the 99.5 %
 quantile of one-speaker windows' best scores (half the 1 % false-change rate of the part
 cosines goes to the score alone), ``low`` = the 5 % quantile of two-speaker windows'. Then
-both splitters run on the same windows with the ECAPA embedding and the shipped calibration's
-``change_cosine``: the one that embedded every 1 s part, and the scored one
-(:class:`monitor.daemon.turns.TurnSplitter`): windows cut, changes missed, cut error, parts
-embedded per window; all into the file.
+both splitters run on a fresh draw of windows of the same speakers, with the ECAPA embedding
+and the shipped calibration's ``change_cosine``: the one that embedded every 1 s part, and the
+scored one (:class:`monitor.daemon.turns.TurnSplitter`): windows cut, changes missed, cut
+error, parts embedded per window; all into the file.
 """
 
 from __future__ import annotations
@@ -186,7 +186,8 @@ def compare(
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--speakers", type=int, default=125)
-    parser.add_argument("--per-speaker", type=int, default=8)
+    parser.add_argument("--per-speaker", type=int, default=24, help="windows for the band")
+    parser.add_argument("--compare-per-speaker", type=int, default=8, help="a fresh draw")
     parser.add_argument("--no-compare", action="store_true", help="the models only (no network)")
     parser.add_argument("--out", type=Path, default=SHIPPED)
     parser.add_argument("--speech-cache", type=Path, help="a pickle of the joined speech")
@@ -204,7 +205,7 @@ def main() -> None:
     names = sorted(speech)
     fit = {k: speech[k] for k in names[::2]}
     held = {k: speech[k] for k in names[1::2]}
-    same, two, change = windows(held, args.per_speaker, np.random.default_rng(SEED))
+    same, two, _ = windows(held, args.per_speaker, np.random.default_rng(SEED))
     report: dict[str, Any] = {
         "command": "PYTHONPATH=. python scripts/calibrate_turns.py",
         "date": time.strftime("%Y-%m-%d"),
@@ -243,8 +244,9 @@ def main() -> None:
             "measured": measured,
             "projection": np.round(projection, 6).tolist(),
         }
-    if not args.no_compare:
-        report["splitters"] = compare(same, two, change, models["ecapa"])
+    if not args.no_compare:  # on a fresh draw of windows: the band measured out of sample
+        fresh = windows(held, args.compare_per_speaker, np.random.default_rng(SEED + 1))
+        report["splitters"] = compare(*fresh, models["ecapa"])
     args.out.write_text(json.dumps(report, indent=1) + "\n")
 
 
