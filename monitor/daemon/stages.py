@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -353,7 +354,14 @@ class PipelineStages:
             measuring_restarts=self.measuring.restarts,
             shed_seconds=dict(self.shedder.shed_seconds),
             lag_seconds=self.shedder.lag_seconds,
-            sources=self.streams.counts(named_stats(self.source, self.streams.default_source)),
+            sources={
+                name: dataclasses.replace(
+                    counts, unattributed_seconds=self.tracker.skipped_by_source.get(name, 0.0)
+                )
+                for name, counts in self.streams.counts(
+                    named_stats(self.source, self.streams.default_source)
+                ).items()
+            },
         )
 
     async def _stats_stage(self) -> None:
