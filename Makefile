@@ -40,10 +40,13 @@ models: venv
 demo: system venv models
 	@bash scripts/demo.sh
 
-# The numeric-parity tests again under torch's portable and AVX2 kernels: whatever CPU runs
-# them, they must pass under every x86 kernel (tolerances relative to magnitude).
+# The whole suite in TEST_JOBS processes (pytest-xdist; a module whose tests share a module-scoped
+# fixture stays on one worker, tests/conftest.py), then the numeric-parity tests again under
+# torch's portable and AVX2 kernels: whatever CPU runs them, they must pass under every x86
+# kernel (tolerances relative to magnitude). TEST_JOBS=0 runs the suite in this process.
+TEST_JOBS ?= 2
 test: system venv models ha lint
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS)
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -m parity $(PYTEST_ARGS)
 	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -m parity $(PYTEST_ARGS)
 

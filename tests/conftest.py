@@ -24,11 +24,28 @@ pytest_plugins = [
 ]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``) a module whose tests
+    share a module- or class-scoped fixture (a started service, a fitted model) stays on one
+    worker, so that fixture is built once; every other test is handed out on its own."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d.scope in ("module", "class") for group in defs for d in group):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_feature_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One feature cache for the whole run, in pytest's temporary folder, never the user's
-    ~/.cache: tests share extractions with each other but leave nothing behind."""
-    cache = tmp_path_factory.mktemp("feature-cache")
+    ~/.cache: tests share extractions with each other but leave nothing behind. The xdist
+    workers of one run share it too (entries are written atomically: temporary file, rename),
+    so a corpus one worker extracted is not extracted again by the other."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        cache = tmp_path_factory.getbasetemp().parent / "feature-cache"
+        cache.mkdir(exist_ok=True)
+    else:
+        cache = tmp_path_factory.mktemp("feature-cache")
     before = os.environ.get("VOXMETER_CACHE")
     os.environ["VOXMETER_CACHE"] = str(cache)
     try:
