@@ -596,7 +596,12 @@ def bench_profile(backend: str = "ecapa", n: int = 1_000) -> dict[str, Any]:
 
 
 def main() -> None:
-    if sys.argv[1:] == ["int8"]:
+    if sys.argv[1:] == ["int8"] and "VOXMETER_BENCH_INT8" not in os.environ:
+        from bench.bench_int8 import main as int8_main  # the shipped int8 graphs (issue 27)
+
+        int8_main()
+        return
+    if sys.argv[1:] == ["int8"]:  # quantiser variants, quantised here (issue 20's exploration)
         suffix = "" if INT8_VARIANT == "u8s8" else f"-{INT8_VARIANT}"
         write_results(RESULTS_DIR / f"edge-int8{suffix}.json", {
             "benchmark": "edge budget: static int8 embedding networks (issue 20)",

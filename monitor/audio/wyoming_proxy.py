@@ -284,6 +284,8 @@ class _Relay(AsyncEventHandler):
         super().__init__(*args)
         self.proxy = proxy
         self.upstream: asyncio.StreamWriter | None = None  # None: none, or it is gone
+        factory = proxy.upstream_transform
+        self.transform = factory() if factory is not None else None  # state per connection
 
     async def handle_event(self, event: Event) -> bool:  # the pumps below read raw bytes
         raise NotImplementedError
@@ -324,7 +326,9 @@ class _Relay(AsyncEventHandler):
                 if read is None:
                     return
                 event, raw = read
-                if self.upstream is not None:
+                if self.transform is not None:  # protection: what the upstream gets instead
+                    raw = self.transform(event, raw)
+                if self.upstream is not None and raw:
                     try:
                         self.upstream.write(raw)
                         await self.upstream.drain()
@@ -406,6 +410,9 @@ class WyomingProxySource:
         self.tap = SideTap(tap_events, self.stats)
         self.upstream = _Upstream(self)
         self.port = endpoint.port  # the bound port once serving (differs when 0 was asked)
+        self.upstream_transform: Callable[[], Callable[[Event, bytes], bytes]] | None = None
+        """Made once per connection: the bytes sent upstream for each client event (the
+        measuring side still gets the event as it came). Protection sets it."""
 
     @property
     def dropped_seconds(self) -> float:

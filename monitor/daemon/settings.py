@@ -216,8 +216,9 @@ class FeatureSettings:
     embedding: str = _setting(
         "ecapa",
         "embedding backend: ecapa (SpeechBrain ECAPA-TDNN), campplus (CAM++) or ge2e "
-        "(resemblyzer); must be the one the database was enrolled with",
-        _one_of("ecapa", "campplus", "ge2e"),
+        "(resemblyzer); ecapa-int8, campplus-int8: the same networks in static int8 (ONNX "
+        "Runtime, ~3x less CPU); must be the one the database was enrolled with",
+        _one_of("ecapa", "campplus", "ge2e", "ecapa-int8", "campplus-int8"),
     )
     runtime: str = _setting(
         "auto",
@@ -231,6 +232,8 @@ TRACKER_THRESHOLDS: dict[str, tuple[float, float]] = {
     "ecapa": (0.60, 0.50),
     "campplus": (0.60, 0.55),
     "ge2e": (0.75, 0.70),
+    "ecapa-int8": (0.60, 0.50),
+    "campplus-int8": (0.60, 0.55),
 }
 """(profile, cluster) cosine thresholds per embedding backend: cosines of different models live
 on different scales. Measured on 3 s windows of 12 corpus speakers (8 adults, 4 children)
@@ -406,6 +409,32 @@ class HomeAssistantSettings:
     node_id: str = _setting("", "node in discovery topics; empty = device_id made safe", _node_id)
 
 
+def _alpha(value: str) -> str | None:
+    from monitor.protect.mcadams import parse_alpha
+
+    try:
+        parse_alpha(value)
+    except ValueError as error:
+        return str(error).split(": ", 1)[1]
+    return None
+
+
+@dataclass(frozen=True)
+class ProtectSettings:
+    """Anonymise what a relayed assistant receives (needs a wyoming-proxy source)."""
+
+    mode: str = _setting(
+        "off",
+        "off; exceeded = an utterance is anonymised when the stream's last identified speaker "
+        "(none yet: any member) is over budget this period; always = every utterance",
+        _one_of("off", "exceeded", "always"),
+    )
+    method: str = _setting("mcadams", "anonymiser: mcadams (VoicePrivacy B2)", _one_of("mcadams"))
+    alpha: str = _setting(
+        "0.5,0.9", 'McAdams α: fixed ("0.8") or a range drawn per utterance ("0.5,0.9")', _alpha
+    )
+
+
 @dataclass(frozen=True)
 class LoadSettings:
     """When the device is busy: the measuring threads' priority and what is shed (issue 27)."""
@@ -441,6 +470,7 @@ class Config:
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     homeassistant: HomeAssistantSettings = field(default_factory=HomeAssistantSettings)
+    protect: ProtectSettings = field(default_factory=ProtectSettings)
     load: LoadSettings = field(default_factory=LoadSettings)
 
 

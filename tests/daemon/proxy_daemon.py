@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,10 +33,14 @@ class ProxiedDaemon:
 
 @contextlib.asynccontextmanager
 async def proxied_daemon(
-    db: Path, upstream_port: int, prepare: Callable[[Pipeline], None] | None = None
+    db: Path,
+    upstream_port: int,
+    prepare: Callable[[Pipeline], None] | None = None,
+    overrides: Sequence[str] = (),
 ) -> AsyncIterator[ProxiedDaemon]:
     """A running proxy daemon on ``db`` relaying to ``upstream_port``; ``prepare`` sees the
-    pipeline before it starts (a fault drill injects its fault there)."""
+    pipeline before it starts (a fault drill injects its fault there); ``overrides`` are more
+    ``--set`` values (``protect.mode=always``)."""
     upstream = f"tcp://127.0.0.1:{upstream_port}"
     config = load_config(
         None,
@@ -45,6 +49,7 @@ async def proxied_daemon(
             f"daemon.db={db}",
             "prometheus.enabled=false",
             "wyoming.zeroconf=false",
+            *overrides,
         ],
     )
     with open_store(db) as store:
