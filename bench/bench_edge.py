@@ -527,7 +527,7 @@ def bench_profile(backend: str = "ecapa", n: int = 1_000) -> dict[str, Any]:
     import bench.bench_daemon as bd
     from monitor.audio.vad import FrameVad
     from monitor.daemon.evidence import TrackScorer
-    from monitor.daemon.turns import EarlyParts
+    from monitor.daemon.turns import TurnSplitter
     from monitor.features.base import BufferedStream, set_embedding_backend
     from monitor.features.embedding import EmbeddingStream
     from monitor.features.f0 import F0Stream
@@ -541,8 +541,7 @@ def bench_profile(backend: str = "ecapa", n: int = 1_000) -> dict[str, Any]:
         "f0": [(F0Stream, "feed"), (F0Stream, "finish")],
         "embedding: filterbanks fed": [(EmbeddingStream, "feed")],
         "embedding: network at the window's end": [(EmbeddingStream, "finish")],
-        "turn parts: embedded while filling": [(EarlyParts, "advance")],
-        "turn parts: embedded at the window's end": [(EarlyParts, "of")],
+        "turn changes: score and uncertain parts embedded": [(TurnSplitter, "split")],
         "whole-window fallbacks": [(BufferedStream, "finish")],
         "scoring": [(TrackScorer, "process")],
     }

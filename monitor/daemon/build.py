@@ -50,6 +50,7 @@ def make_source(config: Config) -> AudioSource:
         fast=audio.pace == "fast",
         retry=retry,
         zeroconf=config.wyoming.zeroconf,
+        channel=Path(config.relay.socket) if config.relay.socket else None,
     )
 
 

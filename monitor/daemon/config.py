@@ -20,10 +20,10 @@ from typing import Any
 
 from monitor.audio.spec import SourceSpec, parse_sources
 from monitor.calibration.tracking import TrackerThresholds, tracker_thresholds
+from monitor.daemon.setting_checks import Check
 from monitor.daemon.settings import (
     SECTIONS,
     TRACKER_THRESHOLDS,
-    Check,
     Config,
     MqttSettings,
     TrackerSettings,

@@ -171,6 +171,7 @@ class SourceCounts:
     streams: int = 0  # streams measured now (proxy connections, or 1)
     refused_streams: int = 0  # streams not measured: more than audio.max_streams at once
     refused_seconds: float = 0.0  # their audio (relayed, never measured)
+    unattributed_seconds: float = 0.0  # speech of its windows the tracker gave to no track
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ the streams' cap, after more speech was fed) or a windower that dropped speech. 
 than the cap (a turn's last window, which takes the turn's tail) is streamed up to the cap and
 fed the rest when it closes.
 
-The turn splitter's part embeddings are computed here too, as each part becomes certain
-(:class:`~monitor.daemon.turns.EarlyParts`); :meth:`part_vectors` hands them over when the
-window closes, before :meth:`take`.
+The turn splitter runs here too, when the window closes and before :meth:`take`
+(:meth:`split`): its change score reads the log-mel frames the embedding stream computed while
+the window filled (:meth:`frames`), so they are not computed twice.
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ from collections.abc import Mapping
 import numpy as np
 
 from monitor.audio.frames import RATE_HZ
+from monitor.audio.windows import SpeechWindow
 from monitor.daemon.shedding import AbsentStream, LoadShedder
-from monitor.daemon.turns import EarlyParts, TurnSplitter
+from monitor.daemon.turns import TurnSplitter, WindowFrames, frames_of
 from monitor.features.base import BufferedStream, Feature, FeatureStream, open_stream
+from monitor.features.embedding import EmbeddingStream
+from monitor.features.fbank import EcapaFbankStream, ecapa_db
 
 
 def as_float(samples: np.ndarray) -> np.ndarray:
@@ -67,9 +70,10 @@ class IncrementalWindows:
         self._spill: list[np.ndarray] = []  # speech past the cap: the next window's
         self._error: BaseException | None = None
         self.feed_seconds = 0.0  # thread CPU spent feeding (the daemon's busy share)
-        # the turn splitter's part embeddings, while the window fills (None: no splitter)
-        self.parts = EarlyParts(turns) if turns is not None and turns.active else None
-        self.shedder = shedder  # under load: phone decoding, then the part embeddings, shed
+        # the turn splitter, run when a window closes (None: none, or no threshold fitted)
+        self.turns = turns if turns is not None and turns.active else None
+        self.frames_reused = 0  # windows whose change score read the embedding stream's frames
+        self.shedder = shedder  # under load: phone decoding, then the turn splitting, shed
         self._shed: set[str] = set()  # features shed in the window being filled
 
     def warm_up(self) -> None:
@@ -111,8 +115,6 @@ class IncrementalWindows:
         if self._count < self._cap:
             self._streams, self._fed, self._count, self._shed = None, [], 0, set()
             self._unfed, self._unfed_count = [], 0
-            if self.parts is not None:
-                self.parts.reset()
 
     def reset(self) -> None:
         """Forget every stream, the speech fed and a failure (the measuring side restarts after
@@ -120,8 +122,6 @@ class IncrementalWindows:
         self._streams, self._fed, self._count, self._spill = None, [], 0, []
         self._unfed, self._unfed_count, self._cap = [], 0, self.max_samples
         self._error, self._shed = None, set()
-        if self.parts is not None:
-            self.parts.reset()
 
     def _feed(self, data: np.ndarray, *, push: bool = True) -> None:
         room = self._cap - self._count
@@ -133,8 +133,6 @@ class IncrementalWindows:
             self._unfed_count += head.shape[0]
             if push and self._unfed_count >= self.block_samples:
                 self._push()
-            if push and self.parts is not None and not self._sheds("turns"):
-                self.parts.advance(self._fed, self._count)
         if rest.shape[0]:
             self._spill.append(rest)
 
@@ -158,15 +156,37 @@ class IncrementalWindows:
     def _sheds(self, feature: str) -> bool:
         return self.shedder is not None and self.shedder.sheds(feature)
 
-    def part_vectors(self, window: np.ndarray) -> np.ndarray:
-        """(P, D) embeddings of the parts of ``window`` (just closed, not yet taken) for the
-        turn splitter: those computed while it filled, the rest now (on this thread)."""
-        assert self.parts is not None, "no turn splitter"
+    def split(self, window: SpeechWindow) -> list[SpeechWindow]:
+        """``window`` (just closed, not yet taken) cut at changes of speaker, on this thread."""
+        assert self.turns is not None, "no turn splitter"
+        if self.turns.parts(window) < 2:
+            return [window]
         started = time.thread_time()
-        fed = np.concatenate(self._fed) if self._fed else np.zeros(0, np.float32)
-        vectors = self.parts.of(window, fed)
-        self.feed_seconds += time.thread_time() - started
-        return vectors
+        try:
+            return self.turns.split(window, self.frames(window.samples))
+        finally:
+            self.feed_seconds += time.thread_time() - started
+
+    def frames(self, window: np.ndarray) -> WindowFrames:
+        """The log-mel frames of ``window``: those its ECAPA embedding stream computed while it
+        filled (the held speech pushed first; the last few frames, which need the window's
+        end, computed now), else all computed now (the torch runtime, CAM++, whose Kaldi frames
+        separate voices worse, or a window the streams do not hold exactly)."""
+        stream = (self._streams or {}).get("embedding")
+        n = window.shape[0]
+        if (
+            self._error is not None
+            or "embedding" in self._shed
+            or not isinstance(stream, EmbeddingStream)
+            or not isinstance(stream.fbank, EcapaFbankStream)
+            or self._count != n
+            or not np.array_equal(np.concatenate(self._fed), window)
+        ):
+            return frames_of(window)
+        self._push()  # take() would push it anyway: the stream then holds the whole window
+        done = stream.fbank.computed()
+        self.frames_reused += 1
+        return WindowFrames(np.concatenate([done, ecapa_db(window, first=done.shape[0])]), "ecapa")
 
     def take(self, window: np.ndarray) -> dict[str, FeatureStream]:
         """Streams holding exactly ``window``'s samples, to finish; fresh ones start after it."""
@@ -206,8 +226,6 @@ class IncrementalWindows:
         self._shed = set()
         self._streams, self._fed, self._count, self._spill = None, [], 0, []
         self._unfed, self._unfed_count, self._cap = [], 0, self.max_samples
-        if self.parts is not None:
-            self.parts.reset()
         if offset is not None and seen.shape[0] > offset + n:
             # what follows the window starts the next one: fed with the next chunk, so that
             # this window's streams are handed over now

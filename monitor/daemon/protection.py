@@ -76,6 +76,11 @@ def protection_for(
     relaying = {n: s for n, s in named.items() if hasattr(s, "upstream_transform")}
     if not relaying:
         raise ConfigError("protect.mode", "needs a source that relays (wyoming-proxy://...)")
+    if any(getattr(s, "channel", None) is not None for s in relaying.values()):
+        raise ConfigError(
+            "protect.mode",
+            "not yet with relay.socket (the relay process): run the proxy in this process",
+        )
     policy = ProtectionPolicy(settings.mode, parse_alpha(settings.alpha), random.Random())
     for name, relay in relaying.items():  # the others (a microphone) have no upstream to protect
         relay.upstream_transform = transform_factory(policy, name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -127,9 +128,9 @@ class PipelineStages:
         feeder: ThreadPoolExecutor,
     ) -> None:
         """One frame of ``state``'s stream (None: it ends) → speech → windows: cut at a turn
-        pause or an utterance's end by the windower, then at a change of speaker found on the
-        embeddings of their parts (computed on the feeder while the window fills); the speech
-        also goes, as it arrives, to the stream's incremental features."""
+        pause or an utterance's end by the windower, then at a change of speaker found on their
+        filterbank frames (and two parts' embeddings where that is uncertain); the speech also
+        goes, as it arrives, to the stream's incremental features."""
         out = self.queues["windows"]
         loop = asyncio.get_running_loop()
         ends = frame is None or frame.utterance_end or frame.stream_end
@@ -165,8 +166,9 @@ class PipelineStages:
         executor: ThreadPoolExecutor,
         feeder: ThreadPoolExecutor,
     ) -> list[SpeechWindow]:
-        """``window`` cut at changes of speaker: its parts embedded while it filled (on the
-        feeder, after every chunk fed before it closed) where the feeder holds them."""
+        """``window`` cut at changes of speaker, scored on the filterbank frames its embedding
+        stream computed while it filled (on the feeder, after every chunk fed before it
+        closed); parts are embedded only where the score is uncertain."""
         loop = asyncio.get_running_loop()
         if not self.turns.active or self.turns.parts(window) < 2:
             return [window]
@@ -174,10 +176,9 @@ class PipelineStages:
             self.shedder.count("turns", window.speech_seconds)
             return [window]
         incremental = state.incremental
-        if incremental.parts is None:
+        if incremental.turns is None:
             return await loop.run_in_executor(executor, self.turns.split, window)
-        vectors = await loop.run_in_executor(feeder, incremental.part_vectors, window.samples)
-        return self.turns.split(window, vectors)
+        return await loop.run_in_executor(feeder, incremental.split, window)
 
     def _process_chunk(
         self, state: StreamState, chunk: SpeechChunk, feeder: ThreadPoolExecutor
@@ -353,7 +354,14 @@ class PipelineStages:
             measuring_restarts=self.measuring.restarts,
             shed_seconds=dict(self.shedder.shed_seconds),
             lag_seconds=self.shedder.lag_seconds,
-            sources=self.streams.counts(named_stats(self.source, self.streams.default_source)),
+            sources={
+                name: dataclasses.replace(
+                    counts, unattributed_seconds=self.tracker.skipped_by_source.get(name, 0.0)
+                )
+                for name, counts in self.streams.counts(
+                    named_stats(self.source, self.streams.default_source)
+                ).items()
+            },
         )
 
     async def _stats_stage(self) -> None:

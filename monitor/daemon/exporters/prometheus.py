@@ -62,6 +62,9 @@ SOURCE_COUNTERS = {
     "refused_streams": "Streams of the source not measured: audio.max_streams were already "
     "(relayed all the same).",
     "refused_seconds": "Seconds of audio of the refused streams.",
+    "unattributed_seconds": "Seconds of the source's speech in windows the tracker gave to no "
+    "one (two voices, near a member but not close enough, too short to open a track): counted, "
+    "never in a person's figure.",
 }
 """``voxmeter_source_<field>_total{source}``: a field of ``SourceCounts`` each."""
 
