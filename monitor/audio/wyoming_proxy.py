@@ -1,155 +1,65 @@
 """A Wyoming proxy: voxmeter inside the assistant's voice pipeline, measuring what it hears.
 
-``wyoming-proxy://HOST:PORT?upstream=tcp://UHOST:UPORT`` serves the Wyoming protocol on
-HOST:PORT and stands between a client (Home Assistant's pipeline, a satellite) and a real
-upstream service (speech-to-text, wake-word detection). For each client connection it opens one
-to the upstream and pumps events both ways, byte for byte and in order; only the upstream's
-``info`` answer to ``describe`` is rewritten, its programs named ``… via voxmeter`` (model names
-stay: clients send them back in ``transcribe``/``detect``, and the upstream must know them).
+``wyoming-proxy://HOST:PORT?upstream=tcp://UHOST:UPORT``: the relay itself (the server, the
+upstream's state, the byte-for-byte pumps, ``info`` renamed ``… via voxmeter``, an upstream
+that is down) is :mod:`monitor.audio.wyoming_relay`, which imports nothing that measures. This
+module is the measuring side's source: the relayed audio as :class:`AudioFrame` s.
 
-The measurement sits beside the relay, never on it: after an event is passed on, a copy of its
-audio is offered to a bounded queue with ``put_nowait``; when the measuring side is behind (a
-slow extractor, a stalled or crashed pipeline) the copy is dropped and its seconds counted, and
-the relay never waits. Every client connection (every satellite) is a stream of its own: its
-audio is tagged with the connection's number (:class:`TapItem`), decoded on its own timeline and
-measured by its own VAD and windows in the daemon (:attr:`AudioFrame.stream`), so clients
-streaming at once are all measured; ``audio-stop`` ends the speaker's turn
-(:attr:`AudioFrame.utterance_end`), the connection's end ends its stream
-(:attr:`AudioFrame.stream_end`).
+Two layouts. In-process (``relay.socket`` unset): the relay runs on this process's event loop,
+and after an event is passed on, a copy of its audio is offered to a bounded queue
+(:class:`SideTap`) with ``put_nowait``. Separate (``relay.socket`` set): ``voxmeter relay``
+relays in a small process of its own and hands the copies over the local channel
+(:mod:`monitor.audio.channel`); this source subscribes there and feeds the same tap, so a
+SIGKILL, segfault or OOM kill of the measuring process never reaches the assistant.
 
-Upstream down or refusing: the client gets a Wyoming ``error`` event at once (the connect attempt
-gives up after :data:`CONNECT_SECONDS`) and then the end of the stream, as from a refused
-connection (what it still sends is read and let go, so the error is not lost to a reset); one
-warning is logged, and the upstream is probed again with random capped backoff. While it is
-down, clients get the error without a new attempt; the first probe that connects logs one line,
-and clients are relayed again. An upstream that hangs up mid-request: an ``error`` to its client
-too.
+Either way, when the measuring side is behind (a slow extractor, a stalled or crashed pipeline)
+the copy is dropped and its seconds counted, and the relay never waits. Every client connection
+(every satellite) is a stream of its own: its audio is tagged with the connection's number
+(:class:`TapItem`), decoded on its own timeline and measured by its own VAD and windows in the
+daemon (:attr:`AudioFrame.stream`), so clients streaming at once are all measured;
+``audio-stop`` ends the speaker's turn (:attr:`AudioFrame.utterance_end`), the connection's end
+ends its stream (:attr:`AudioFrame.stream_end`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
-import json
-import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
-from urllib.parse import parse_qs, urlsplit
+from pathlib import Path
+from typing import NamedTuple
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
-from wyoming.error import Error
 from wyoming.event import Event
-from wyoming.info import Info
-from wyoming.server import AsyncEventHandler
 
-from monitor.audio.frames import (
-    AudioFrame,
-    Sleep,
-    SourceStats,
-    StreamKey,
-    backoff_seconds,
-    check_frame_ms,
-)
+from monitor.audio.channel import receive
+from monitor.audio.frames import AudioFrame, Sleep, SourceStats, StreamKey, check_frame_ms
 from monitor.audio.wyoming import FrameDecoder
-from monitor.audio.wyoming_wire import (
-    BROKEN_EVENT,
-    audio_seconds,
-    broken,
-    encode_event,
-    read_event_bytes,
-    reason,
-    serving,
+from monitor.audio.wyoming_relay import (
+    SCHEME,
+    VIA,
+    ProxyEndpoint,
+    ProxyServer,
+    TransformFactory,
+    annotate_info,
+    parse_proxy,
 )
-from monitor.errors import InputError
+from monitor.audio.wyoming_wire import audio_seconds
 
-logger = logging.getLogger(__name__)
-
-SCHEME = "wyoming-proxy"
-CONNECT_SECONDS = 0.5
-"""Longest wait for the upstream to accept: with the error's trip, the client hears within 1 s."""
-LINGER_SECONDS = 5.0
-"""After an error, how long a client that sends on is read before it is let go."""
-VIA = " via voxmeter"
-NOTE = "passes through voxmeter, which measures how much the audio discloses about who speaks"
-_PROGRAMS = ("asr", "tts", "handle", "intent", "wake", "mic", "snd")
-_MODELS = ("models", "voices")
-
-
-@dataclass(frozen=True)
-class ProxyEndpoint:
-    """Where we listen and where we relay to, parsed from a ``wyoming-proxy://`` spec."""
-
-    host: str
-    port: int
-    upstream_host: str
-    upstream_port: int
-
-    @property
-    def upstream(self) -> str:
-        return f"tcp://{self.upstream_host}:{self.upstream_port}"
-
-    def __str__(self) -> str:
-        return f"{SCHEME}://{self.host}:{self.port}?upstream={self.upstream}"
-
-
-def parse_proxy(spec: str) -> ProxyEndpoint:
-    """The endpoint of a proxy spec; a malformed one raises InputError naming it."""
-    problem = (
-        f"expected {SCHEME}://HOST:PORT?upstream=tcp://HOST:PORT, the upstream's PORT 1..65535"
-    )
-    parts = urlsplit(spec)
-    query = parse_qs(parts.query, keep_blank_values=True)
-    upstream = urlsplit(query["upstream"][0]) if list(query) == ["upstream"] else None
-    try:
-        port, upstream_port = parts.port, upstream.port if upstream else None
-    except ValueError:
-        port = upstream_port = None
-    if (
-        parts.scheme != SCHEME
-        or not parts.hostname
-        or port is None
-        or parts.path not in ("", "/")
-        or upstream is None
-        or len(query["upstream"]) != 1
-        or upstream.scheme != "tcp"
-        or not upstream.hostname
-        or not upstream_port  # None, or 0: no port to connect to
-        or upstream.path not in ("", "/")
-        or upstream.query
-    ):
-        raise InputError("source", f"bad Wyoming proxy source {spec!r} ({problem})")
-    return ProxyEndpoint(parts.hostname, port, upstream.hostname, upstream_port)
-
-
-def annotate_info(info: Event) -> Event:
-    """The upstream's ``info`` with every program named ``NAME via voxmeter`` and every
-    program's and model's description saying so; all else (model names, languages, fields this
-    version does not know) as the upstream sent it."""
-    data = json.loads(json.dumps(info.data))  # a deep copy of plain JSON
-
-    def mark(artifact: Any, *, rename: bool) -> None:
-        if not isinstance(artifact, dict):
-            return
-        name = str(artifact.get("name") or "")
-        if rename:
-            artifact["name"] = f"{name}{VIA}"
-        described = artifact.get("description") or name
-        artifact["description"] = f"{described} ({NOTE})"
-
-    for key in _PROGRAMS:
-        for program in data.get(key) or []:
-            mark(program, rename=True)
-            for models in (program.get(k) for k in _MODELS if isinstance(program, dict)):
-                for model in models or []:
-                    mark(model, rename=False)
-    if isinstance(data.get("satellite"), dict):
-        mark(data["satellite"], rename=True)
-    return Event(type=info.type, data=data, payload=info.payload)
+__all__ = [
+    "SCHEME",
+    "VIA",
+    "ProxyEndpoint",
+    "SideTap",
+    "TapItem",
+    "WyomingProxySource",
+    "annotate_info",
+    "parse_proxy",
+]
 
 
 class TapItem(NamedTuple):
@@ -187,7 +97,9 @@ class SideTap:
         self._connections: dict[object, _Tapped] = {}  # connections that sent audio
         self._ends_owed: list[int] = []  # connections gone whose end is not in the queue yet
 
-    def offer(self, who: object, event: Event) -> None:
+    def offer(self, who: object, event: Event, *, gap: bool = False) -> None:
+        """``gap``: audio of ``who`` was lost before this event (the relay process could not
+        hand it over), as if this tap had dropped it."""
         kind = event.type
         if not (AudioChunk.is_type(kind) or AudioStart.is_type(kind) or AudioStop.is_type(kind)):
             return
@@ -196,6 +108,7 @@ class SideTap:
         tapped = self._connections.get(who)
         if tapped is None:
             tapped = self._connections[who] = _Tapped(next(self._numbers))
+        tapped.gap = tapped.gap or gap
         if self._put(TapItem(tapped.number, event, tapped.gap)):
             tapped.gap = False
         else:
@@ -216,164 +129,11 @@ class SideTap:
         return True
 
 
-class _Upstream:
-    """Whether the upstream answers; while it does not, a prober retries with capped backoff."""
-
-    def __init__(self, proxy: WyomingProxySource) -> None:
-        self.proxy = proxy
-        self.down = False
-        self._prober: asyncio.Task[None] | None = None
-
-    async def open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A connection to the upstream; OSError (TimeoutError included) when it has none."""
-        endpoint = self.proxy.endpoint
-        if self.down:
-            raise ConnectionRefusedError(f"{endpoint.upstream} is down (retrying)")
-        try:
-            return await asyncio.wait_for(
-                asyncio.open_connection(endpoint.upstream_host, endpoint.upstream_port),
-                CONNECT_SECONDS,
-            )
-        except OSError as error:
-            self._went_down(error)
-            raise
-
-    def _went_down(self, error: OSError) -> None:
-        if self.down:
-            return
-        self.down = True
-        self.proxy.stats.device_errors += 1
-        problem = "no answer" if isinstance(error, TimeoutError) else reason(error)
-        logger.warning(
-            "%s: upstream %s unreachable (%s); clients get an error until it is back",
-            self.proxy.name,
-            self.proxy.endpoint.upstream,
-            problem,
-        )
-        self._prober = asyncio.get_running_loop().create_task(
-            self._probe(), name="voxmeter.wyoming-proxy.reconnect"
-        )
-
-    async def _probe(self) -> None:
-        endpoint = self.proxy.endpoint
-        for attempt in itertools.count(1):
-            await self.proxy._sleep(self.proxy.backoff_seconds(attempt))
-            try:
-                _, writer = await asyncio.wait_for(
-                    asyncio.open_connection(endpoint.upstream_host, endpoint.upstream_port),
-                    CONNECT_SECONDS,
-                )
-            except OSError:
-                continue
-            writer.close()
-            self.down = False
-            logger.info(
-                "%s: upstream %s is back (retry %d)", self.proxy.name, endpoint.upstream, attempt
-            )
-            return
-
-    def close(self) -> None:
-        if self._prober is not None:
-            self._prober.cancel()
-
-
-class _Relay(AsyncEventHandler):
-    """One client connection and its upstream connection, pumped both ways."""
-
-    def __init__(self, proxy: WyomingProxySource, *args: Any) -> None:
-        super().__init__(*args)
-        self.proxy = proxy
-        self.upstream: asyncio.StreamWriter | None = None  # None: none, or it is gone
-
-    async def handle_event(self, event: Event) -> bool:  # the pumps below read raw bytes
-        raise NotImplementedError
-
-    async def run(self) -> None:
-        proxy = self.proxy
-        back: asyncio.Task[None] | None = None
-        try:
-            try:
-                up_reader, self.upstream = await proxy.upstream.open()
-            except OSError as error:
-                why = _problem(error)
-                await self._farewell(f"upstream {proxy.endpoint.upstream} unavailable: {why}")
-            else:
-                back = asyncio.get_running_loop().create_task(
-                    self._pump_back(up_reader), name="voxmeter.wyoming-proxy.back"
-                )
-            await self._pump_up()
-        finally:
-            if self.upstream is not None:
-                self.upstream.close()
-            if back is not None:
-                back.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await back
-            proxy.tap.left(self)
-            self.writer.close()
-
-    async def _pump_up(self) -> None:
-        """Client → upstream: each event's bytes as they came, then a copy to the side tap.
-        Without an upstream, the client's events are read (and measured) until it hangs up,
-        for at most :data:`LINGER_SECONDS` each: closing on unread data would reset the
-        connection, and the client could lose the error before reading it."""
-        try:
-            while True:
-                wait = None if self.upstream is not None else LINGER_SECONDS
-                read = await asyncio.wait_for(read_event_bytes(self.reader), wait)
-                if read is None:
-                    return
-                event, raw = read
-                if self.upstream is not None:
-                    try:
-                        self.upstream.write(raw)
-                        await self.upstream.drain()
-                    except OSError:  # gone: _pump_back tells the client why
-                        self.upstream = None
-                self.proxy.tap.offer(self, event)
-        except TimeoutError:
-            return
-        except BROKEN_EVENT as error:
-            logger.warning("%s: client dropped: %s", self.proxy.name, broken(error))
-        except OSError as error:  # the client is gone
-            logger.debug("%s: client left: %s", self.proxy.name, reason(error))
-
-    async def _pump_back(self, upstream: asyncio.StreamReader) -> None:
-        """Upstream → client: each event's bytes as they came (``info`` annotated); when the
-        upstream hangs up or breaks, the client hears why and its connection ends too."""
-        try:
-            while (read := await read_event_bytes(upstream)) is not None:
-                event, raw = read
-                if Info.is_type(event.type):
-                    raw = encode_event(annotate_info(event))
-                self.writer.write(raw)
-                await self.writer.drain()
-            problem = "closed the connection"
-        except BROKEN_EVENT as error:
-            problem = broken(error)
-        except OSError as error:
-            problem = reason(error)
-        if self.upstream is not None:
-            self.upstream.close()
-            self.upstream = None
-        await self._farewell(f"upstream {self.proxy.endpoint.upstream} {problem}")
-        # a client that neither sends nor hangs up (a half-open connection) is let go too
-        asyncio.get_running_loop().call_later(LINGER_SECONDS, self.writer.close)
-
-    async def _farewell(self, text: str) -> None:
-        """A Wyoming error, then the end of what we send (the client reads both)."""
-        with contextlib.suppress(OSError):
-            self.writer.write(encode_event(Error(text=text, code="upstream-unavailable").event()))
-            await self.writer.drain()
-            self.writer.write_eof()
-
-
-def _problem(error: OSError) -> str:
-    return "no answer" if isinstance(error, TimeoutError) else reason(error) or str(error)
-
-
-class WyomingProxySource:
-    """Frames of the audio relayed through a Wyoming proxy (see the module docstring)."""
+class WyomingProxySource(ProxyServer):
+    """Frames of the audio relayed through a Wyoming proxy (see the module docstring); with
+    ``channel`` (the relay process's socket) the relay is not served here but subscribed to.
+    ``transform``: makes what the in-process relay does to each connection's events upstream
+    (:data:`~monitor.audio.wyoming_relay.TransformFactory`; the relay process takes its own)."""
 
     relays = True
     """A failure of the measuring side must not end the daemon, and with it the relay
@@ -388,35 +148,36 @@ class WyomingProxySource:
         backoff_max_seconds: float = 30.0,
         tap_events: int = 512,
         zeroconf: bool = False,
+        channel: Path | None = None,
+        transform: TransformFactory | None = None,
         sleep: Sleep = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
-        self.endpoint = endpoint
-        self.name = str(endpoint)
+        stats = SourceStats()
+        super().__init__(
+            endpoint,
+            SideTap(tap_events, stats),
+            stats=stats,
+            backoff_initial_seconds=backoff_initial_seconds,
+            backoff_max_seconds=backoff_max_seconds,
+            zeroconf=zeroconf,
+            transform=transform,
+            sleep=sleep,
+            rng=rng,
+        )
+        self.stats: SourceStats = stats
+        self.tap: SideTap = self.tap  # type: ignore[assignment]  # narrowed: the queue is read
         self.frame_ms = check_frame_ms(frame_ms)
-        self.stats = SourceStats()
-        self.backoff_initial_seconds = backoff_initial_seconds
-        self.backoff_max_seconds = backoff_max_seconds
-        self.zeroconf = zeroconf
-        self._sleep = sleep
+        self.channel = channel
+        self.relay_connected = False  # with a channel: subscribed to the relay process now
         self._clock = clock
-        self._rng = rng or random.Random()
         self._closed: asyncio.Event | None = None
-        self.tap = SideTap(tap_events, self.stats)
-        self.upstream = _Upstream(self)
-        self.port = endpoint.port  # the bound port once serving (differs when 0 was asked)
 
     @property
     def dropped_seconds(self) -> float:
         """Audio relayed but not measured (the measuring side was behind), in seconds."""
         return self.stats.dropped_seconds
-
-    def backoff_seconds(self, attempt: int) -> float:
-        """Delay before upstream probe ``attempt`` (1-based), as every source waits."""
-        return backoff_seconds(
-            self._rng, attempt, self.backoff_initial_seconds, self.backoff_max_seconds
-        )
 
     def close(self) -> None:
         if self._closed is not None:
@@ -428,7 +189,9 @@ class WyomingProxySource:
 
     async def frames(self) -> AsyncIterator[AudioFrame]:
         """Every connection's audio as frames of its own stream, in the order it was relayed."""
-        async with self.serving():
+        self._closed = asyncio.Event()
+        feeding = self.serving() if self.channel is None else self.subscribed(self.channel)
+        async with feeding:
             decoders: dict[int, FrameDecoder] = {}
             async for item in self._measured():
                 decoder = decoders.get(item.connection)
@@ -457,16 +220,23 @@ class WyomingProxySource:
                 yield item
 
     @contextlib.asynccontextmanager
-    async def serving(self) -> AsyncIterator[None]:
-        """The relay (and its zeroconf announcement) runs inside this block, whether or not the
-        frames are read: the benchmark and the tests serve without a pipeline."""
-        self._closed = asyncio.Event()
-        host, port = self.endpoint.host, self.endpoint.port
-        handler = functools.partial(_Relay, self)
-        async with serving(self.name, host, port, handler, zeroconf=self.zeroconf) as bound:
-            self.port = bound
-            logger.info("relaying Wyoming %s → %s", self.name, self.endpoint.upstream)
-            try:
-                yield
-            finally:
-                self.upstream.close()
+    async def subscribed(self, channel: Path) -> AsyncIterator[None]:
+        """For the block, the tap is fed from the relay process over ``channel``; the seconds
+        the relay could not hand over count as dropped."""
+
+        def unmeasured(seconds: float) -> None:
+            self.stats.dropped_seconds += seconds
+
+        def connected(now: bool) -> None:
+            self.relay_connected = now
+
+        task = asyncio.get_running_loop().create_task(
+            receive(channel, str(self.endpoint), self.tap, unmeasured, on_connected=connected),
+            name="voxmeter.relay-channel",
+        )
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -15,7 +15,6 @@ from typing import Any
 from wyoming.event import Event
 from wyoming.server import AsyncTcpServer, HandlerFactory
 
-from monitor.audio.zeroconf import Announcement
 from monitor.errors import AudioDeviceError
 
 WYOMING_VERSION = "1.10.2"
@@ -64,7 +63,11 @@ async def serving(
     except OSError as error:
         raise AudioDeviceError(f"{name}: cannot listen ({reason(error)})") from error
     bound = bound_port(server)
-    announcement = Announcement(bound, host) if zeroconf else None
+    announcement = None
+    if zeroconf:  # imported only then: 4 MB the relay process does without when it is off
+        from monitor.audio.zeroconf import Announcement
+
+        announcement = Announcement(bound, host)
     try:
         if announcement is not None:
             await announcement.start()

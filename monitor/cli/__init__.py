@@ -9,12 +9,14 @@ lists them.
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from monitor import __version__
 from monitor.cli.common import console, err_console
 from monitor.cli.corpus import calibrate_command, enroll_command, evaluate_command
-from monitor.cli.daemon import run_command, status_command
+from monitor.cli.daemon import relay_command, run_command, status_command
 from monitor.cli.db import cache_app, db_app
 from monitor.cli.models import models_app
 from monitor.cli.score import compose_command, features_command, score_command
@@ -41,6 +43,7 @@ app.command("enroll")(enroll_command)
 app.command("calibrate")(calibrate_command)
 app.command("evaluate")(evaluate_command)
 app.command("run")(run_command)
+app.command("relay")(relay_command)
 app.command("status")(status_command)
 
 
@@ -55,8 +58,15 @@ def _root(
 
 def main() -> int:
     """Console-script entry point; usage errors (a missing or unknown option, a value of the wrong
-    type) are one line on stderr and exit 2, like every other user error."""
+    type) are one line on stderr and exit 2, like every other user error. ``voxmeter relay``
+    goes to its own parser at once (:func:`monitor.daemon.relay.main`): the relay process must
+    stay small, and running typer's app loads pydantic (10 MB)."""
     from typer.exceptions import TyperException
+
+    if sys.argv[1:2] == ["relay"]:
+        from monitor.daemon.relay import main as relay_main
+
+        return relay_main(sys.argv[2:])
 
     try:
         code = app(prog_name="voxmeter", standalone_mode=False)

@@ -10,6 +10,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from monitor.cli.audit_options import (
+    EnrolProtectOption,
+    ProtectAlphaOption,
+    ProtectOption,
+    WerUtterancesOption,
+)
 from monitor.cli.common import (
     ALL_FEATURES,
     DB_HELP,
@@ -62,11 +68,14 @@ def enroll_command(
     no_cache: NoCacheOption = False,
     min_speech: MinSpeechOption = 0.3,
     embedding: EmbeddingOption = None,
+    protect: EnrolProtectOption = None,
+    protect_alpha: ProtectAlphaOption = "0.5,0.9",
 ) -> None:
     """Build one template per speaker and feature from a corpus (replacing old templates)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from monitor.blocks.workers import shared_scheduler
+    from monitor.cli.audit_options import lazy_template_alpha
     from monitor.corpus import check_speaker_names, scan_corpus
     from monitor.features.extract import FeatureCache, default_cache_dir
     from monitor.store import open_store
@@ -74,6 +83,7 @@ def enroll_command(
 
     select_embedding(embedding)
     names = _enrolment_features(features, utterances, seconds, local)
+    lazy_alpha = lazy_template_alpha(protect, protect_alpha)
     scanned = scan_corpus(corpus, split=split)
     check_speaker_names(scanned)  # before the database is touched or any audio processed
     path = db_path(db)
@@ -107,6 +117,7 @@ def enroll_command(
                     cache=feature_cache,
                     progress=progress,
                     min_speech_seconds=min_speech,
+                    protect=lazy_alpha,
                 )
     _print_enrolment(report, path, utterances, seconds)
 
@@ -388,6 +399,9 @@ def evaluate_command(
         Path | None,
         typer.Option("--protected", help="Pseudonymised copy of the corpus (same file names)."),
     ] = None,
+    protect: ProtectOption = None,
+    protect_alpha: ProtectAlphaOption = "0.5,0.9",
+    wer_utterances: WerUtterancesOption = 200,
     loss: Annotated[
         str, typer.Option("--loss", help="Loss of the reported model: ll, ms, wms, rwms, cll.")
     ] = "ll",
@@ -412,6 +426,7 @@ def evaluate_command(
 ) -> None:
     """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
     from monitor.blocks.workers import shared_scheduler
+    from monitor.cli.audit_options import audit_calibration, print_protection, protect_request
     from monitor.errors import InputError
     from monitor.evaluate import evaluate_corpus
     from monitor.features.extract import default_cache_dir
@@ -422,10 +437,11 @@ def evaluate_command(
     loss = _check_loss(loss)
     tests = [t for t in _seconds_list(test_seconds, "--test-seconds") if t is not None]
     templates = _seconds_list(template_seconds, "--template-seconds", allow_rest=True)
-    loaded, calibration_path = _audit_calibration(calibration, lid_from, names)
+    loaded, calibration_path = audit_calibration(calibration, lid_from, names)
     check_output_folder(out, "--out")
     if protected is not None and not protected.is_dir():
         raise InputError(str(protected), "--protected: not a corpus folder")
+    request = protect_request(protect, protect_alpha, wer_utterances)
     with (
         _LazyBar("extracting") as extraction_progress,
         shared_scheduler(jobs, scheduler) as address,  # one cluster for both corpora
@@ -442,6 +458,7 @@ def evaluate_command(
             calibration_source=str(calibration_path) if loaded is not None else None,
             lid_source=lid_from,
             protected=protected,
+            protect=request,
             cache_dir=None if no_cache else (cache or default_cache_dir()),
             jobs=jobs,
             scheduler=address,
@@ -461,23 +478,4 @@ def evaluate_command(
         highlight=False,
         soft_wrap=True,
     )
-
-
-def _audit_calibration(
-    calibration: Path | None, lid_from: str | None, names: Sequence[str]
-) -> tuple[CalibrationSet | None, Path]:
-    """The calibration an audit reads its LID weights from (given, or the shipped one if there
-    is one), and its path."""
-    from monitor.calibration.buckets import CalibrationSet, default_path
-    from monitor.userfiles import MAX_JSON_BYTES, regular_file
-
-    shipped = default_path()
-    if lid_from not in (None, "calibration", "crossfit"):
-        raise VoxmeterError(f"--lid-from {lid_from!r}: expected 'calibration' or 'crossfit'")
-    calibration_path = calibration if calibration is not None else shipped
-    loaded = None
-    if calibration is not None or lid_from == "calibration" or shipped.is_file():
-        loaded = CalibrationSet.load(regular_file(calibration_path, max_bytes=MAX_JSON_BYTES))
-        if "embedding" in names:
-            loaded.check_embedding_backend(str(calibration_path))
-    return loaded, calibration_path
+    print_protection(document)

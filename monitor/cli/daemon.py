@@ -25,6 +25,25 @@ if TYPE_CHECKING:
     from monitor.daemon.status import TrackStatus
 
 
+def relay_command(
+    config: Annotated[
+        Path | None, typer.Option("--config", help="config.toml (the daemon's, relay.socket set).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override one key: section.key=value (repeatable)."),
+    ] = None,
+) -> None:
+    """Relay the Wyoming proxies in a small process of their own; voxmeter run measures.
+
+    Listed here for ``voxmeter --help``; ``voxmeter relay`` itself runs
+    :func:`monitor.daemon.relay.main` before typer (see :func:`monitor.cli.main`)."""
+    from monitor.daemon.relay import main
+
+    args = [f"--config={config}"] if config is not None else []
+    raise typer.Exit(main([*args, *(f"--set={item}" for item in set_ or [])]))
+
+
 @user_errors
 def run_command(
     config: Annotated[

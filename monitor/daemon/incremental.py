@@ -13,9 +13,9 @@ the streams' cap, after more speech was fed) or a windower that dropped speech. 
 than the cap (a turn's last window, which takes the turn's tail) is streamed up to the cap and
 fed the rest when it closes.
 
-The turn splitter's part embeddings are computed here too, as each part becomes certain
-(:class:`~monitor.daemon.turns.EarlyParts`); :meth:`part_vectors` hands them over when the
-window closes, before :meth:`take`.
+The turn splitter runs here too, when the window closes and before :meth:`take`
+(:meth:`split`): its change score reads the log-mel frames the embedding stream computed while
+the window filled (:meth:`frames`), so they are not computed twice.
 """
 
 from __future__ import annotations
@@ -26,8 +26,12 @@ from collections.abc import Mapping
 import numpy as np
 
 from monitor.audio.frames import RATE_HZ
-from monitor.daemon.turns import EarlyParts, TurnSplitter
+from monitor.audio.windows import SpeechWindow
+from monitor.daemon.shedding import AbsentStream, LoadShedder
+from monitor.daemon.turns import TurnSplitter, WindowFrames, frames_of
 from monitor.features.base import BufferedStream, Feature, FeatureStream, open_stream
+from monitor.features.embedding import EmbeddingStream
+from monitor.features.fbank import EcapaFbankStream, ecapa_db
 
 
 def as_float(samples: np.ndarray) -> np.ndarray:
@@ -48,6 +52,7 @@ class IncrementalWindows:
         max_samples: int,
         block_samples: int = 4000,
         turns: TurnSplitter | None = None,
+        shedder: LoadShedder | None = None,
     ) -> None:
         self.features = dict(features)
         self.max_samples = max_samples  # the windower's full window: never fed beyond
@@ -65,8 +70,11 @@ class IncrementalWindows:
         self._spill: list[np.ndarray] = []  # speech past the cap: the next window's
         self._error: BaseException | None = None
         self.feed_seconds = 0.0  # thread CPU spent feeding (the daemon's busy share)
-        # the turn splitter's part embeddings, while the window fills (None: no splitter)
-        self.parts = EarlyParts(turns) if turns is not None and turns.active else None
+        # the turn splitter, run when a window closes (None: none, or no threshold fitted)
+        self.turns = turns if turns is not None and turns.active else None
+        self.frames_reused = 0  # windows whose change score read the embedding stream's frames
+        self.shedder = shedder  # under load: phone decoding, then the turn splitting, shed
+        self._shed: set[str] = set()  # features shed in the window being filled
 
     def warm_up(self) -> None:
         """Two streams of every feature opened and finished now, so that the pools behind them
@@ -90,6 +98,8 @@ class IncrementalWindows:
         except Exception as error:
             self._error = error
         self.feed_seconds += time.thread_time() - started
+        if self.shedder is not None:
+            self.shedder.processed()
 
     def close_window(self) -> None:
         """The windower closed the window being filled (a turn ended early): what was fed is
@@ -103,19 +113,15 @@ class IncrementalWindows:
         """The windower dropped the speech it held (a turn too short to score): so do we,
         unless a closed window still waits for :meth:`take` (it checks what it gets)."""
         if self._count < self._cap:
-            self._streams, self._fed, self._count = None, [], 0
+            self._streams, self._fed, self._count, self._shed = None, [], 0, set()
             self._unfed, self._unfed_count = [], 0
-            if self.parts is not None:
-                self.parts.reset()
 
     def reset(self) -> None:
         """Forget every stream, the speech fed and a failure (the measuring side restarts after
         one, :mod:`monitor.daemon.measuring`); the counters are kept."""
         self._streams, self._fed, self._count, self._spill = None, [], 0, []
         self._unfed, self._unfed_count, self._cap = [], 0, self.max_samples
-        self._error = None
-        if self.parts is not None:
-            self.parts.reset()
+        self._error, self._shed = None, set()
 
     def _feed(self, data: np.ndarray, *, push: bool = True) -> None:
         room = self._cap - self._count
@@ -127,8 +133,6 @@ class IncrementalWindows:
             self._unfed_count += head.shape[0]
             if push and self._unfed_count >= self.block_samples:
                 self._push()
-            if push and self.parts is not None:
-                self.parts.advance(self._fed, self._count)
         if rest.shape[0]:
             self._spill.append(rest)
 
@@ -138,20 +142,51 @@ class IncrementalWindows:
             return
         block = np.concatenate(self._unfed)
         if self._streams is None:
-            self._streams = {n: open_stream(f, RATE_HZ) for n, f in self.features.items()}
-        for stream in self._streams.values():
-            stream.feed(block)
+            self._shed |= {n for n in self.features if self._sheds(n)}
+            self._streams = {
+                n: open_stream(f, RATE_HZ) for n, f in self.features.items() if n not in self._shed
+            }
+        for name, stream in self._streams.items():
+            if name not in self._shed and self._sheds(name):
+                self._shed.add(name)  # shed from here: this window's stream is incomplete
+            if name not in self._shed:
+                stream.feed(block)
         self._unfed, self._unfed_count = [], 0
 
-    def part_vectors(self, window: np.ndarray) -> np.ndarray:
-        """(P, D) embeddings of the parts of ``window`` (just closed, not yet taken) for the
-        turn splitter: those computed while it filled, the rest now (on this thread)."""
-        assert self.parts is not None, "no turn splitter"
+    def _sheds(self, feature: str) -> bool:
+        return self.shedder is not None and self.shedder.sheds(feature)
+
+    def split(self, window: SpeechWindow) -> list[SpeechWindow]:
+        """``window`` (just closed, not yet taken) cut at changes of speaker, on this thread."""
+        assert self.turns is not None, "no turn splitter"
+        if self.turns.parts(window) < 2:
+            return [window]
         started = time.thread_time()
-        fed = np.concatenate(self._fed) if self._fed else np.zeros(0, np.float32)
-        vectors = self.parts.of(window, fed)
-        self.feed_seconds += time.thread_time() - started
-        return vectors
+        try:
+            return self.turns.split(window, self.frames(window.samples))
+        finally:
+            self.feed_seconds += time.thread_time() - started
+
+    def frames(self, window: np.ndarray) -> WindowFrames:
+        """The log-mel frames of ``window``: those its ECAPA embedding stream computed while it
+        filled (the held speech pushed first; the last few frames, which need the window's
+        end, computed now), else all computed now (the torch runtime, CAM++, whose Kaldi frames
+        separate voices worse, or a window the streams do not hold exactly)."""
+        stream = (self._streams or {}).get("embedding")
+        n = window.shape[0]
+        if (
+            self._error is not None
+            or "embedding" in self._shed
+            or not isinstance(stream, EmbeddingStream)
+            or not isinstance(stream.fbank, EcapaFbankStream)
+            or self._count != n
+            or not np.array_equal(np.concatenate(self._fed), window)
+        ):
+            return frames_of(window)
+        self._push()  # take() would push it anyway: the stream then holds the whole window
+        done = stream.fbank.computed()
+        self.frames_reused += 1
+        return WindowFrames(np.concatenate([done, ecapa_db(window, first=done.shape[0])]), "ecapa")
 
     def take(self, window: np.ndarray) -> dict[str, FeatureStream]:
         """Streams holding exactly ``window``'s samples, to finish; fresh ones start after it."""
@@ -174,14 +209,23 @@ class IncrementalWindows:
             self.streamed += 1
         else:
             streams = {}
+            self._shed = {name for name in self.features if self._sheds(name)}
             for name, feature in self.features.items():
-                streams[name] = BufferedStream(feature, RATE_HZ)
-                streams[name].feed(window)
+                if name not in self._shed:
+                    streams[name] = BufferedStream(feature, RATE_HZ)
+                    streams[name].feed(window)
             self.fallbacks += 1
+        for name in self._shed:  # absent, not invented: no counts, 0 s (module shedding)
+            abandoned = streams.pop(name, None)
+            if abandoned is not None:
+                abandoned.finish()  # its decoder goes back to the pool
+            streams[name] = AbsentStream(self.features[name])
+            if self.shedder is not None:
+                self.shedder.count(name, n / RATE_HZ)
+        streams = {name: streams[name] for name in self.features}
+        self._shed = set()
         self._streams, self._fed, self._count, self._spill = None, [], 0, []
         self._unfed, self._unfed_count, self._cap = [], 0, self.max_samples
-        if self.parts is not None:
-            self.parts.reset()
         if offset is not None and seen.shape[0] > offset + n:
             # what follows the window starts the next one: fed with the next chunk, so that
             # this window's streams are handed over now

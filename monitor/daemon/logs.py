@@ -6,9 +6,7 @@ import json
 import logging
 import sys
 from datetime import datetime
-from typing import Any
-
-from monitor.daemon.settings import LoggingSettings
+from typing import Any, Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +46,17 @@ def _kv(value: Any) -> str:
     return json.dumps(text) if quote else text
 
 
-def configure_logging(settings: LoggingSettings, stream: Any = None) -> None:
+class LogStyle(Protocol):
+    """What logging is configured from (:class:`~monitor.daemon.settings.LoggingSettings`;
+    the relay process has its own, without importing the daemon's settings)."""
+
+    @property
+    def level(self) -> str: ...
+    @property
+    def format(self) -> str: ...
+
+
+def configure_logging(settings: LogStyle, stream: Any = None) -> None:
     """Route the ``monitor`` loggers to one structured handler on stderr."""
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(LineFormatter(settings.format))

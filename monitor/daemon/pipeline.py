@@ -26,16 +26,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import signal
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from monitor import __version__
 from monitor.audio.frames import AudioSource
@@ -56,10 +54,13 @@ from monitor.daemon.ledger import LedgerWriter, expired_on_restart, restored_tra
 from monitor.daemon.measuring import MeasuringSupervisor, leaves
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
+from monitor.daemon.shedding import LoadShedder, measuring_executor
 from monitor.daemon.stages import PipelineStages, one_blas_thread
 from monitor.daemon.streams import measured_streams
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
 from monitor.daemon.turns import TurnSplitter
+from monitor.daemon.watchdog import EXIT_DEADLINE_SECONDS as EXIT_DEADLINE_SECONDS
+from monitor.daemon.watchdog import ExitWatchdog as ExitWatchdog
 from monitor.errors import VoxmeterError
 from monitor.features.base import Feature
 from monitor.store.database import Store
@@ -125,8 +126,14 @@ class Pipeline(PipelineStages):
         self.turns = TurnSplitter(
             self._embed, change_cosine=thresholds.change if thresholds else -1.0
         )
+        live = getattr(source, "realtime", True)  # a fast file replay has no clock to lag
+        self.shedder = LoadShedder(
+            config.load, live=live, clock=clock, audio_seconds=lambda: self.audio_seconds
+        )
         # a VAD, windower and feature streams per stream (each source, each proxy client)
-        self.streams = measured_streams(config, self.features, self.turns, vad=vad, clock=clock)
+        self.streams = measured_streams(
+            config, self.features, self.turns, vad=vad, clock=clock, shedder=self.shedder
+        )
         self._feed_counted = 0.0  # streams.feed_seconds already in _busy
         self.tracker = SpeakerTracker(
             profiles,
@@ -268,6 +275,7 @@ class Pipeline(PipelineStages):
         """After a failure: the speech held by every stream's VAD, windower and features is
         lost (their state is made afresh on their next frame)."""
         self.streams.reset()
+        self.shedder.reset()
 
     async def _supervise(self) -> None:
         duration = self.config.daemon.duration_seconds
@@ -312,11 +320,11 @@ class Pipeline(PipelineStages):
                 handled.append(signum)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not the main thread (tests): callers use stop()
-        executor = ThreadPoolExecutor(
-            max_workers=self.config.features.workers, thread_name_prefix="voxmeter-work"
-        )
-        # one thread: chunks are fed to the streams in order, and a window taken after them
-        feeder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="voxmeter-feed")
+        # at the measuring priority (the loop thread relays); the feeder has one thread: chunks
+        # are fed to the streams in order, and a window taken after them
+        priority = self.shedder.priority
+        executor = measuring_executor(self.config.features.workers, "voxmeter-work", priority)
+        feeder = measuring_executor(1, "voxmeter-feed", priority)
         restore_blas = one_blas_thread()
         started_unix = self.wall_clock()
         self._check_budget()
@@ -415,62 +423,6 @@ def _quiet_cancellation(loop: asyncio.AbstractEventLoop, context: dict[str, Any]
         logger.debug("cancelled while stopping: %s", context.get("message"))
         return
     loop.default_exception_handler(context)
-
-
-#: SIGTERM must end ``voxmeter run`` within 2 s (systemd, containers): past this, by force.
-EXIT_DEADLINE_SECONDS = 1.75
-
-
-class Timer(Protocol):
-    """What :class:`ExitWatchdog` needs of :class:`threading.Timer`."""
-
-    def start(self) -> None: ...
-
-
-def _daemon_timer(seconds: float, function: Callable[[], None]) -> Timer:
-    """A daemon thread that calls ``function`` after ``seconds`` (the watchdog's default)."""
-    timer = threading.Timer(seconds, function)
-    timer.daemon = True
-    return timer
-
-
-def _exit_now(status: int) -> None:
-    """Flush the logs and leave the process at once (no cleanup: it is what failed to end)."""
-    logging.shutdown()
-    os._exit(status)
-
-
-class ExitWatchdog:
-    """After a stop signal, leave the process by force if it is still here ``deadline_seconds``
-    later. A thread, so a stuck event loop cannot hold it up; every window is committed by then.
-
-    The exit status is 1: a stop that the daemon's own path finished exits 0. The timer factory
-    and the exit function are arguments so tests arm it without ending the test process.
-    """
-
-    def __init__(
-        self,
-        deadline_seconds: float = EXIT_DEADLINE_SECONDS,
-        *,
-        timer: Callable[[float, Callable[[], None]], Timer] = _daemon_timer,
-        exit: Callable[[int], object] = _exit_now,
-    ) -> None:
-        self.deadline_seconds = deadline_seconds
-        self._timer = timer
-        self._exit = exit
-        self.reason: str | None = None  # the signal that armed it; None until then
-
-    def arm(self, reason: str) -> None:
-        """Start the countdown (once: a second signal does not move the deadline)."""
-        if self.reason is None:
-            self.reason = reason
-            self._timer(self.deadline_seconds, self._fire).start()
-
-    def _fire(self) -> None:
-        logger.error(
-            "still running %.2f s after %s: exiting now", self.deadline_seconds, self.reason
-        )
-        self._exit(1)
 
 
 def _first_user_error(group: BaseExceptionGroup) -> BaseException:

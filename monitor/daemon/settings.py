@@ -5,194 +5,101 @@ into them is :mod:`monitor.daemon.config`.
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import Any
 
-from monitor.audio.spec import parse_source, parse_sources
-from monitor.errors import InputError
-from monitor.vocabulary import EXTRACTORS, TRACKING_FEATURE, FigureKey
-
-Check = Callable[[Any], str | None]
-
-
-def _setting(default: Any, doc: str, check: Check | None = None, *, secret: bool = False) -> Any:
-    """A documented field; ``check`` returns a problem string for a bad value, else None.
-    A ``secret`` value is never shown in an error (the key is named, the value is not)."""
-    return field(
-        default=default, repr=not secret, metadata={"doc": doc, "check": check, "secret": secret}
-    )
-
-
-def _positive(value: float) -> str | None:
-    return None if value > 0 and math.isfinite(value) else "must be > 0"
-
-
-def _non_negative(value: float) -> str | None:
-    return None if value >= 0 and math.isfinite(value) else "must be >= 0"
-
-
-def _fraction(value: float) -> str | None:
-    return None if 0 < value < 1 else "must be between 0 and 1 (exclusive)"
-
-
-def _window_length(value: float) -> str | None:
-    """A window's audio is held until it closes, and a window shorter than half a second gives
-    features next to nothing: 0.5..60 s (the calibration's buckets are 3, 6 and 12 s)."""
-    return None if 0.5 <= value <= 60 else "must be between 0.5 and 60 seconds"
-
-
-def _one_of(*choices: str) -> Check:
-    def check(value: str) -> str | None:
-        return None if value in choices else f"must be one of {', '.join(choices)}"
-
-    return check
-
-
-def _port(value: int) -> str | None:
-    """A port to connect to: 0 is no port."""
-    return None if 1 <= value <= 65535 else "must be a TCP port 1..65535"
-
-
-def _listen_port(value: int) -> str | None:
-    """A port to listen on: 0 asks the kernel for any free one."""
-    return None if 0 <= value <= 65535 else "must be a TCP port 1..65535 (or 0 = any free port)"
-
-
-def _source(value: str) -> str | None:
-    try:
-        parse_source(value)
-    except InputError as error:
-        return error.problem
-    return None
-
-
-def _sources(value: tuple[str, ...]) -> str | None:
-    if not value:
-        return None  # daemon.source alone
-    try:
-        parse_sources(value)
-    except InputError as error:
-        return error.problem
-    return None
-
-
-def _features(value: tuple[str, ...]) -> str | None:
-    known = EXTRACTORS
-    if not value:
-        return "must name at least one feature"
-    bad = [v for v in value if v not in known]
-    if bad or len(set(value)) != len(value):
-        return f"must be distinct names among {', '.join(known)}"
-    if TRACKING_FEATURE not in value:
-        return "must include embedding (the tracker follows voices by their embedding)"
-    return None
-
-
-def _measure(value: str) -> str | None:
-    try:
-        FigureKey.parse(value)
-    except ValueError as error:
-        return str(error)
-    return None
-
-
-def _cosine(value: float) -> str | None:
-    return None if -1 <= value <= 1 else "must be a cosine in [-1, 1]"
-
-
-def _delta(value: float) -> str | None:
-    return None if 0 < value < 1 else "must be in (0, 1)"
+from monitor.daemon import setting_checks as check
+from monitor.daemon.setting_checks import setting
+from monitor.vocabulary import FigureKey
 
 
 @dataclass(frozen=True)
 class DaemonSettings:
     """The process: where audio comes from, where state lives, when to stop."""
 
-    source: str = _setting(
+    source: str = setting(
         "mic",
         "mic, mic:DEVICE, file:PATH or stdin[:RATE[:CHANNELS]] (s16le PCM); NAME=SPEC names it",
-        _source,
+        check.source,
     )
-    db: str = _setting(
+    db: str = setting(
         "voxmeter.db",
         "SQLite database (templates, ledger, outbox); one daemon each (flock on the file)",
     )
-    device_id: str = _setting("", "name of this device in MQTT topics; empty = host name")
-    duration_seconds: float = _setting(
-        0.0, "stop after this many wall seconds; 0 = never", _non_negative
+    device_id: str = setting("", "name of this device in MQTT topics; empty = host name")
+    duration_seconds: float = setting(
+        0.0, "stop after this many wall seconds; 0 = never", check.non_negative
     )
-    exit_at_end: bool = _setting(True, "stop when a file or stdin source ends")
-    stats_interval_seconds: float = _setting(1.0, "period of PipelineStats events", _positive)
-    queue_size: int = _setting(256, "capacity of each queue between stages", _positive)
+    exit_at_end: bool = setting(True, "stop when a file or stdin source ends")
+    stats_interval_seconds: float = setting(1.0, "period of PipelineStats events", check.positive)
+    queue_size: int = setting(256, "capacity of each queue between stages", check.positive)
 
 
 @dataclass(frozen=True)
 class AudioSettings:
     """Source pacing, voice activity detection and windowing."""
 
-    pace: str = _setting(
-        "realtime", "file sources: realtime (paced) or fast", _one_of("realtime", "fast")
+    pace: str = setting(
+        "realtime", "file sources: realtime (paced) or fast", check.one_of("realtime", "fast")
     )
-    vad: str = _setting(
-        "webrtc", "voice activity detector: webrtc or silero", _one_of("webrtc", "silero")
+    vad: str = setting(
+        "webrtc", "voice activity detector: webrtc or silero", check.one_of("webrtc", "silero")
     )
-    vad_aggressiveness: int = _setting(
+    vad_aggressiveness: int = setting(
         2, "webrtcvad aggressiveness 0..3", lambda v: None if 0 <= v <= 3 else "must be 0..3"
     )
-    hangover_ms: int = _setting(
+    hangover_ms: int = setting(
         100,
         "speech kept after the VAD says silence (ms); with turn_pause_seconds it sets the "
         "shortest pause that ends a turn (0.15 s: a quick answer still ends the window)",
-        _non_negative,
+        check.non_negative,
     )
-    window_seconds: float = _setting(3.0, "seconds of speech per window", _window_length)
-    turn_pause_seconds: float = _setting(
+    window_seconds: float = setting(3.0, "seconds of speech per window", check.window_length)
+    turn_pause_seconds: float = setting(
         0.05,
         "a pause this long (after the VAD's hangover) ends the window: a turn may change hands; "
         "0 = windows run across pauses",
-        _non_negative,
+        check.non_negative,
     )
-    min_window_seconds: float = _setting(
+    min_window_seconds: float = setting(
         1.0,
         "a window ended early by a turn is scored with ≥ this much speech, else only counted",
-        _positive,
+        check.positive,
     )
-    tail_seconds: float = _setting(
+    tail_seconds: float = setting(
         0.0,
         "a full window is cut from a turn only when this much speech follows it, so a turn's "
         "last window holds ≥ this (up to window_seconds + this); 0 = fixed windows",
-        _non_negative,
+        check.non_negative,
     )
-    retry_min_seconds: float = _setting(0.5, "first retry delay after a device error", _positive)
-    retry_max_seconds: float = _setting(
-        30.0, "largest retry delay (random capped backoff)", _positive
+    retry_min_seconds: float = setting(
+        0.5, "first retry delay after a device error", check.positive
     )
-    wait_for_device: bool = _setting(
+    retry_max_seconds: float = setting(
+        30.0, "largest retry delay (random capped backoff)", check.positive
+    )
+    wait_for_device: bool = setting(
         False,
         "a microphone or Wyoming service missing at start: false = exit with an error, true = wait",
         None,
     )
     # ---- several sources and streams (monitor/daemon/streams.py) ----
-    sources: tuple[str, ...] = _setting(
+    sources: tuple[str, ...] = setting(
         (),
         "several sources in one daemon, each NAME=SPEC (a name: letters, digits, - and _); "
         "one tracker and ledger pool a person across them; empty = daemon.source alone",
-        _sources,
+        check.sources,
     )
-    max_streams: int = _setting(
+    max_streams: int = setting(
         8,
         "streams measured at once (each source; each client of a Wyoming proxy); a stream "
         "beyond is still relayed but not measured, and counted as refused",
-        _positive,
+        check.positive,
     )
-    stream_idle_seconds: float = _setting(
+    stream_idle_seconds: float = setting(
         30.0,
         "a stream without audio this long ends (its turn closes, its state is freed)",
-        _positive,
+        check.positive,
     )
 
 
@@ -200,8 +107,27 @@ class AudioSettings:
 class WyomingSettings:
     """Wyoming servers of ours (``wyoming-listen``, ``wyoming-proxy`` sources)."""
 
-    zeroconf: bool = _setting(
+    zeroconf: bool = setting(
         True, "announce them on mDNS as _wyoming._tcp.local. (Home Assistant discovers them)"
+    )
+
+
+@dataclass(frozen=True)
+class RelaySettings:
+    """The relay in a process of its own (``voxmeter relay``): the Wyoming proxies there, the
+    measuring side in ``voxmeter run``, one local channel between them."""
+
+    socket: str = setting(
+        "",
+        "Unix socket of the channel from voxmeter relay to voxmeter run; empty = the proxy "
+        "relays inside voxmeter run",
+        check.socket_path,
+    )
+    channel_bytes: int = setting(
+        1048576,
+        "audio that may wait for the measuring process (bytes; 1 MiB = 33 s of 16 kHz speech); "
+        "beyond it, or with no measuring process, audio is relayed unmeasured and counted",
+        check.positive,
     )
 
 
@@ -209,21 +135,22 @@ class WyomingSettings:
 class FeatureSettings:
     """Which extractors run on every window."""
 
-    enabled: tuple[str, ...] = _setting(
-        ("f0", "phone", "embedding"), "features extracted per window", _features
+    enabled: tuple[str, ...] = setting(
+        ("f0", "phone", "embedding"), "features extracted per window", check.features
     )
-    workers: int = _setting(2, "threads running features (in parallel) and scoring", _positive)
-    embedding: str = _setting(
+    workers: int = setting(2, "threads running features (in parallel) and scoring", check.positive)
+    embedding: str = setting(
         "ecapa",
         "embedding backend: ecapa (SpeechBrain ECAPA-TDNN), campplus (CAM++) or ge2e "
-        "(resemblyzer); must be the one the database was enrolled with",
-        _one_of("ecapa", "campplus", "ge2e"),
+        "(resemblyzer); ecapa-int8, campplus-int8: the same networks in static int8 (ONNX "
+        "Runtime, ~3x less CPU); must be the one the database was enrolled with",
+        check.one_of("ecapa", "campplus", "ge2e", "ecapa-int8", "campplus-int8"),
     )
-    runtime: str = _setting(
+    runtime: str = setting(
         "auto",
         "what runs the ECAPA / CAM++ network: onnx (ONNX Runtime, graphs exported by make "
         "models), torch (the reference port) or auto (onnx where its graph is present)",
-        _one_of("auto", "onnx", "torch"),
+        check.one_of("auto", "onnx", "torch"),
     )
 
 
@@ -231,6 +158,8 @@ TRACKER_THRESHOLDS: dict[str, tuple[float, float]] = {
     "ecapa": (0.60, 0.50),
     "campplus": (0.60, 0.55),
     "ge2e": (0.75, 0.70),
+    "ecapa-int8": (0.60, 0.50),
+    "campplus-int8": (0.60, 0.55),
 }
 """(profile, cluster) cosine thresholds per embedding backend: cosines of different models live
 on different scales. Measured on 3 s windows of 12 corpus speakers (8 adults, 4 children)
@@ -242,52 +171,72 @@ window: same median 0.61, others p99 0.51); GE2E's other speakers reach 0.82."""
 class TrackerSettings:
     """Who is speaking: local profiles, else online clustering into unknown-N tracks."""
 
-    profile_threshold: float = _setting(
+    profile_threshold: float = setting(
         0.0,
         "cosine to a local profile's embedding to follow it; 0 = fitted per window length from "
         "the calibration's cosines (false_member_rate), else the backend's (ecapa 0.60, "
         "campplus 0.60, ge2e 0.75)",
-        _cosine,
+        check.cosine,
     )
-    cluster_threshold: float = _setting(
+    cluster_threshold: float = setting(
         0.0,
         "cosine to an unknown-N track's centroid to join it; 0 = fitted per window length from "
         "the calibration's cosines (false_join_rate), else the backend's (ecapa 0.50, "
         "campplus 0.55, ge2e 0.70)",
-        _cosine,
+        check.cosine,
     )
-    false_member_rate: float = _setting(
+    false_member_rate: float = setting(
         0.002,
         "share of other voices' windows that pass one profile's threshold, read off the "
         "calibration's cosines at the window's length (when profile_threshold = 0)",
-        _fraction,
+        check.fraction,
     )
-    false_join_rate: float = _setting(
+    false_join_rate: float = setting(
         0.005,
         "share of other voices' windows close enough to join an unknown-N track, from the "
         "calibration (when cluster_threshold = 0)",
-        _fraction,
+        check.fraction,
     )
-    false_change_rate: float = _setting(
+    false_change_rate: float = setting(
         0.01,
         "share of one voice's adjacent 1 s parts taken for a change of speaker, from the "
         "calibration",
-        _fraction,
+        check.fraction,
     )
-    merge_seconds: float = _setting(
-        6.0, "unknown-N tracks merge only when each holds this much speech", _positive
+    merge_seconds: float = setting(
+        6.0, "unknown-N tracks merge only when each holds this much speech", check.positive
     )
-    min_open_seconds: float = _setting(
+    min_open_seconds: float = setting(
         2.0,
         "a window with less speech may join a track but never opens one (too short to know "
         "a new voice from a known one)",
-        _non_negative,
+        check.non_negative,
     )
-    track_idle_seconds: float = _setting(
-        300.0, "an unknown-N track with no window for this long expires", _positive
+    track_idle_seconds: float = setting(
+        300.0, "an unknown-N track with no window for this long expires", check.positive
     )
-    max_unknown_tracks: int = _setting(
-        16, "active unknown-N tracks kept (oldest expires)", _positive
+    max_unknown_tracks: int = setting(
+        16, "active unknown-N tracks kept (oldest expires)", check.positive
+    )
+    adapt_weight: float = setting(
+        0.3,
+        "most a member's adapted profile may lean on the room's windows (the rest is the "
+        "enrolment); 0 = members' profiles never adapt",
+        check.share,
+    )
+    adapt_seconds: float = setting(
+        60.0,
+        "speech of confident windows at which the room's share is half of adapt_weight",
+        check.positive,
+    )
+    adapt_margin: float = setting(
+        0.05,
+        "a window teaches a member's adapted profile only this far (cosine) above the member "
+        "threshold on the enrolled profile, and above every other profile and unknown track",
+        check.non_negative,
+    )
+    adapt_drift: float = setting(
+        0.95, "an adapted profile never falls below this cosine to the enrolled one", check.cosine
     )
 
 
@@ -295,24 +244,26 @@ class TrackerSettings:
 class ScorerSettings:
     """Scoring against all N templates and the composition comparison."""
 
-    calibration: str = _setting(
+    calibration: str = setting(
         "", "calibration JSON; empty = the store's, else the shipped one for the embedding backend"
     )
-    delta: float = _setting(1e-5, "δ of the advanced and optimal composition bounds", _delta)
+    delta: float = setting(1e-5, "δ of the advanced and optimal composition bounds", check.delta)
 
 
 @dataclass(frozen=True)
 class BudgetSettings:
     """Disclosure budget per speaker and period (DESIGN §12 step 6)."""
 
-    bits: float = _setting(5.0, "budget per speaker and period (bits)", _positive)
-    warn_fraction: float = _setting(0.8, "warning at this fraction of the budget", _fraction)
-    hysteresis_bits: float = _setting(
-        0.25, "step down only this far below a threshold", _non_negative
+    bits: float = setting(5.0, "budget per speaker and period (bits)", check.positive)
+    warn_fraction: float = setting(0.8, "warning at this fraction of the budget", check.fraction)
+    hysteresis_bits: float = setting(
+        0.25, "step down only this far below a threshold", check.non_negative
     )
-    measure: str = _setting("combined.lid", "figure compared with the budget", _measure)
-    period_seconds: float = _setting(
-        86400.0, "budget period; periods start at multiples of it since the Unix epoch", _positive
+    measure: str = setting("combined.lid", "figure compared with the budget", check.measure)
+    period_seconds: float = setting(
+        86400.0,
+        "budget period; periods start at multiples of it since the Unix epoch",
+        check.positive,
     )
 
     @cached_property
@@ -325,85 +276,116 @@ class BudgetSettings:
 class LedgerSettings:
     """Evidence records kept in the database."""
 
-    keep_periods: int = _setting(7, "periods of evidence kept; older ones are pruned", _positive)
+    keep_periods: int = setting(
+        7, "periods of evidence kept; older ones are pruned", check.positive
+    )
 
 
 @dataclass(frozen=True)
 class LoggingSettings:
     """Structured logs, one line per event (aliases only, never audio or names)."""
 
-    level: str = _setting(
-        "info", "debug, info, warning or error", _one_of("debug", "info", "warning", "error")
+    level: str = setting(
+        "info", "debug, info, warning or error", check.one_of("debug", "info", "warning", "error")
     )
-    format: str = _setting("keyvalue", "keyvalue or json", _one_of("keyvalue", "json"))
+    format: str = setting("keyvalue", "keyvalue or json", check.one_of("keyvalue", "json"))
 
 
 @dataclass(frozen=True)
 class PrometheusSettings:
     """The /metrics endpoint (DESIGN §15)."""
 
-    enabled: bool = _setting(True, "serve /metrics")
-    host: str = _setting(
+    enabled: bool = setting(True, "serve /metrics")
+    host: str = setting(
         "127.0.0.1", "address to listen on; anything but loopback is warned about at start"
     )
-    port: int = _setting(39217, "TCP port; 0 = any free port", _listen_port)
-    certfile: str = _setting("", "TLS certificate (PEM); empty = plain HTTP")
-    keyfile: str = _setting("", "TLS private key (PEM) for certfile")
-    client_cafile: str = _setting("", "CA file to verify client certificates; empty = none")
-    client_auth_required: bool = _setting(False, "refuse clients without a valid certificate")
+    port: int = setting(39217, "TCP port; 0 = any free port", check.listen_port)
+    certfile: str = setting("", "TLS certificate (PEM); empty = plain HTTP")
+    keyfile: str = setting("", "TLS private key (PEM) for certfile")
+    client_cafile: str = setting("", "CA file to verify client certificates; empty = none")
+    client_auth_required: bool = setting(False, "refuse clients without a valid certificate")
 
 
 @dataclass(frozen=True)
 class MqttSettings:
     """Alerts and per-speaker state over MQTT (DESIGN §15)."""
 
-    enabled: bool = _setting(False, "publish to a broker")
-    host: str = _setting("127.0.0.1", "broker address")
-    port: int = _setting(1883, "broker TCP port", _port)
-    prefix: str = _setting(
-        "", "topic prefix; empty = voxmeter/<device_id>; aliases percent-encoded"
-    )
-    client_id: str = _setting("", "MQTT client id; empty = voxmeter-<device_id>")
-    username: str = _setting("", "broker user; empty = anonymous")
-    password: str = _setting("", "broker password (never shown in messages)", secret=True)
-    allow_plaintext_password: bool = _setting(
+    enabled: bool = setting(False, "publish to a broker")
+    host: str = setting("127.0.0.1", "broker address")
+    port: int = setting(1883, "broker TCP port", check.port)
+    prefix: str = setting("", "topic prefix; empty = voxmeter/<device_id>; aliases percent-encoded")
+    client_id: str = setting("", "MQTT client id; empty = voxmeter-<device_id>")
+    username: str = setting("", "broker user; empty = anonymous")
+    password: str = setting("", "broker password (never shown in messages)", secret=True)
+    allow_plaintext_password: bool = setting(
         False,
         "send the password without TLS to a broker that is not on loopback (warned at start)",
     )
-    tls: bool = _setting(False, "connect over TLS (brokers usually listen on 8883 for it)")
-    cafile: str = _setting(
+    tls: bool = setting(False, "connect over TLS (brokers usually listen on 8883 for it)")
+    cafile: str = setting(
         "", "CA certificates (PEM) the broker's certificate must chain to; empty = the system's"
     )
-    certfile: str = _setting("", "client certificate (PEM) for brokers that ask for one")
-    keyfile: str = _setting("", "private key (PEM) of certfile; empty = in certfile")
-    verify_hostname: bool = _setting(True, "the broker's certificate must name mqtt.host")
-    keepalive_seconds: int = _setting(30, "MQTT keepalive", _positive)
-    qos: int = _setting(
+    certfile: str = setting("", "client certificate (PEM) for brokers that ask for one")
+    keyfile: str = setting("", "private key (PEM) of certfile; empty = in certfile")
+    verify_hostname: bool = setting(True, "the broker's certificate must name mqtt.host")
+    keepalive_seconds: int = setting(30, "MQTT keepalive", check.positive)
+    qos: int = setting(
         1, "QoS of alerts and states", lambda v: None if v in (0, 1, 2) else "must be 0, 1 or 2"
     )
-    reconnect_min_seconds: float = _setting(0.5, "first reconnect delay", _positive)
-    reconnect_max_seconds: float = _setting(30.0, "largest reconnect delay", _positive)
-
-
-def _topic_level(value: str) -> str | None:
-    if value and not any(c in value for c in "+#") and not value.startswith("/"):
-        return None
-    return "must be a non-empty MQTT topic without + or # (and not starting with /)"
-
-
-def _node_id(value: str) -> str | None:
-    return None if re.fullmatch(r"[a-zA-Z0-9_-]*", value) else "must match [a-zA-Z0-9_-]*"
+    reconnect_min_seconds: float = setting(0.5, "first reconnect delay", check.positive)
+    reconnect_max_seconds: float = setting(30.0, "largest reconnect delay", check.positive)
 
 
 @dataclass(frozen=True)
 class HomeAssistantSettings:
     """MQTT discovery of Home Assistant entities (needs ``[mqtt]`` enabled: same broker)."""
 
-    discovery: bool = _setting(False, "publish Home Assistant MQTT discovery configs")
-    discovery_prefix: str = _setting(
-        "homeassistant", "Home Assistant's discovery prefix", _topic_level
+    discovery: bool = setting(False, "publish Home Assistant MQTT discovery configs")
+    discovery_prefix: str = setting(
+        "homeassistant", "Home Assistant's discovery prefix", check.topic_level
     )
-    node_id: str = _setting("", "node in discovery topics; empty = device_id made safe", _node_id)
+    node_id: str = setting(
+        "", "node in discovery topics; empty = device_id made safe", check.node_id
+    )
+
+
+@dataclass(frozen=True)
+class ProtectSettings:
+    """Anonymise what a relayed assistant receives (needs a wyoming-proxy source)."""
+
+    mode: str = setting(
+        "off",
+        "off; exceeded = an utterance is anonymised when the stream's last identified speaker "
+        "(none yet: any member) is over budget this period; always = every utterance",
+        check.one_of("off", "exceeded", "always"),
+    )
+    method: str = setting(
+        "mcadams", "anonymiser: mcadams (VoicePrivacy B2)", check.one_of("mcadams")
+    )
+    alpha: str = setting(
+        "0.5,0.9",
+        'McAdams α: fixed ("0.8") or a range drawn per utterance ("0.5,0.9")',
+        check.alpha,
+    )
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """When the device is busy: the measuring threads' priority and what is shed (issue 27)."""
+
+    measuring_priority: str = setting(
+        "idle",
+        "CPU priority of the measuring threads on live audio: idle (SCHED_IDLE: only spare "
+        "CPU), nice (nice 19) or normal; the relay of a Wyoming proxy, and a fast replay, keep "
+        "normal priority",
+        check.one_of("idle", "nice", "normal"),
+    )
+    shed_lag_seconds: float = setting(
+        1.0,
+        "measuring this far behind live audio sheds phone decoding, twice this the turn "
+        "splitting too (never the embedding); below half, measuring resumes; 0 = never shed",
+        check.non_negative,
+    )
 
 
 @dataclass(frozen=True)
@@ -413,6 +395,7 @@ class Config:
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
     audio: AudioSettings = field(default_factory=AudioSettings)
     wyoming: WyomingSettings = field(default_factory=WyomingSettings)
+    relay: RelaySettings = field(default_factory=RelaySettings)
     features: FeatureSettings = field(default_factory=FeatureSettings)
     tracker: TrackerSettings = field(default_factory=TrackerSettings)
     scorer: ScorerSettings = field(default_factory=ScorerSettings)
@@ -422,6 +405,8 @@ class Config:
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     homeassistant: HomeAssistantSettings = field(default_factory=HomeAssistantSettings)
+    protect: ProtectSettings = field(default_factory=ProtectSettings)
+    load: LoadSettings = field(default_factory=LoadSettings)
 
 
 SECTIONS: dict[str, type] = {f.name: f.default_factory for f in fields(Config)}  # type: ignore[misc]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +37,7 @@ from monitor.daemon.ledger import LedgerWriter
 from monitor.daemon.measuring import MeasuringSupervisor
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
+from monitor.daemon.shedding import LoadShedder
 from monitor.daemon.streams import Streams, StreamState, named_stats
 from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
 from monitor.daemon.turns import TurnSplitter
@@ -66,6 +68,7 @@ class PipelineStages:
     ledger: LedgerWriter
     queues: dict[str, asyncio.Queue[Any]]
     measuring: MeasuringSupervisor
+    shedder: LoadShedder
     audio_seconds: float
     last: dict[str, Figures]
     _feed_counted: float
@@ -125,9 +128,9 @@ class PipelineStages:
         feeder: ThreadPoolExecutor,
     ) -> None:
         """One frame of ``state``'s stream (None: it ends) → speech → windows: cut at a turn
-        pause or an utterance's end by the windower, then at a change of speaker found on the
-        embeddings of their parts (computed on the feeder while the window fills); the speech
-        also goes, as it arrives, to the stream's incremental features."""
+        pause or an utterance's end by the windower, then at a change of speaker found on their
+        filterbank frames (and two parts' embeddings where that is uncertain); the speech also
+        goes, as it arrives, to the stream's incremental features."""
         out = self.queues["windows"]
         loop = asyncio.get_running_loop()
         ends = frame is None or frame.utterance_end or frame.stream_end
@@ -138,6 +141,7 @@ class PipelineStages:
         for chunk in chunks:
             closed = self._process_chunk(state, chunk, feeder)
             # features work on the speech as it arrives, in order, on the feeder thread
+            self.shedder.submitted()
             loop.run_in_executor(feeder, state.incremental.feed, chunk.samples)
             windows += closed
         if ends:  # the turn ends with the utterance/stream
@@ -152,6 +156,7 @@ class PipelineStages:
                 index, self._next_index = self._next_index, self._next_index + 1
                 self.streams.closed(state)
                 closed_at = (self.clock(), self.wall_clock())
+                self.shedder.window_closed(closed_at[0])
                 await out.put(ClosedWindow(index, piece, *closed_at, stream=state.key))
 
     async def _split(
@@ -161,16 +166,19 @@ class PipelineStages:
         executor: ThreadPoolExecutor,
         feeder: ThreadPoolExecutor,
     ) -> list[SpeechWindow]:
-        """``window`` cut at changes of speaker: its parts embedded while it filled (on the
-        feeder, after every chunk fed before it closed) where the feeder holds them."""
+        """``window`` cut at changes of speaker, scored on the filterbank frames its embedding
+        stream computed while it filled (on the feeder, after every chunk fed before it
+        closed); parts are embedded only where the score is uncertain."""
         loop = asyncio.get_running_loop()
         if not self.turns.active or self.turns.parts(window) < 2:
             return [window]
+        if self.shedder.sheds("turns"):  # lagging: the window is scored whole
+            self.shedder.count("turns", window.speech_seconds)
+            return [window]
         incremental = state.incremental
-        if incremental.parts is None:
+        if incremental.turns is None:
             return await loop.run_in_executor(executor, self.turns.split, window)
-        vectors = await loop.run_in_executor(feeder, incremental.part_vectors, window.samples)
-        return self.turns.split(window, vectors)
+        return await loop.run_in_executor(feeder, incremental.split, window)
 
     def _process_chunk(
         self, state: StreamState, chunk: SpeechChunk, feeder: ThreadPoolExecutor
@@ -216,6 +224,7 @@ class PipelineStages:
                 *(loop.run_in_executor(executor, streams[n].finish) for n in names)
             )
             spent = self.clock() - started
+            self.shedder.window_done()
             fed_total = self.streams.feed_seconds
             fed, self._feed_counted = fed_total - self._feed_counted, fed_total
             self._busy["features"] += spent + fed
@@ -343,13 +352,23 @@ class PipelineStages:
             tracks=len(self.track_scorer.tracks),
             at_unix=self.wall_clock(),
             measuring_restarts=self.measuring.restarts,
-            sources=self.streams.counts(named_stats(self.source, self.streams.default_source)),
+            shed_seconds=dict(self.shedder.shed_seconds),
+            lag_seconds=self.shedder.lag_seconds,
+            sources={
+                name: dataclasses.replace(
+                    counts, unattributed_seconds=self.tracker.skipped_by_source.get(name, 0.0)
+                )
+                for name, counts in self.streams.counts(
+                    named_stats(self.source, self.streams.default_source)
+                ).items()
+            },
         )
 
     async def _stats_stage(self) -> None:
         interval = self.config.daemon.stats_interval_seconds
         while True:
             await asyncio.sleep(interval)
+            self.shedder.update()  # an idle daemon leaves shedding
             for event in self.tracker.expire():
                 await self.queues["tracked"].put(event)
             with contextlib.suppress(asyncio.QueueFull):

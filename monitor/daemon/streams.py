@@ -29,6 +29,7 @@ from monitor.daemon.config import source_specs
 from monitor.daemon.events import SourceCounts
 from monitor.daemon.incremental import IncrementalWindows
 from monitor.daemon.settings import Config
+from monitor.daemon.shedding import LoadShedder
 from monitor.daemon.turns import TurnSplitter
 from monitor.features.base import Feature
 
@@ -260,6 +261,7 @@ def measured_streams(
     *,
     vad: Callable[[], FrameVad] | None = None,
     clock: Callable[[], float],
+    shedder: LoadShedder | None = None,
 ) -> Streams:
     """The streams' state as ``[audio]`` configures it (``vad``: a test's own detector)."""
     audio = config.audio
@@ -282,7 +284,9 @@ def measured_streams(
             min_window_seconds=audio.min_window_seconds,
             tail_seconds=audio.tail_seconds,
         )
-        incremental = IncrementalWindows(features, max_samples=windower.window_samples, turns=turns)
+        incremental = IncrementalWindows(
+            features, max_samples=windower.window_samples, turns=turns, shedder=shedder
+        )
         return detector(), windower, incremental
 
     return Streams(

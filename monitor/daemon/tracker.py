@@ -19,6 +19,11 @@ more than ``max_unknown_tracks`` exist. The clock is a constructor argument so t
 expiry. A window that continues the previous one's turn (no pause, no change found between
 them) stays with that track while it is as close to it as the join threshold: a turn's short
 tail is the same voice even when 1 s of it cannot prove so against a profile.
+
+Members' profiles learn the room (:mod:`monitor.daemon.adaptation`): a window given to a member
+by their *enrolled* profile with ``adapt_margin`` to spare over the member threshold and over
+every other profile and unknown track teaches that member's adapted profile, and every window
+is matched against the nearer of a member's two profiles.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import numpy.typing as npt
 
 from monitor.audio.frames import StreamKey
 from monitor.calibration.tracking import TrackerThresholds, fixed_thresholds
+from monitor.daemon.adaptation import AdaptedProfiles
 from monitor.daemon.events import FeatureWindow, TrackedWindow, TrackExpired
 from monitor.daemon.settings import TrackerSettings
 from monitor.store.templates import LocalProfile
@@ -107,9 +113,16 @@ class SpeakerTracker:
             self.profile_matrix = np.stack([_unit(p.embedding.values) for p in profiles])
         else:
             self.profile_matrix = np.zeros((0, 0))
+        self.profiles = AdaptedProfiles(
+            self.profile_matrix,
+            weight=settings.adapt_weight,
+            half_seconds=settings.adapt_seconds,
+            drift=settings.adapt_drift,
+        )
         self.clusters: dict[str, _Cluster] = {}
         self._numbers = itertools.count(1)
         self.skipped_seconds = 0.0  # speech of windows assigned to no track
+        self.skipped_by_source: dict[str, float] = {}  # the same, per named source
         # per stream, the track of its last window (None: it had none); the newest streams
         self._previous: dict[StreamKey, str | None] = {}
 
@@ -181,6 +194,30 @@ class SpeakerTracker:
         cluster.last_seen_seconds = window.end_seconds
         return TrackedWindow(window, track, "unknown", None, cosine, False)
 
+    def _teach(
+        self,
+        window: FeatureWindow,
+        vector: npt.NDArray[np.float64],
+        k: int,
+        cosines: npt.NDArray[np.float64],
+    ) -> None:
+        """Let member ``k``'s window teach their adapted profile when it is beyond doubt: one
+        voice, long enough to open a track, accepted by the *enrolled* profile ``adapt_margin``
+        above the member threshold and ``adapt_margin`` nearer than every other profile and
+        unknown track (:mod:`monitor.daemon.adaptation`)."""
+        margin = self.settings.adapt_margin
+        seconds = window.speech_seconds
+        if window.mixed or seconds < self.settings.min_open_seconds:
+            return
+        enrolled = float(self.profile_matrix[k] @ vector)
+        if enrolled < self.thresholds.at(self.thresholds.profile, seconds) + margin:
+            return
+        others = np.delete(cosines, k)
+        rival = max(float(others.max()) if others.size else -1.0, self._nearest_track(vector))
+        if rival > float(cosines[k]) - margin:
+            return
+        self.profiles.learn(k, vector, seconds)
+
     def _nearest_track(self, vector: npt.NDArray[np.float64]) -> float:
         """The highest cosine of ``vector`` to any unknown track's centroid (−1 without one)."""
         if not self.clusters:
@@ -195,13 +232,14 @@ class SpeakerTracker:
         seconds = window.speech_seconds
         t = self.thresholds
         best_profile = -1.0
-        cosines = self.profile_matrix @ vector if self.profile_aliases else np.zeros(0)
+        cosines = self.profiles.cosines(vector)
         if self.profile_aliases:
             best = int(np.argmax(cosines))
             best_profile = float(cosines[best])
             if best_profile >= t.at(t.profile, seconds):
                 alias = self.profile_aliases[best]
                 identity = self.profile_identities[alias]
+                self._teach(window, vector, best, cosines)
                 return TrackedWindow(window, alias, "local", identity, best_profile, False), events
         continued = self._continued(window, vector, cosines)
         if continued is not None:
@@ -220,6 +258,8 @@ class SpeakerTracker:
         short = seconds < self.settings.min_open_seconds
         if window.mixed or short or best_profile >= t.at(t.ambiguous, seconds):
             self.skipped_seconds += seconds
+            source = window.stream.source
+            self.skipped_by_source[source] = self.skipped_by_source.get(source, 0.0) + seconds
             return None, events
         if len(self.clusters) >= self.settings.max_unknown_tracks:
             oldest = min(self.clusters.values(), key=lambda c: c.last_seen)
@@ -280,4 +320,5 @@ class SpeakerTracker:
 
     def reset(self) -> None:
         self.clusters.clear()
+        self.profiles.reset()
         self._numbers = itertools.count(1)

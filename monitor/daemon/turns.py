@@ -1,43 +1,105 @@
-"""A change of speaker inside a window, found on embeddings of its parts (DESIGN §12).
+"""A change of speaker inside a window, found on its filterbank frames (DESIGN §12).
 
 The windower ends a window at a pause; when the next voice answers without one, the window
-would hold two voices, match nobody and open a stray ``unknown-N`` track. So each window of
-at least two parts is cut into parts of ``part_seconds`` of speech, each part embedded, and
-adjacent parts compared: a cosine below ``change_cosine`` (fitted per embedding backend from
-the calibration's same-speaker part-to-part cosines, :mod:`monitor.calibration.tracking`) is a
-change, and the window is cut there. A part between two changes is too short to hold one voice
-for sure: it is marked ``mixed`` and never opens a track.
+would hold two voices, match nobody and open a stray ``unknown-N`` track. So each window of at
+least two parts (``part_seconds`` of speech each) is scored for a change on the log-mel frames
+the embedding network's front end already computed for it (:mod:`monitor.features.change`: a
+GLR/BIC score at every candidate point, the best taken): below the band's ``low`` it holds one
+voice, above its ``high`` two, cut at the best point. Only in between are the ``part_seconds``
+either side of that point embedded and compared (when the point leaves a whole part on each
+side: a shorter part's cosine is not the calibrated one): a cosine below ``change_cosine``
+(fitted per embedding backend from the calibration's same-speaker part-to-part cosines,
+:mod:`monitor.calibration.tracking`) is a change. Each piece of a cut window of two parts or
+more is scored again; a piece between two changes is too short to hold one voice for sure: it
+is marked ``mixed`` and never opens a track.
 
-The parts are embedded while the window fills (:class:`EarlyParts`, on the daemon's feeder
-thread beside the incremental features): a part is embedded as soon as the window has grown
-past the next part's end (it cannot be the last part, which takes the remainder), so a window's
-end only embeds its last one or two parts. The vectors are those of embedding each part's own
-samples, so the cuts do not depend on when they were computed.
+Most windows of one voice score below ``low`` and cost no embedding at all (the splitter that
+embedded every part cost about a quarter of the daemon's CPU). The score's projection and band
+are fitted on the corpus train split by ``scripts/calibrate_turns.py`` and shipped in
+``monitor/calibration/shipped/turns.json`` (:func:`load_change_models`).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
 from monitor.audio.frames import RATE_HZ
 from monitor.audio.windows import SpeechWindow
+from monitor.features.change import FRAMES_PER_SECOND, cepstra, mean_shift_scores
+from monitor.features.fbank import ecapa_db
 
 Embed = Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float64]]
 """Samples (n,) float32 at 16 kHz → embedding (D,)."""
 
+_HOP = RATE_HZ // FRAMES_PER_SECOND  # samples per filterbank frame
+SHIPPED = Path(__file__).resolve().parents[1] / "calibration" / "shipped" / "turns.json"
+"""The change models, fitted on the corpus train split by ``scripts/calibrate_turns.py``."""
 
-def _unit_rows(rows: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    unit: npt.NDArray[np.float64] = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
-    return unit
+
+@dataclass(frozen=True)
+class ChangeModel:
+    """How one filterbank front end's frames are scored, and the band of uncertain scores."""
+
+    cepstra: int  # DCT coefficients 1..cepstra of the log-mel frames
+    projection: npt.NDArray[np.float64]  # (cepstra, k) discriminant (features.change)
+    low: float  # a window's best score (GLR, nats) below this: one voice, nothing embedded
+    high: float  # above this: two voices, cut at the best point, nothing embedded
+
+    def __post_init__(self) -> None:
+        if self.projection.shape[0] != self.cepstra or not self.low <= self.high:
+            raise ValueError(
+                f"change model: projection {self.projection.shape} for {self.cepstra} cepstra, "
+                f"band [{self.low}, {self.high}]"
+            )
+
+
+def load_change_models(path: Path = SHIPPED) -> dict[str, ChangeModel]:
+    """The change model of each front end from the shipped file (``ecapa``: SpeechBrain's
+    filterbanks; CAM++'s Kaldi ones separated voices worse, so its windows are scored on
+    ECAPA's): ``high`` is the 99.5 % quantile of one-speaker windows' best scores (half the 1 %
+    false-change rate of the part cosines goes to the score alone), ``low`` the 5 % quantile of
+    two-speaker windows' (a change ≥ 0.5 s from either end)."""
+    document = json.loads(path.read_text(encoding="utf-8"))
+    return {
+        name: ChangeModel(
+            cepstra=int(entry["cepstra"]),
+            projection=np.asarray(entry["projection"], dtype=np.float64),
+            low=float(entry["low"]),
+            high=float(entry["high"]),
+        )
+        for name, entry in document["models"].items()
+    }
+
+
+@dataclass(frozen=True)
+class WindowFrames:
+    """A window's log-mel frames, as its embedding front end computed them."""
+
+    fbank: npt.NDArray[np.float32]  # (T, 80), one frame per 10 ms of the window's samples
+    front_end: str  # a key of the change models
+
+
+def frames_of(samples: npt.NDArray[np.float32]) -> WindowFrames:
+    """ECAPA's frames computed here (no ECAPA embedding stream held them: the torch runtime,
+    another backend, or a window the streams do not hold exactly): ≈ 2.4 ms of CPU per second
+    of speech, against ≈ 15–40 ms for one 1 s part's embedding."""
+    return WindowFrames(ecapa_db(samples), "ecapa")
+
+
+def _cosine(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> float:
+    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(a @ b) / norm if norm > 0 else 0.0
 
 
 class TurnSplitter:
-    """Synchronous core: ``split(window)`` → the window, or its single-voice pieces."""
+    """Synchronous core: ``split(window, frames)`` → the window, or its single-voice pieces."""
 
     def __init__(
         self,
@@ -45,6 +107,7 @@ class TurnSplitter:
         *,
         change_cosine: float,
         part_seconds: float = 1.0,
+        models: Mapping[str, ChangeModel] | None = None,
     ) -> None:
         if not -1.0 <= change_cosine <= 1.0:
             raise ValueError(f"change_cosine must be in [-1, 1], got {change_cosine}")
@@ -53,7 +116,10 @@ class TurnSplitter:
         self.embed = embed
         self.change_cosine = change_cosine
         self.part_samples = round(part_seconds * RATE_HZ)
+        self.models = dict(load_change_models() if models is None else models)
         self.changes = 0  # changes found since start
+        self.scored = 0  # windows and pieces scored
+        self.embedded = 0  # parts embedded (only where the score was uncertain)
 
     @property
     def active(self) -> bool:
@@ -61,46 +127,66 @@ class TurnSplitter:
         return self.change_cosine > -1.0
 
     def parts(self, window: SpeechWindow) -> int:
-        """How many parts ``window`` is cut into (< 2: it is never compared)."""
+        """How many parts ``window`` holds (< 2: it is never scored)."""
         return int(window.samples.shape[0] // self.part_samples)
 
-    def vectors(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
-        """(P, D) embedding of each part of ``samples``, all computed now."""
-        edges = part_edges(samples.shape[0], self.part_samples)
-        rows = [self.embed(samples[a:b]) for a, b in itertools.pairwise(edges)]
-        return np.stack([np.asarray(r, dtype=np.float64) for r in rows])
-
-    def cosines(
-        self, window: SpeechWindow, vectors: npt.NDArray[np.float64] | None = None
-    ) -> npt.NDArray[np.float64]:
-        """(P − 1,) cosine of each part to the next; the last part takes the remainder.
-        ``vectors``: the parts' embeddings if already computed (:class:`EarlyParts`)."""
-        if self.parts(window) < 2:
-            return np.zeros(0)
-        unit = _unit_rows(self.vectors(window.samples) if vectors is None else vectors)
-        cosines: npt.NDArray[np.float64] = np.einsum("ij,ij->i", unit[:-1], unit[1:])
-        return cosines
-
-    def split(
-        self, window: SpeechWindow, vectors: npt.NDArray[np.float64] | None = None
-    ) -> list[SpeechWindow]:
-        """The window cut at every change found (pieces in stream order)."""
-        if not self.active:  # no threshold fitted: nothing can be found
+    def split(self, window: SpeechWindow, frames: WindowFrames | None = None) -> list[SpeechWindow]:
+        """The window cut at every change found (pieces in stream order). ``frames``: its
+        filterbank frames if already computed (the embedding stream's), else computed here."""
+        if not self.active or self.parts(window) < 2:
             return [window]
-        cosines = self.cosines(window, vectors)
-        cuts = [int(k) + 1 for k in np.flatnonzero(cosines < self.change_cosine)]
+        if frames is None:
+            frames = frames_of(window.samples)
+        model = self.models.get(frames.front_end)
+        if model is None:
+            raise ValueError(f"no change model for front end {frames.front_end!r}")
+        features = cepstra(frames.fbank, model.cepstra) @ model.projection
+        samples = window.samples
+        cuts = self._changes(samples, features, model, 0, samples.shape[0])
         if not cuts:
             return [window]
         self.changes += len(cuts)
-        bounds: list[int] = [0, *cuts, cosines.size + 1]
+        bounds = [0, *cuts, samples.shape[0]]
         pieces = []
-        for first, stop in itertools.pairwise(bounds):
-            lo = first * self.part_samples
-            hi = window.samples.shape[0] if stop == cosines.size + 1 else stop * self.part_samples
-            inner = first > 0 and stop <= cosines.size and stop - first == 1
-            continues = window.continues and first == 0  # after a change: another voice
+        for k, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+            inner = 0 < k < len(bounds) - 2
+            continues = window.continues and k == 0  # after a change: another voice
             pieces.append(_piece(window, lo, hi, mixed=inner or window.mixed, continues=continues))
         return pieces
+
+    def _changes(
+        self,
+        samples: npt.NDArray[np.float32],
+        features: np.ndarray,
+        band: ChangeModel,
+        lo: int,
+        hi: int,
+    ) -> list[int]:
+        """Sample positions of the changes in samples [lo, hi) (binary segmentation: the best
+        point decided, then each side of a change scored again while it holds two parts)."""
+        if (hi - lo) // self.part_samples < 2:
+            return []
+        first, stop = lo // _HOP, min(hi // _HOP, features.shape[0])
+        best, score = mean_shift_scores(features[first:stop]).best()
+        self.scored += 1
+        if best < 0 or score < band.low:
+            return []
+        cut = min(max((first + best) * _HOP, lo), hi)
+        if score <= band.high:
+            if cut - lo < self.part_samples or hi - cut < self.part_samples:
+                return []  # uncertain, and a shorter part's cosine is not the calibrated one's
+            left = samples[cut - self.part_samples : cut]
+            right = samples[cut : cut + self.part_samples]
+            a = np.asarray(self.embed(left), dtype=np.float64)
+            b = np.asarray(self.embed(right), dtype=np.float64)
+            self.embedded += 2
+            if _cosine(a, b) >= self.change_cosine:
+                return []
+        return [
+            *self._changes(samples, features, band, lo, cut),
+            cut,
+            *self._changes(samples, features, band, cut, hi),
+        ]
 
 
 def _piece(window: SpeechWindow, lo: int, hi: int, *, mixed: bool, continues: bool) -> SpeechWindow:
@@ -116,57 +202,3 @@ def _piece(window: SpeechWindow, lo: int, hi: int, *, mixed: bool, continues: bo
         mixed=mixed,
         continues=continues,
     )
-
-
-def part_edges(n: int, part_samples: int) -> list[int]:
-    """Sample edges of the parts of ``n`` samples (P + 1 values; the last part takes the
-    remainder); ``[0, n]`` when there are fewer than two parts."""
-    parts = n // part_samples
-    if parts < 2:
-        return [0, n]
-    return [k * part_samples for k in range(parts)] + [n]
-
-
-class EarlyParts:
-    """The part embeddings of the window being filled, each computed as soon as it is certain:
-    part k (samples [kP, (k+1)P)) is a whole part once the window holds (k+2)P samples, since
-    only the last part takes a remainder. Not thread-safe: the feeder thread owns it."""
-
-    def __init__(self, splitter: TurnSplitter) -> None:
-        self.splitter = splitter
-        self.vectors: list[npt.NDArray[np.float64]] = []
-        self.early = 0  # parts embedded while their window filled
-        self.late = 0  # parts embedded at their window's end
-
-    def reset(self) -> None:
-        """A new window starts."""
-        self.vectors = []
-
-    def advance(self, fed: list[npt.NDArray[np.float32]], count: int) -> None:
-        """The window now holds ``count`` samples (``fed``, in order): embed the parts that
-        became certain."""
-        size = self.splitter.part_samples
-        if (len(self.vectors) + 2) * size > count:
-            return
-        samples = np.concatenate(fed)
-        while (len(self.vectors) + 2) * size <= count:
-            k = len(self.vectors)
-            part = samples[k * size : (k + 1) * size]
-            self.vectors.append(np.asarray(self.splitter.embed(part), dtype=np.float64))
-            self.early += 1
-
-    def of(
-        self, window: npt.NDArray[np.float32], fed: npt.NDArray[np.float32]
-    ) -> npt.NDArray[np.float64]:
-        """(P, D) embeddings of ``window``'s parts: those computed early where ``fed`` (the
-        samples they were computed from) starts with the window's, the rest now."""
-        n, size = window.shape[0], self.splitter.part_samples
-        edges = part_edges(n, size)
-        usable = min(len(self.vectors), len(edges) - 2)  # never the last part (remainder)
-        if usable and not np.array_equal(fed[: usable * size], window[: usable * size]):
-            usable = 0  # another window's speech: nothing computed early is this one's
-        rows = self.vectors[:usable]
-        for a, b in itertools.pairwise(edges[usable:]):
-            rows.append(np.asarray(self.splitter.embed(window[a:b]), dtype=np.float64))
-            self.late += 1
-        return np.stack(rows)

@@ -17,12 +17,13 @@ from monitor.corpus.speakers import MIN_SPEECH_SECONDS, load_speakers
 from monitor.errors import InputError
 from monitor.evaluate.audit import run_audit
 from monitor.evaluate.protected import protected_audit
+from monitor.evaluate.protection import ProtectRequest, audit_protection
 from monitor.evaluate.results import Audit
 
 if TYPE_CHECKING:
     from monitor.blocks.workers import Client
 
-__all__ = ["Audit", "evaluate_corpus"]
+__all__ = ["Audit", "ProtectRequest", "evaluate_corpus"]
 
 
 def evaluate_corpus(
@@ -38,6 +39,7 @@ def evaluate_corpus(
     calibration_source: str | None = None,
     lid_source: str | None = None,
     protected: str | Path | None = None,
+    protect: ProtectRequest | None = None,
     cache_dir: str | Path | None = None,
     jobs: int = 1,
     scheduler: str | None = None,
@@ -53,6 +55,7 @@ def evaluate_corpus(
     cross-fitted on halves of the evaluation speakers. With ``jobs`` > 1 or a ``scheduler``,
     extraction and the score matrices run on Dask workers (one cluster for both);
     ``block_progress(done, total, feature)`` follows the matrices' row blocks there.
+    ``protect``: also audit the split anonymised by that method (:mod:`.protection`).
     """
     with contextlib.ExitStack() as stack:
         address = stack.enter_context(shared_scheduler(jobs, scheduler))
@@ -69,6 +72,7 @@ def evaluate_corpus(
             calibration_source=calibration_source,
             lid_source=lid_source,
             protected=protected,
+            protect=protect,
             cache_dir=cache_dir,
             jobs=jobs,
             scheduler=address,
@@ -93,6 +97,7 @@ def _audit_corpus(
     calibration_source: str | None,
     lid_source: str | None,
     protected: str | Path | None,
+    protect: ProtectRequest | None,
     cache_dir: str | Path | None,
     jobs: int,
     scheduler: str | None,
@@ -163,6 +168,26 @@ def _audit_corpus(
                 loaded.speakers, other.speakers, corpus=Path(other.root).name, feature=feature
             ),
             skipped=audit.skipped + other.skipped,
+        )
+    if protect is not None:
+        audit = audit_protection(
+            audit,
+            loaded,
+            protect,
+            split=split,
+            test_seconds=test_seconds[0],
+            template_seconds=template_seconds[0],
+            features=features,
+            loss=loss,
+            calibration=calibration,
+            lid_source=lid_source,
+            evaluated=metadata,
+            client=client,
+            jobs=jobs,
+            scheduler=scheduler,
+            min_speech_seconds=min_speech_seconds,
+            extraction_progress=extraction_progress,
+            progress=progress,
         )
     if progress is not None:
         progress("plots and report")

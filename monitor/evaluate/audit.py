@@ -21,6 +21,7 @@ from monitor.calibration.bucket_fit import SeparableNotes, warn_separable
 from monitor.calibration.buckets import LOSSES, CalibrationSet
 from monitor.calibration.protocol import (
     NotEnoughSpeakersError,
+    PooledTrials,
     SpeakerUtterances,
     Trials,
     pool_trials,
@@ -246,9 +247,11 @@ def audit_setting(
     evaluated: Mapping[str, Any] | None = None,
     client: Client | None = None,
     block_progress: BlockProgress | None = None,
+    pooled: PooledTrials | None = None,
 ) -> SettingAudit:
     """Audit one length setting. ``lid_source`` None: the calibration when it covers every
-    feature, else cross-fitting.
+    feature, else cross-fitting. ``pooled``: these trials instead of the speakers' own (tests
+    and templates from different versions of the audio, ``evaluate --protect``).
 
     With a Dask ``client`` the score matrices are computed by its workers in row blocks and
     only their mergeable summaries come back (:mod:`monitor.calibration.trial_rows`); cross-fitting
@@ -257,9 +260,13 @@ def audit_setting(
     """
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}; known: {', '.join(LOSSES)}")
-    pooled = pool_trials(
-        speakers, test_seconds=test_seconds, template_seconds=template_seconds, features=features
-    )
+    if pooled is None:
+        pooled = pool_trials(
+            speakers,
+            test_seconds=test_seconds,
+            template_seconds=template_seconds,
+            features=features,
+        )
     if lid_source is None:
         covered = calibration is not None and not calibration_gap(
             calibration, features, test_seconds

@@ -46,6 +46,7 @@ def markdown(report: Mapping[str, Any]) -> str:
         _md_exposed,
         _md_lengths,
         _md_protected,
+        _md_protection,
         _md_tail,
     ):
         out += section(report)
@@ -312,6 +313,43 @@ def _md_protected(report: Mapping[str, Any]) -> list[str]:
                 ]
             ],
         )
+    return out
+
+
+def _md_protection(report: Mapping[str, Any]) -> list[str]:
+    """``--protect``: each attacker's figures at the main setting, and the word error rate."""
+    protection = report.get("protection")
+    if not protection:
+        return []
+    out = ["## Protection (`--protect`)", ""]
+    out += [
+        f"Method `{protection['method']}`, α {protection['alpha']} per utterance (seed "
+        f"{protection['seed']}). ignorant: clean templates, anonymised tests; lazy-informed: "
+        f"templates anonymised the same way. Not measured: {protection['not_measured']}.",
+        "",
+    ]
+    rows = []
+    for condition, setting in protection["conditions"].items():
+        for name, f in setting["features"].items():
+            rows.append(
+                [
+                    condition,
+                    name,
+                    str(setting["N"]),
+                    bits(f["MeanD_histogram"]),
+                    bits(f["ALID"]),
+                    percent(f["EER"]),
+                    bits(f["D_ECE"]),
+                ]
+            )
+    out += _table(["attacker", "feature", "N", "MeanD", "ALID", "EER %", "ZEBRA D_ECE"], rows)
+    wer = protection.get("wer")
+    if wer:
+        out += [
+            f"Word error rate ({wer['asr']}, {wer['utterances']} utterances, {wer['words']} "
+            f"words): {percent(wer['before'])} % before, {percent(wer['after'])} % after.",
+            "",
+        ]
     return out
 
 

@@ -6,6 +6,7 @@ that dictionary with fixed formats (:func:`bits`, :func:`percent`), so the two a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -16,7 +17,13 @@ import numpy as np
 
 from monitor.calibration.buckets import COMBINED
 from monitor.evaluate.markdown import markdown
-from monitor.evaluate.results import Audit, FeatureAudit, SettingAudit, composition_curves
+from monitor.evaluate.results import (
+    Audit,
+    FeatureAudit,
+    ProtectionAudit,
+    SettingAudit,
+    composition_curves,
+)
 from monitor.jsonsafe import jsonable
 
 PROTOCOL_NAME = "paper 000 eq. 6: per speaker, test and template blocks of consecutive utterances"
@@ -122,6 +129,22 @@ def composition_dict(audit: Audit) -> dict[str, Any]:
     return out
 
 
+def protection_dict(protection: ProtectionAudit | None) -> dict[str, Any] | None:
+    """``evaluate --protect``: the main setting's headline figures per attacker, and the WER."""
+    if protection is None:
+        return None
+    wer = protection.wer
+    return {
+        "method": protection.method,
+        "alpha": protection.alpha,
+        "seed": protection.seed,
+        "conditions": {name: length_dict(s) for name, s in protection.conditions.items()},
+        "lid_calibration": {name: s.lid_source for name, s in protection.conditions.items()},
+        "wer": None if wer is None else dataclasses.asdict(wer),
+        "not_measured": "semi-informed attacker (speaker model retrained on anonymised speech)",
+    }
+
+
 def report_dict(audit: Audit, plots: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Everything report.json holds (JSON-safe)."""
     main = audit.main
@@ -159,6 +182,7 @@ def report_dict(audit: Audit, plots: Mapping[str, str] | None = None) -> dict[st
         "by_length": [length_dict(s) for s in audit.settings],
         "composition": composition_dict(audit),
         "protected": audit.protected.to_dict() if audit.protected is not None else None,
+        "protection": protection_dict(audit.protection),
         "skipped": [{"item": item, "reason": reason} for item, reason in audit.skipped],
         "plots": dict(plots or {}),
     }

@@ -69,7 +69,8 @@ class Audit:
     settings: tuple[SettingAudit, ...]
     metadata: Mapping[str, Any] = field(default_factory=dict)
     skipped: tuple[tuple[str, str], ...] = ()  # (file, reason) never used
-    protected: ProtectedAudit | None = None  # when --protected was given
+    protected: ProtectedAudit | None = None  # when --protected (or --protect) was given
+    protection: ProtectionAudit | None = None  # when --protect was given
 
     @property
     def main(self) -> SettingAudit:
@@ -131,3 +132,31 @@ class ProtectedAudit:
             "M_OP": self.M_OP.tolist(),
             "M_PP": self.M_PP.tolist(),
         }
+
+
+CONDITIONS = ("original", "ignorant", "lazy-informed")
+"""The attackers of ``evaluate --protect`` (VoicePrivacy terms): templates and tests both clean;
+clean templates against anonymised tests; templates anonymised the same way as the tests."""
+
+
+@dataclass(frozen=True)
+class WordErrors:
+    """Word error rate of a real ASR on the corpus prompts, before and after anonymisation."""
+
+    asr: str  # which recogniser
+    utterances: int
+    words: int  # reference words
+    before: float  # fraction
+    after: float
+
+
+@dataclass(frozen=True)
+class ProtectionAudit:
+    """``evaluate --protect``: the main setting's audit under each attacker (:data:`CONDITIONS`),
+    on the utterances present in both versions, and the word error rates."""
+
+    method: str
+    alpha: str  # "0.8" or "U[0.5, 0.9]" (drawn per utterance)
+    seed: int
+    conditions: Mapping[str, SettingAudit]
+    wer: WordErrors | None

@@ -33,6 +33,8 @@ EMBEDDING_BACKENDS: dict[str, str] = {
     "ecapa": "monitor.features.embedding:EcapaEmbedding",
     "campplus": "monitor.features.embedding:CampplusEmbedding",
     "ge2e": "monitor.features.embedding:GE2EEmbedding",
+    "ecapa-int8": "monitor.features.embedding:EcapaInt8Embedding",
+    "campplus-int8": "monitor.features.embedding:CampplusInt8Embedding",
 }
 """The ``embedding`` feature's backends, strongest attacker first (``ecapa`` is the default)."""
 DEFAULT_EMBEDDING = "ecapa"

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from monitor.features.base import Observation, TemplateBatch, check_batch
+from monitor.features.embedding_int8 import INT8_GRAPHS, check_session
 from monitor.features.embedding_onnx import OnnxNetwork, graph_path, use_onnx
 from monitor.features.fbank import (
     EcapaFbankStream,
@@ -59,9 +60,18 @@ class UnitEmbedding:
 
     def __init__(self, *, threads: int | None = 1, runtime: str = "auto") -> None:
         self.threads = threads
-        self.onnx = use_onnx(self.backend, runtime)
+        self._onnx = use_onnx(self.backend, runtime)
         self._model: Any = None
         self._lock = threading.Lock()
+
+    @property
+    def onnx(self) -> bool:
+        """Whether the network runs on ONNX Runtime (``auto``: measured once per CPU model)."""
+        if self._onnx is None:
+            from monitor.features.runtime_probe import choose
+
+            self._onnx = choose(self.backend) == "onnx"
+        return self._onnx
 
     def _build(self) -> Any:
         """Load the backend's torch model (called once, under the lock)."""
@@ -82,7 +92,10 @@ class UnitEmbedding:
     def _load(self) -> Any:
         if self._model is None:
             if self.onnx:
-                self._model = OnnxNetwork(graph_path(self.backend), threads=self.threads)
+                path = graph_path(self.backend)
+                self._model = OnnxNetwork(path, threads=self.threads)
+                if self.backend in INT8_GRAPHS:
+                    check_session(self.backend, self._model.session, path)
                 return self._model
             import torch
 
@@ -225,6 +238,22 @@ class CampplusEmbedding(UnitEmbedding):
 
         with torch.inference_mode():
             return model(torch.from_numpy(feats)[None])[0].numpy()
+
+
+class EcapaInt8Embedding(EcapaEmbedding):
+    """ECAPA as a static int8 graph on ONNX Runtime (:mod:`monitor.features.embedding_int8`):
+    ~3x less CPU, the same EER on the corpus; a version of its own, so its templates and cached
+    observations never mix with float ECAPA's."""
+
+    backend = "ecapa-int8"
+    version = "ecapa-spkrec-voxceleb-1-int8-1"
+
+
+class CampplusInt8Embedding(CampplusEmbedding):
+    """CAM++ as a static int8 graph on ONNX Runtime; a version of its own (see ECAPA's)."""
+
+    backend = "campplus-int8"
+    version = "campplus-zh-en-common-1-int8-1"
 
 
 class GE2EEmbedding(UnitEmbedding):

@@ -11,7 +11,21 @@ fused kernels: ~30 % less CPU for ECAPA, ~45 % for CAM++ on a 3 s window, embedd
 2e-6 relative of torch (``tests/features/test_embedding_onnx`` holds them to 1e-5).
 
 Dynamic int8 quantisation (``onnxruntime.quantization.quantize_dynamic``) was measured and
-rejected: ``ConvInteger`` kernels made ECAPA 2.4x and CAM++ 3.4x *slower* here (README).
+rejected: ``ConvInteger`` kernels made ECAPA 2.4x and CAM++ 3.4x *slower* here (README); the
+static int8 graphs are :mod:`monitor.features.embedding_int8`.
+
+Session settings, measured (issue 27: ECAPA on ONNX Runtime took more CPU than torch on an Intel
+AVX-512 Xeon; ``python -m bench.bench_int8 settings`` on an AMD EPYC, CPU ms per 3 s window):
+``ORT_ENABLE_ALL`` and ``ORT_ENABLE_EXTENDED`` are equal (float 84 ms, int8 42-43);
+``ORT_ENABLE_BASIC`` costs the int8 graph 2.5x (103 ms: its QDQ pairs are not fused into
+integer kernels), so ALL stays. Denormals: none — 0 of the 37.5 M intermediate float32 values
+of ECAPA on 3 s of corpus speech (0 of 32 M for CAM++) and no denormal weight, so
+``session.set_denormal_as_zero`` (measured within noise: 83 against 84 ms) is not set: it would
+also switch flush-to-zero on for the whole creating thread. Spinning: with one intra-op thread
+there is no pool and it changes nothing; with two, spinning cost 128 against 88 ms (int8 76
+against 43), so it is off. Two threads never took less CPU than one. What remains of the Intel
+gap cannot be seen on this AMD CPU, so ``runtime = "auto"`` measures instead of guessing
+(:mod:`monitor.features.runtime_probe`).
 """
 
 from __future__ import annotations
@@ -33,14 +47,19 @@ GRAPHS: dict[str, tuple[str, str]] = {
 """backend -> (checkpoint it is exported from, ONNX file) in the weights folder."""
 OPSET = 17
 RUNTIMES = ("auto", "onnx", "torch")
-"""``auto``: ONNX where its graph is present, else torch; ``onnx`` requires the graph."""
+"""``auto``: where the graph is present, whichever of ONNX Runtime and torch took less CPU for a
+3 s window on this CPU model (:mod:`monitor.features.runtime_probe`), else torch; ``onnx``
+requires the graph."""
 
 
 def graph_path(backend: str, folder: Path | None = None) -> Path:
-    """Where ``backend``'s ONNX graph lives (the weights folder unless ``folder``)."""
+    """Where ``backend``'s ONNX graph lives (the weights folder unless ``folder``); an int8
+    backend's is its quantised graph (:mod:`monitor.features.embedding_int8`)."""
+    from monitor.features.embedding_int8 import INT8_GRAPHS
     from monitor.features.weights import weights_dir
 
-    return (folder or weights_dir()) / GRAPHS[backend][1]
+    name = INT8_GRAPHS[backend][1] if backend in INT8_GRAPHS else GRAPHS[backend][1]
+    return (folder or weights_dir()) / name
 
 
 def _torch_network(backend: str, checkpoint: Path) -> Any:
@@ -109,10 +128,30 @@ def export_missing(folder: Path) -> list[str]:
     return written
 
 
-def use_onnx(backend: str, runtime: str) -> bool:
-    """Whether ``backend`` runs on ONNX Runtime under ``runtime`` (checked)."""
+def use_onnx(backend: str, runtime: str) -> bool | None:
+    """Whether ``backend`` runs on ONNX Runtime under ``runtime`` (checked); None: ``auto`` with
+    the graph present, to be decided by :func:`monitor.features.runtime_probe.choose` when the
+    network is first needed. An int8 backend runs only there, whatever the runtime: its graph
+    is its model."""
+    from monitor.features.embedding_int8 import INT8_GRAPHS
+
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown embedding runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
+    if backend in INT8_GRAPHS:
+        if runtime == "torch":
+            raise ConfigError(
+                "features.runtime",
+                f'the {backend} network runs only on ONNX Runtime: set features.runtime = "auto" '
+                f'or "onnx", or features.embedding = "{INT8_GRAPHS[backend][0]}" for torch',
+            )
+        if not graph_path(backend).is_file():
+            raise ConfigError(
+                "features.embedding",
+                f"{graph_path(backend)}: int8 graph missing; run `make models` (or `voxmeter "
+                "models fetch`) to build it, or set features.embedding = "
+                f'"{INT8_GRAPHS[backend][0]}"',
+            )
+        return True
     if runtime == "torch" or backend not in GRAPHS:
         return False
     present = graph_path(backend).is_file()
@@ -122,7 +161,7 @@ def use_onnx(backend: str, runtime: str) -> bool:
             f"{graph_path(backend)}: ONNX graph missing; run `make models` "
             '(or `voxmeter models fetch`) to export it, or set features.runtime = "torch"',
         )
-    return present
+    return None if runtime == "auto" and present else present
 
 
 class OnnxNetwork:
@@ -142,6 +181,11 @@ class OnnxNetwork:
         # of varied lengths (RSS 311 -> 541 MB over 20 calls of 5-15 s; 1.06 -> 1.76 GB for
         # two 60 s calls); without it RSS stays flat, at the same CPU time.
         options.enable_cpu_mem_arena = False
+        # Idle pool threads must not spin: with 2 intra-op threads spinning cost ECAPA 128 ms
+        # of CPU per 3 s window against 88 without (int8: 76 against 43; AMD EPYC,
+        # edge-ort-settings.json). With one thread there is no pool, so it changes nothing here.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
     def __call__(self, feats: np.ndarray) -> np.ndarray:

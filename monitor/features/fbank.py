@@ -63,6 +63,14 @@ def ecapa_fbank(signal: np.ndarray) -> np.ndarray:
     return _ecapa_finish(_ecapa_db(padded, 1 + signal.shape[0] // _HOP))
 
 
+def ecapa_db(signal: np.ndarray, first: int = 0) -> np.ndarray:
+    """(1 + n // 160 − first, 80) float32 dB frames ``first``.. of 16 kHz float32 speech, before
+    the utterance's floor and mean (what :class:`EcapaFbankStream` holds while it is fed)."""
+    signal = np.asarray(signal, dtype=np.float32)
+    padded = np.pad(signal, _HALF)[first * _HOP :]
+    return _ecapa_db(padded, 1 + signal.shape[0] // _HOP - first)
+
+
 def kaldi_fbank(signal: np.ndarray, rate: int = RATE_HZ) -> np.ndarray:
     """(frames, 80) Kaldi log-mel filterbanks (CAM++'s), mean-normalised over time.
 
@@ -101,6 +109,10 @@ class EcapaFbankStream:
         self._frames.append(_ecapa_db(self._tail, ready))
         self._done += ready
         self._tail = self._tail[ready * _HOP :]
+
+    def computed(self) -> np.ndarray:
+        """(k, 80) dB frames computed so far (before the floor and mean; :func:`ecapa_db`'s)."""
+        return np.concatenate(self._frames) if self._frames else np.zeros((0, N_MELS), np.float32)
 
     def finish(self) -> np.ndarray:
         total = 1 + self._samples // _HOP

@@ -14,6 +14,7 @@ The steps of :func:`enroll_corpus`: check the request (:class:`_Request`), extra
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from monitor.corpus.duplicates import find_duplicates, fingerprint, warn_duplica
 from monitor.errors import InputError
 from monitor.features.base import FEATURE_NAMES, Observation, get_feature
 from monitor.features.extract import FeatureCache, FileFeatures, extract_many
+from monitor.protect.mcadams import Alpha
 from monitor.store.database import Store
 from monitor.store.templates import LOCAL_PROFILE_FEATURE, Enrolment
 
@@ -300,6 +302,31 @@ def _warn_duplicates(enrolled: list[EnrolledSpeaker], results: dict[str, FileFea
     warn_duplicates(find_duplicates(fingerprints), within_speaker_matters=False)
 
 
+def _with_lazy(
+    enrolments: list[Enrolment],
+    enrolled: list[EnrolledSpeaker],
+    alpha: Alpha,
+    jobs: int,
+    scheduler: str | None,
+) -> list[Enrolment]:
+    """Each enrolment with its lazy-informed template added (same files, anonymised)."""
+    from monitor.store.lazy import lazy_name, lazy_templates
+    from monitor.store.templates import current_model
+
+    lazy = lazy_templates(
+        {s.alias: s.files for s in enrolled}, alpha, jobs=jobs, scheduler=scheduler
+    )
+    model = {lazy_name(): f"{current_model('embedding')}+mcadams({alpha})"}
+    return [
+        dataclasses.replace(
+            e, observations={**e.observations, lazy_name(): lazy[e.alias]}, models=model
+        )
+        if e.alias in lazy
+        else e
+        for e in enrolments
+    ]
+
+
 def enroll_corpus(
     store: Store,
     corpus: Corpus,
@@ -313,6 +340,7 @@ def enroll_corpus(
     cache: FeatureCache | None = None,
     progress: Progress | None = None,
     min_speech_seconds: float = MIN_SPEECH_SECONDS,
+    protect: Alpha | None = None,
 ) -> EnrolmentReport:
     """Enrol every speaker of ``corpus`` into ``store`` (replacing their old templates).
 
@@ -322,7 +350,8 @@ def enroll_corpus(
     speech and evidence for at least one feature; a feature it lacks is left out of that
     feature's template only. Raises ``ValueError`` for bad options, ``InputError`` for a
     speaker folder that is not a valid alias (before any extraction) or when no speaker has
-    usable speech.
+    usable speech. ``protect``: also store each speaker's lazy-informed embedding template
+    (the same files anonymised by McAdams with this α, :mod:`monitor.store.lazy`).
     """
     request = _Request.checked(features, utterances, seconds, local, min_speech_seconds)
     check_speaker_names(corpus)
@@ -345,6 +374,8 @@ def enroll_corpus(
             f"skipped{example})",
         )
     _warn_duplicates(enrolled, rounds.results)
+    if protect is not None and "embedding" in request.names:
+        enrolments = _with_lazy(enrolments, enrolled, protect, jobs, scheduler)
     store.bulk_replace_templates(enrolments)
     return EnrolmentReport(
         enrolled=tuple(enrolled),

@@ -308,7 +308,7 @@ def test_a_down_upstream_gives_an_error_within_a_second_one_log_line_and_comes_b
                 await server.stop()
         assert source.stats.device_errors == 1
 
-    with caplog.at_level(logging.INFO, logger="monitor.audio.wyoming_proxy"):
+    with caplog.at_level(logging.INFO, logger="monitor.audio.wyoming_relay"):
         asyncio.run(main())
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "unreachable (Connection refused)" in warnings[0].getMessage()

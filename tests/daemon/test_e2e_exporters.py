@@ -221,6 +221,9 @@ def test_daemon_metrics_alerts_and_deploy_queries_end_to_end(
             "--set", f"mqtt.port={mosquitto.port}",
             "--set", f"budget.bits={budget_bits}",
             "--set", f"budget.warn_fraction={warn_fraction}",
+            # the same figures as the fast pass: nothing shed on a loaded test machine
+            "--set", "load.shed_lag_seconds=0",
+            "--set", 'load.measuring_priority="normal"',
         ]  # fmt: skip
         daemon = subprocess.Popen(
             [*VOXMETER, *live],

@@ -30,10 +30,12 @@ async def blocking(function: Any, *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, function, *args)
 
 
+@pytest.mark.parametrize("relay", [False, True], ids=["in-process", "relay-process"])
 def test_home_assistant_transcribes_through_the_proxy(
-    home_assistant: HomeAssistant,
-    daemon_db: Path,
+    home_assistant: HomeAssistant, daemon_db: Path, relay: bool
 ) -> None:
+    """Both layouts: the proxy in ``voxmeter run``, and in ``voxmeter relay`` (its own process,
+    as the systemd units and the add-on run it) with the measuring side over the channel."""
     from wyoming.asr import Transcribe
 
     from tests.audio.wyoming_peers import conversation, talk
@@ -45,12 +47,15 @@ def test_home_assistant_transcribes_through_the_proxy(
     db = daemon_db
     audio = speech(COMMAND)
 
+    after_relay_kill: list[Any] = []  # Home Assistant's run after the relay was SIGKILLed
+
     async def scenario() -> tuple[dict[str, Any], list[Any], str, list[bytearray], float]:
+        nonlocal after_relay_kill
         records: list[bytearray] = []
         server, upstream_port = await serve("asr", records=records)
         (direct,) = await talk(upstream_port, conversation(audio, Transcribe().event()))
         records.clear()  # from here on, only what came through the proxy
-        async with proxied_daemon(db, upstream_port) as daemon:
+        async with proxied_daemon(db, upstream_port, relay=relay) as daemon:
             pipeline = daemon.pipeline
             flow = await blocking(
                 ha.config_flow, "wyoming", {"host": "127.0.0.1", "port": daemon.port}
@@ -61,6 +66,12 @@ def test_home_assistant_transcribes_through_the_proxy(
                 while pipeline.audio_seconds < audio.shape[0] / 16000 - 0.1:
                     await asyncio.sleep(0.1)
             measured = pipeline.audio_seconds
+            if relay:  # killed, the relay is back at once and Home Assistant uses it again
+                await daemon.kill_relay()
+                async with asyncio.timeout(60):
+                    while not daemon.source.relay_connected:
+                        await asyncio.sleep(0.05)
+                after_relay_kill = await blocking(ha.assist, stt, audio.astype("<i2").tobytes())
         await server.stop()
         return flow, events, str(direct.data["text"]), records, measured
 
@@ -72,6 +83,9 @@ def test_home_assistant_transcribes_through_the_proxy(
     (done,) = [e for e in events if e["type"] == "stt-end"]
     text = done["data"]["stt_output"]["text"]
     assert text == direct_text and direct_text.strip(), (text, direct_text)
+    if relay:
+        (again,) = [e for e in after_relay_kill if e["type"] == "stt-end"]
+        assert again["data"]["stt_output"]["text"] == direct_text, after_relay_kill
     # the upstream's only utterance since the direct one came through the proxy, all of it
     assert any(b"audio-stop" in r and len(r) > audio.nbytes for r in records), len(records)
     assert measured == pytest.approx(audio.shape[0] / 16000, abs=0.1)
@@ -85,7 +99,8 @@ def test_home_assistant_detects_a_wake_word_through_the_proxy(
     Assistant's Wyoming config flow, given a proxy in front of a real openWakeWord service,
     ends in ``create_entry`` named as passing through voxmeter; a pipeline run from its
     wake-word stage hears "hey jarvis" through the proxy — the service's detection comes back —
-    and the daemon measured the audio that passed; no error line in Home Assistant's log."""
+    and the daemon measured the audio that passed; no error line in Home Assistant's log. The
+    proxy runs in ``voxmeter relay``, a process of its own (the deployed layout)."""
     from tests.realparts.wyoming_upstreams import serve, speech
 
     if shutil.which("espeak-ng") is None:
@@ -101,7 +116,7 @@ def test_home_assistant_detects_a_wake_word_through_the_proxy(
         asr, asr_port = await serve("asr")
         await blocking(ha.config_flow, "wyoming", {"host": "127.0.0.1", "port": asr_port})
         stt = await blocking(new_entity, ha, "stt.")
-        async with proxied_daemon(db, upstream_port) as daemon:
+        async with proxied_daemon(db, upstream_port, relay=True) as daemon:
             pipeline = daemon.pipeline
             flow = await blocking(
                 ha.config_flow, "wyoming", {"host": "127.0.0.1", "port": daemon.port}

@@ -14,8 +14,9 @@ from monitor.audio.vad import SpeechChunk
 from monitor.audio.windows import SpeechWindow, Windower
 from monitor.daemon.evidence import WindowFeatures
 from monitor.daemon.incremental import IncrementalWindows
-from monitor.daemon.turns import TurnSplitter
-from monitor.features.base import get_feature
+from monitor.daemon.turns import TurnSplitter, frames_of
+from monitor.features.base import get_feature, open_stream
+from monitor.features.embedding import EmbeddingStream
 
 NAMES = ("f0", "phone", "embedding")
 
@@ -130,32 +131,37 @@ def test_a_failed_feed_is_raised_by_the_next_take() -> None:
 
 
 @pytest.mark.corpus
-def test_turn_parts_are_embedded_while_the_window_fills(speech: np.ndarray) -> None:
-    """The turn splitter's parts, embedded on the feeder as each becomes certain, are the
-    embeddings of the parts' own samples (as embedding all of them at the window's end), and
-    only the last one or two are left for the window's end."""
+def test_the_change_score_reads_the_embedding_streams_frames(speech: np.ndarray) -> None:
+    """The turn splitter's change score reads the filterbank frames the embedding stream
+    computed while the window filled (not computed twice): the frames and the cuts are those of
+    the window's own samples, and the embedding observation is still the whole window's."""
     embedding = get_feature("embedding")
     splitter = TurnSplitter(lambda s: embedding.observe(s, 16000).values, change_cosine=0.5)
     windower = Windower(3.0)
-    incremental = IncrementalWindows({}, max_samples=windower.window_samples, turns=splitter)
-    assert incremental.parts is not None
-    chunks = _chunks(speech, 1600)
-    got, expected = [], []
-    for index, chunk in enumerate(chunks[:70]):
+    incremental = IncrementalWindows(
+        {"embedding": embedding}, max_samples=windower.window_samples, turns=splitter
+    )
+    assert incremental.turns is splitter
+    onnx = isinstance(open_stream(embedding, 16000), EmbeddingStream)
+    windows, taken = [], []
+    for index, chunk in enumerate(_chunks(speech, 1600)[:70]):
         incremental.feed(chunk.samples)
         closed = windower.process(chunk)
-        if index == 56:  # a turn ends at 5.7 s: a 2.7 s window, its last part takes 0.7 s
+        if index == 56:  # a turn ends at 5.7 s: a 2.7 s window
             incremental.close_window()
             closed += windower.flush()
         for window in closed:
-            got.append(incremental.part_vectors(window.samples))
-            expected.append(splitter.vectors(window.samples))
-            incremental.take(window.samples)
-    assert [g.shape[0] for g in got] == [3, 2]
-    for vectors, reference in zip(got, expected, strict=True):
-        scale = np.linalg.norm(reference, axis=1)
-        assert np.all(np.linalg.norm(vectors - reference, axis=1) <= 1e-5 * scale)
-    assert incremental.parts.early == 3 and incremental.parts.late == 2  # 2 + 1 early
+            frames = incremental.frames(window.samples)
+            reference = frames_of(window.samples)
+            assert frames.front_end == reference.front_end == "ecapa"
+            np.testing.assert_allclose(frames.fbank, reference.fbank, rtol=1e-5, atol=1e-4)
+            cuts = [p.samples.shape[0] for p in incremental.split(window)]
+            assert cuts == [p.samples.shape[0] for p in splitter.split(window, reference)]
+            windows.append(window)
+            taken.append(incremental.take(window.samples))
+    assert [w.speech_seconds for w in windows] == pytest.approx([3.0, 2.7])
+    assert incremental.frames_reused == (4 if onnx else 0)  # frames() and split() per window
+    _check(windows, taken, WindowFeatures({"embedding": embedding}))
 
 
 @pytest.mark.corpus

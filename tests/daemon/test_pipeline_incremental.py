@@ -86,13 +86,12 @@ def test_windows_are_streamed_off_the_loop_thread(daemon_corpus: Any, daemon_db:
     assert incremental.streamed >= summary.windows / 2
     assert len(whole) == incremental.fallbacks
     assert all(name.startswith("voxmeter-work") for name in whole)
-    # the turn splitter's parts: embedded on the feeder, some while their window filled (at
-    # fast pace the windower runs ahead of the feeder, so most wait for their window's end; at
-    # the speech's pace all but the last one or two do: test_incremental)
-    assert pipeline.turns.active and incremental.parts is not None
-    assert len(embedding_parts) == incremental.parts.early + incremental.parts.late
+    # the turn splitter: scored on the feeder, on the embedding stream's own filterbank frames,
+    # parts embedded (on the feeder) only where the score was uncertain
+    assert pipeline.turns.active and incremental.turns is pipeline.turns
+    assert pipeline.turns.scored >= 1
+    assert len(embedding_parts) == pipeline.turns.embedded
     assert all(name.startswith("voxmeter-feed") for name in embedding_parts)
-    assert incremental.parts.early >= 1
 
 
 def blas_threads() -> set[int]:

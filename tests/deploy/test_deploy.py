@@ -301,3 +301,40 @@ def test_backup_procedure_of_operations_md_copies_a_live_wal_database(tmp_path: 
     with open_store(backup, create=False) as restored:
         assert [m.seq for m in restored.pending()] == seqs[1:]
         assert restored.budget_state("alias-a").state == "exceeded"
+
+
+def test_the_relay_unit_restarts_within_a_second_and_the_measuring_side_is_capped(
+    tmp_path: Path,
+) -> None:
+    """Two units (docs/operations.md section 11): the relay is restarted within 1 s whatever
+    ended it and is the last the OOM killer takes; the measuring process has a memory cap, is
+    restarted after a kill, and reaches the relay's socket directory."""
+    relay = (DEPLOY / "systemd" / "voxmeter-relay.service").read_text()
+    for line in (
+        "User=voxmeter",
+        "Restart=always",
+        "RestartPreventExitStatus=2",
+        "RuntimeDirectory=voxmeter",
+        "RuntimeDirectoryPreserve=yes",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "ExecStart=/opt/voxmeter/.venv/bin/python -m monitor.daemon.relay "
+        "--config /etc/voxmeter/config.toml",
+    ):
+        assert re.search(rf"^{re.escape(line)}$", relay, re.MULTILINE), line
+    restart = re.search(r"^RestartSec=(\d+)ms$", relay, re.MULTILINE)
+    assert restart is not None and int(restart.group(1)) <= 500
+    oom = re.search(r"^OOMScoreAdjust=(-\d+)$", relay, re.MULTILINE)
+    assert oom is not None and int(oom.group(1)) < 0
+    measuring = (DEPLOY / "systemd" / "voxmeter.service").read_text()
+    assert re.search(r"^MemoryMax=\d+[MG]$", measuring, re.MULTILINE)
+    assert re.search(r"^ReadWritePaths=-/run/voxmeter$", measuring, re.MULTILINE)
+    assert re.search(r"^After=.*voxmeter-relay\.service", measuring, re.MULTILINE)
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed: the unit was not verified")
+    local = tmp_path / "voxmeter-relay.service"
+    local.write_text(relay.replace("/opt/voxmeter/.venv/bin/python", sys.executable))
+    result = subprocess.run(
+        ["systemd-analyze", "verify", str(local)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and not result.stderr.strip(), result.stderr

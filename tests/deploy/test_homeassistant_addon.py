@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from monitor.daemon.config import load_config
+from monitor.daemon.relay import load_relay_config
 from monitor.errors import ConfigError
 from tests.deploy.promql import DEPLOY
 
@@ -125,6 +126,10 @@ def test_options_become_a_config_the_daemon_accepts(
         f"wyoming-proxy://0.0.0.0:10555?upstream={config['options']['upstream']}"
     )
     assert (loaded.daemon.device_id, loaded.budget.bits) == ("kitchen", 3.5)
+    # two processes (run.sh): the relay reads the same file and relays that proxy
+    assert loaded.relay.socket == "/run/voxmeter/relay.sock"
+    relay = load_relay_config(tmp_path / "config.toml")
+    assert [str(p) for p in relay.proxies] == [loaded.daemon.source]
     assert loaded.budget.period_seconds == config["options"]["period_hours"] * 3600
     assert loaded.mqtt.enabled is with_broker
     assert loaded.homeassistant.discovery is with_broker

@@ -102,13 +102,23 @@ def test_torch_runtime_buffers_and_other_rates_buffer() -> None:
 
 def test_runtime_selection(graphs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(RUNTIME_ENV, "auto")
+    monkeypatch.setenv("VOXMETER_CACHE", str(tmp_path / "cache"))
     set_embedding_backend("ecapa")
-    assert get_feature("embedding").onnx  # type: ignore[attr-defined]
+    # auto: whichever runtime took less CPU for a 3 s window here, measured once and cached
+    chosen = EcapaEmbedding(runtime="auto").onnx
+    probe = json.loads((tmp_path / "cache" / "runtime-probe.json").read_text())
+    (record,) = [v for k, v in probe.items() if " | ecapa | " in k]
+    assert record["onnx_ms"] > 0 and record["torch_ms"] > 0
+    assert chosen == (record["onnx_ms"] <= record["torch_ms"])
+    assert record["runtime"] == ("onnx" if chosen else "torch")
+    record["runtime"] = "torch" if chosen else "onnx"  # a cached choice is read, not re-measured
+    (tmp_path / "cache" / "runtime-probe.json").write_text(json.dumps(probe))
+    assert EcapaEmbedding(runtime="auto").onnx is not chosen
     set_embedding_runtime("torch")
     assert not get_feature("embedding").onnx  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="unknown embedding runtime 'tvm'"):
         set_embedding_runtime("tvm")
-    monkeypatch.setenv("VOXMETER_MODELS", str(tmp_path))  # no graph there
+    monkeypatch.setenv("VOXMETER_MODELS", str(tmp_path / "empty"))  # no graph there
     assert not EcapaEmbedding(runtime="auto").onnx  # auto falls back to the torch reference
     with pytest.raises(ConfigError, match=r"ecapa_embedding_model\.onnx: ONNX graph missing"):
         EcapaEmbedding(runtime="onnx")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 PROXY_PORT = 10555  # config.yaml's ports: the container side of the Wyoming proxy
+RELAY_SOCKET = "/run/voxmeter/relay.sock"  # run.sh's relay ↔ measuring process channel
 
 
 def toml_value(value: Any) -> str:
@@ -40,6 +41,7 @@ def config_sections(
             "device_id": options["device_id"],
             "exit_at_end": False,
         },
+        "relay": {"socket": RELAY_SOCKET},
         "budget": {
             "bits": float(options["budget_bits"]),
             "period_seconds": float(options["period_hours"]) * 3600.0,

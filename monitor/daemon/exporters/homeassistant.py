@@ -263,6 +263,7 @@ class HomeAssistantExporter:
         self._started = asyncio.Event()
         self._wake = asyncio.Event()
         self.connected = False
+        self.extra_entities: Callable[[Discovery], list[Entity]] | None = None  # protection's
 
     # ---- what should exist (no network) ----------------------------------------------------
 
@@ -297,6 +298,8 @@ class HomeAssistantExporter:
                 )
                 self._configs.clear()
                 self._want(self.discovery.device_entities())
+                if self.extra_entities is not None:
+                    self._want(self.extra_entities(self.discovery))
                 household = {p.alias for p in self._store.local_profiles()}
                 for alias in sorted(self._speakers | household):
                     self._speakers.discard(alias)

@@ -36,6 +36,7 @@ from monitor.daemon.events import (
     WindowScored,
 )
 from monitor.daemon.settings import PrometheusSettings
+from monitor.daemon.shedding import SHED_ORDER
 from monitor.errors import ConfigError
 from monitor.store.database import open_store
 from monitor.vocabulary import BUDGET_STATES
@@ -61,6 +62,9 @@ SOURCE_COUNTERS = {
     "refused_streams": "Streams of the source not measured: audio.max_streams were already "
     "(relayed all the same).",
     "refused_seconds": "Seconds of audio of the refused streams.",
+    "unattributed_seconds": "Seconds of the source's speech in windows the tracker gave to no "
+    "one (two voices, near a member but not close enough, too short to open a track): counted, "
+    "never in a person's figure.",
 }
 """``voxmeter_source_<field>_total{source}``: a field of ``SourceCounts`` each."""
 
@@ -170,6 +174,18 @@ class Metrics:
             "Failures of the measuring stages survived by restarting them (Wyoming proxy: the "
             "relay goes on); the audio in flight at each is unmeasured.",
         )
+        self.shed_seconds = counter(
+            "voxmeter_shed_seconds",
+            "Seconds of speech measured without a feature because the measuring side lagged "
+            "behind live audio (phone decoding shed first, then turn splitting; never the "
+            "embedding).",
+            ("feature",),
+        )
+        self.measuring_lag = gauge(
+            "voxmeter_measuring_lag_seconds",
+            "How far the measuring side is behind live audio now (shedding starts at "
+            "load.shed_lag_seconds).",
+        )
         # per named source (audio.sources; a daemon of one source has one), from PipelineStats
         self.source_counters = {
             field: counter(f"voxmeter_source_{field}", doc, ("source",))
@@ -185,6 +201,8 @@ class Metrics:
         )
         for kind in ("total", "speech"):
             self.frames.labels(kind)  # export 0 before the first stats, so rate() works
+        for shed in SHED_ORDER:
+            self.shed_seconds.labels(shed)
         for state in BUDGET_STATES:
             self.alerts.labels(state)
 
@@ -399,6 +417,10 @@ class PrometheusExporter:
         m.audio_device_errors.inc(max(0, event.audio_device_errors - previous_errors))
         previous_restarts = last.measuring_restarts if last else 0
         m.measuring_restarts.inc(max(0, event.measuring_restarts - previous_restarts))
+        shed_before = last.shed_seconds if last else {}
+        for feature, seconds in event.shed_seconds.items():
+            m.shed_seconds.labels(feature).inc(max(0.0, seconds - shed_before.get(feature, 0.0)))
+        m.measuring_lag.set(event.lag_seconds)
         m.realtime_factor.set(event.realtime_factor)
         _set_all(m.queue_depth, event.queue_depths)
         for source, counts in event.sources.items():

@@ -1,0 +1,5 @@
+"""Protection of what the assistant receives: the McAdams anonymiser (pure signal code) and
+the policy deciding which utterances it processes."""
+
+METHODS = ("mcadams",)
+"""Anonymisation methods ``[protect] method`` and ``evaluate --protect`` accept."""
