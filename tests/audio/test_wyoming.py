@@ -32,7 +32,7 @@ from monitor.audio.wyoming import (
 from monitor.audio.wyoming_wire import MAX_PAYLOAD_BYTES, ProtocolError, read_event
 from monitor.daemon.config import load_config
 from monitor.errors import AudioDeviceError, ConfigError, InputError
-from tests.audio.wyoming_peers import microphone_service, stream_to
+from tests.audio.wyoming_peers import microphone_service, stream_to, wav_events
 from tests.realparts.mosquitto import free_port
 
 
@@ -165,12 +165,15 @@ def test_a_second_client_during_a_session_is_dropped_and_a_lost_service_retried(
     port = free_port()
     source = WyomingSource(parse_endpoint(f"wyoming-listen://127.0.0.1:{port}"))
 
+    measuring = asyncio.Event()  # the first client's audio is arriving: its session is open
+
     async def listen() -> np.ndarray:
         got = []
         async for frame in source.frames():
             # sessions follow one another without a gap: nothing was lost between them
             assert frame.start_seconds == pytest.approx(sum(g.shape[0] for g in got) / 16000)
             got.append(frame.samples)
+            measuring.set()
             if sum(g.shape[0] for g in got) >= 2 * expected.shape[0]:
                 source.close()
                 break
@@ -178,10 +181,36 @@ def test_a_second_client_during_a_session_is_dropped_and_a_lost_service_retried(
 
     expected = file_frames(path)[0]
 
+    async def held_stream(done: asyncio.Event) -> None:
+        """The first client: half its file, then its session held open until ``done``."""
+        events = wav_events(path)
+        for _ in range(300):  # until the listener is up, as stream_to does
+            try:
+                client = AsyncTcpClient("127.0.0.1", port)
+                await client.connect()
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        try:
+            for event in events[: len(events) // 2]:
+                await client.write_event(event)
+            await done.wait()
+            for event in events[len(events) // 2 :]:
+                await client.write_event(event)
+        finally:
+            await client.disconnect()
+
     async def scenario() -> np.ndarray:
         task = asyncio.create_task(listen())
-        # two clients at once: one of them streams, the other's chunks are dropped
-        await asyncio.gather(stream_to("127.0.0.1", port, path), stream_to("127.0.0.1", port, path))
+        # two clients at once, for certain (before, on a loaded machine, the first could finish
+        # before the second connected): the second streams all of its file inside the first's
+        # session, and its chunks are dropped
+        done = asyncio.Event()
+        first = asyncio.create_task(held_stream(done))
+        await asyncio.wait_for(measuring.wait(), 30)
+        await stream_to("127.0.0.1", port, path)
+        done.set()
+        await first
         await stream_to("127.0.0.1", port, path)  # a later session is taken again
         return await task
 
