@@ -219,5 +219,6 @@ def test_ll_has_the_smallest_kl_on_sparse_histograms(N, T, u, v, seed):
     ranks = gen.binomial(N - 1, gen.beta(math.exp(u), math.exp(v), size=T))
     h = np.bincount(ranks, minlength=N).astype(float)
     ll = fit_rank_model(h, loss="ll").KL_bits
-    for loss in LOSSES[1:]:
-        assert ll <= fit_rank_model(h, loss=loss).KL_bits + 1e-9, loss
+    for loss in LOSSES[1:]:  # optimisers stop within ~1e-9 of their optimum: compare relatively
+        other = fit_rank_model(h, loss=loss).KL_bits
+        assert ll <= other + 1e-8 * max(1.0, abs(other)), loss
