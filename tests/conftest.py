@@ -35,6 +35,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
+@pytest.fixture(autouse=True)
+def backend_choice_restored() -> Iterator[None]:
+    """``set_embedding_backend`` / ``set_embedding_runtime`` write the process's environment (the
+    CLI's choice reaches worker processes that way); a test that calls them must not leave its
+    backend to the tests after it (a session fixture enrolled later would take it)."""
+    names = ("VOXMETER_EMBEDDING", "VOXMETER_EMBEDDING_RUNTIME")
+    before = {name: os.environ.get(name) for name in names}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_feature_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One feature cache for the whole run, in pytest's temporary folder, never the user's
