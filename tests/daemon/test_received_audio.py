@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from wyoming.asr import Transcribe
 from wyoming.audio import AudioChunk
+from wyoming.event import Event
 
 from monitor.audio.file import read_audio
 from monitor.audio.frames import SourceStats
@@ -27,9 +28,9 @@ from tests.protect.test_policy_relay import _decode
 pytestmark = pytest.mark.corpus
 
 
-def _relay(pcm: np.ndarray, mode: str) -> tuple[list, np.ndarray | None]:
-    """The events as the tap is offered them and the audio the upstream got (None: no chunk
-    changed), through the real transform with α fixed at 0.7."""
+def _relay(pcm: np.ndarray, mode: str) -> tuple[list[Event], np.ndarray]:
+    """The events as the tap is offered them and the audio the upstream got, through the real
+    transform with α fixed at 0.7."""
     transform = UpstreamAnonymiser(ProtectionPolicy(mode, Alpha.fixed(0.7)))
     events = conversation(pcm, Transcribe().event())
     sent = b""
@@ -43,7 +44,7 @@ def _relay(pcm: np.ndarray, mode: str) -> tuple[list, np.ndarray | None]:
     return events, audio
 
 
-def _measure(events: list) -> tuple[list[SpeechChunk], int]:
+def _measure(events: list[Event]) -> tuple[list[SpeechChunk], int]:
     """The measuring side as the vad stage runs it: decoder → VAD → received counterparts."""
     decoder = FrameDecoder(30, SourceStats(), "test", turns=True)
     vad = WebRtcVad(2, 30, hangover_ms=100)

@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ def lazy_db(
     db = tmp_path_factory.mktemp("received") / "lazy.db"
     shutil.copy(daemon_corpus.db, db)
     corpus = scan_corpus(corpus_root)
-    files = {
+    files: dict[str, Sequence[str]] = {
         alias: [str(u.path) for u in corpus.utterances_of(alias)[:TEMPLATE_UTTERANCES]]
         for alias in daemon_corpus.aliases
     }
