@@ -57,7 +57,8 @@ class ReceivedAudio:
         if ends and self.stream is not None:
             self._append(self.stream.flush())
         out = self._map([*self.held, *chunks])
-        if ends:
+        if ends:  # all final now; what still waits came after the protected audio: clear
+            out += self.held
             self.stream, self.buffer, self.held = None, self.buffer[:0], []
         else:
             self._trim()
@@ -71,7 +72,7 @@ class ReceivedAudio:
             self.base = self.fed = position
             self.buffer = np.zeros(0, dtype=np.int16)
         samples = np.asarray(frame.samples, dtype=np.float64)
-        if position > self.fed:  # audio lost on the way to the measuring side: silence here
+        if position > self.fed:  # a jump in the stream's clock (none expected): silence
             samples = np.concatenate([np.zeros(position - self.fed), samples])
         if samples.size:
             self._append(self.stream.process(samples))

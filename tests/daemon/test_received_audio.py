@@ -11,7 +11,7 @@ from wyoming.audio import AudioChunk
 from wyoming.event import Event
 
 from monitor.audio.file import read_audio
-from monitor.audio.frames import SourceStats
+from monitor.audio.frames import AudioFrame, SourceStats
 from monitor.audio.vad import SpeechChunk, WebRtcVad
 from monitor.audio.windows import Windower
 from monitor.audio.wyoming import FrameDecoder
@@ -105,3 +105,30 @@ def test_a_clear_utterance_has_no_received_counterpart(daemon_corpus: DaemonCorp
     chunks, speech = _measure(events)
     assert chunks and speech == sum(c.samples.shape[0] for c in chunks)
     assert all(c.received is None for c in chunks)
+
+
+def test_clear_audio_after_a_protected_utterance_without_its_stop_loses_no_speech(
+    daemon_corpus: DaemonCorpus,
+) -> None:
+    """A protected utterance whose audio-stop never came, then clear audio on the same stream:
+    the protected speech keeps its counterparts, the clear speech passes without, none is
+    lost or held back."""
+    audio, _ = read_audio(daemon_corpus.known_stream)
+    pcm = (audio[: 6 * 16000] * 32767).astype(np.int16)
+    vad, received = WebRtcVad(2, 30, hangover_ms=100), ReceivedAudio()
+    half = 3 * 16000
+    chunks: list[SpeechChunk] = []
+    speech = 0
+    for i in range(0, pcm.size, 480):
+        alpha = 0.7 if i < half else None
+        frame = AudioFrame(pcm[i : i + 480], i / 16000, protect_alpha=alpha)
+        found = vad.process(frame)
+        speech += sum(c.samples.shape[0] for c in found)
+        chunks += received.attach(frame, found, False)
+    found = vad.flush()
+    speech += sum(c.samples.shape[0] for c in found)
+    chunks += received.attach(None, found, True)
+    assert sum(c.samples.shape[0] for c in chunks) == speech
+    protected = [c for c in chunks if c.received is not None]
+    assert protected and all(c.end_seconds <= 3.0 + 0.02 for c in protected)
+    assert any(c.received is None and c.start_seconds >= 3.0 for c in chunks)
