@@ -86,7 +86,7 @@ def main(args: list[str] | None = None) -> None:
     observed = [{n: f.observe(w.samples, 16000) for n, f in features.items()} for w in windows]
     original_features_cpu = time.process_time() - started
     started = time.process_time()
-    embedded = [received_embedding(features, w.received)[0] for w in windows]
+    embedded = [received_embedding(features, w.received) for w in windows]
     embedding_cpu = time.process_time() - started
 
     def tracked(k: int, window: SpeechWindow, received: bool) -> TrackedWindow:

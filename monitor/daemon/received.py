@@ -19,8 +19,8 @@ is deterministic given α, so the measuring side reproduces exactly what the ups
   README: the offline audit does the same). The budget then compares the stronger attacker's
   figure (:attr:`Figures.budget_figure_bits`).
 
-Only protected windows cost anything here: a clear window adds one pooling to a track that was
-protected earlier in the period, and nothing otherwise.
+Only protected speech costs anything here: a clear window of a track protected earlier in the
+period is pooled and scored by each attacker once more; any other clear window costs nothing.
 """
 
 from __future__ import annotations
@@ -53,14 +53,12 @@ EMBEDDING = TRACKING_FEATURE
 
 def received_embedding(
     features: Mapping[str, Feature], received: npt.NDArray[np.float32] | None
-) -> tuple[Observation | None, float]:
-    """The embedding of a window's received audio (None for a clear window) and the thread
-    CPU seconds it took (runs in the executor)."""
+) -> Observation | None:
+    """The embedding of a window's received audio; None for a clear window (runs in the
+    executor, beside the original features' last steps)."""
     if received is None or EMBEDDING not in features:
-        return None, 0.0
-    started = time.thread_time()
-    observation = features[EMBEDDING].observe(received, RATE_HZ)
-    return observation, time.thread_time() - started
+        return None
+    return features[EMBEDDING].observe(received, RATE_HZ)
 
 
 @dataclasses.dataclass
@@ -88,7 +86,6 @@ class ReceivedTrackScorer(TrackScorer):
         super().__init__(scorer, features, measure)
         self.attackers = {"ignorant": scorer, **({"lazy": lazy} if lazy is not None else {})}
         self.views: dict[str, _View] = {}
-        self.cpu_seconds = 0.0  # thread CPU of the received scoring
 
     def process(self, tracked: TrackedWindow, period_start_unix: float) -> ScoredWindow:
         if period_start_unix != self.period_start_unix:
@@ -100,7 +97,7 @@ class ReceivedTrackScorer(TrackScorer):
         view = self.views.get(tracked.track)
         if embedding is None and view is None:
             return scored  # clear, and never protected this period: the original is received
-        started = time.thread_time()
+        started = time.perf_counter()  # the scorer stage's busy time, as TrackScorer's
         if view is None:  # its first protected window: the clear ones before it, as they were
             view = (
                 _View(dict(before.pooled), before.windows, before.speech_seconds)
@@ -144,8 +141,7 @@ class ReceivedTrackScorer(TrackScorer):
             protected_seconds=view.protected_seconds,
             window_protected=embedding is not None,
         )
-        spent = time.thread_time() - started
-        self.cpu_seconds += spent
+        spent = time.perf_counter() - started
         return dataclasses.replace(
             scored, received=received, scorer_seconds=scored.scorer_seconds + spent
         )

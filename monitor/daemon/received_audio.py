@@ -17,7 +17,6 @@ where no pause is changes nothing downstream (the windower and the features conc
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import numpy as np
 import numpy.typing as npt
@@ -38,8 +37,6 @@ class ReceivedAudio:
         self.buffer = np.zeros(0, dtype=np.int16)  # final received samples from ``base``
         self.fed = 0  # stream position after the last sample fed
         self.held: list[SpeechChunk] = []  # speech whose received samples are not final yet
-        self.cpu_seconds = 0.0  # thread CPU spent anonymising (the cost of this view)
-        self.protected_seconds = 0.0  # protected audio reproduced
 
     def attach(
         self, frame: AudioFrame | None, chunks: list[SpeechChunk], ends: bool
@@ -49,7 +46,6 @@ class ReceivedAudio:
         alpha = None if frame is None else frame.protect_alpha
         if self.stream is None and alpha is None:
             return chunks  # a clear utterance: nothing to reproduce
-        started = time.thread_time()
         if self.stream is not None and (alpha is None and frame is not None and frame.samples.size):
             ends = True  # clear audio without an end of the protected utterance: it ended
         elif alpha is not None and frame is not None:
@@ -62,7 +58,6 @@ class ReceivedAudio:
             self.stream, self.buffer, self.held = None, self.buffer[:0], []
         else:
             self._trim()
-        self.cpu_seconds += time.thread_time() - started
         return out
 
     def _feed(self, frame: AudioFrame, alpha: float) -> None:
@@ -77,7 +72,6 @@ class ReceivedAudio:
         if samples.size:
             self._append(self.stream.process(samples))
             self.fed += samples.size
-            self.protected_seconds += samples.size / RATE_HZ
 
     def _append(self, samples: npt.NDArray[np.float64]) -> None:
         """Final samples, as the relay encodes them (rounded, clipped to int16)."""

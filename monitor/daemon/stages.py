@@ -79,7 +79,6 @@ class PipelineStages:
     _alerts: int
     _stop: asyncio.Event
     _stop_reason: str
-    received_cpu_seconds: float = 0.0  # thread CPU of received-audio embeddings (cost)
 
     async def _source_stage(self) -> None:
         out = self.queues["frames"]
@@ -229,8 +228,7 @@ class PipelineStages:
             observations = await asyncio.gather(
                 *(loop.run_in_executor(executor, streams[n].finish) for n in names)
             )
-            received_observation, received_cpu = await received
-            self.received_cpu_seconds += received_cpu
+            received_observation = await received
             spent = self.clock() - started
             self.shedder.window_done()
             fed_total = self.streams.feed_seconds
