@@ -287,3 +287,31 @@ def test_a_clear_command_between_protected_ones_adds_no_received_speech(
             alone = figures["received"]["attackers"][attacker]
             for key, (_, window_bits) in figures["disclosures"].items():
                 assert alone[key][1] == pytest.approx(window_bits, rel=1e-9, abs=1e-12)
+
+
+def test_exceeded_mode_protects_after_the_crossing_and_the_budget_follows_what_was_received(
+    daemon_corpus: DaemonCorpus, lazy_db: Path, tmp_path: Path, prometheus_server: Any
+) -> None:
+    """``exceeded``: the first commands pass clear until the speaker's figure crosses the
+    budget; the utterances after are protected, and from the first of them the budget
+    compares the received figure (the stronger attacker over the period's pool, the clear
+    windows before included)."""
+    db = tmp_path / "v.db"
+    shutil.copy(lazy_db, db)
+    run = _run(
+        db,
+        _commands(daemon_corpus, 4),
+        ["protect.mode='exceeded'", f"budget.bits={BUDGET}", *BASE],
+        [],
+        prometheus_server,
+    )
+    home = [f for _, f in run.windows if f["track"] == "home-1"]
+    assert "received" not in home[0]  # before the crossing: clear
+    crossed = next(i for i, f in enumerate(home) if f["state"] == "exceeded")
+    assert all("received" not in f for f in home[: crossed + 1])
+    after = home[crossed + 1 :]
+    assert after and all(f["received"]["window_protected"] for f in after), after
+    for figures in after:
+        stronger = max(v["combined.lid"][0] for v in figures["received"]["attackers"].values())
+        assert figures["budget_figure_bits"] == pytest.approx(stronger, rel=1e-12)
+        assert figures["received"]["protected_windows"] <= figures["windows"]
