@@ -25,6 +25,10 @@ from monitor.protect.policy import ProtectionPolicy
 
 logger = logging.getLogger(__name__)
 
+PROTECT_KEY = "voxmeter_protect"
+"""Set on a protected utterance's ``audio-start`` event (never on the bytes sent upstream):
+``{"method": "mcadams", "alpha": α}``; absent: the utterance passed clear."""
+
 ChunkTransform = Callable[[Event, bytes], bytes]
 """What a relay connection calls for each event going upstream: the bytes to send instead."""
 
@@ -42,6 +46,8 @@ class UpstreamAnonymiser:
     def __call__(self, event: Event, raw: bytes) -> bytes:
         if AudioStart.is_type(event.type):
             self._start(AudioStart.from_event(event))
+            if self.stream is not None:  # the tap is offered this event: its reader learns α
+                event.data[PROTECT_KEY] = {"method": "mcadams", "alpha": self.stream.alpha}
             return raw
         if self.stream is None:
             return raw
