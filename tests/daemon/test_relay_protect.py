@@ -34,7 +34,7 @@ from monitor.daemon.protection import ProtectionObserver, RelayFeed, protection_
 from monitor.daemon.relay_protect import RelayedPolicy
 from monitor.protect.mcadams import Alpha, McAdamsStream
 from monitor.protect.policy import ProtectionPolicy
-from monitor.protect.relay import PROTECT_KEY
+from monitor.vocabulary import PROTECT_KEY
 from tests.audio.wyoming_peers import conversation, talk
 from tests.daemon.conftest import DaemonCorpus
 from tests.realparts import stop_process
