@@ -92,6 +92,8 @@ def _run(
     queries: list[str],
     prometheus_server: Callable[..., Any],
     clear: set[int] = frozenset(),  # type: ignore[assignment]
+    *,
+    relay: bool = False,
 ) -> Run:
     """Relay ``commands`` one by one through the protecting proxy (those in ``clear`` with the
     Home Assistant switch off), wait for their windows, then read the real Prometheus."""
@@ -112,7 +114,7 @@ def _run(
     async def main() -> list[str]:
         server, upstream_port = await serve("asr")
         try:
-            async with proxied_daemon(db, upstream_port, prepare, overrides) as daemon:
+            async with proxied_daemon(db, upstream_port, prepare, overrides, relay=relay) as daemon:
                 texts = []
                 sent = 0.0
                 for i, command in enumerate(commands):
@@ -177,13 +179,19 @@ def _promql(metric: str, feature: str, **labels: str) -> str:
 
 
 @pytest.mark.prometheus
+@pytest.mark.parametrize("relay", [False, True], ids=["in-process", "relay-process"])
 def test_the_received_view_is_exported_and_lower_than_the_original(
-    daemon_corpus: DaemonCorpus, lazy_db: Path, tmp_path: Path, prometheus_server: Any
+    daemon_corpus: DaemonCorpus,
+    lazy_db: Path,
+    tmp_path: Path,
+    prometheus_server: Any,
+    relay: bool,
 ) -> None:
     """(a) ``always``: Prometheus scrapes ``view="received"`` series beside the original ones;
     against the clean templates (ignorant) what the upstream received discloses less than
     the speech as spoken; the lazy attacker's series exist (the database has its templates);
-    and the budget compares the received figure (the stronger attacker)."""
+    and the budget compares the received figure (the stronger attacker). The same with the
+    relay in its own process (``relay.socket``): the mark comes over the channel."""
     db = tmp_path / "v.db"
     shutil.copy(lazy_db, db)
     original = "voxmeter_disclosure_bits"
@@ -206,6 +214,7 @@ def test_the_received_view_is_exported_and_lower_than_the_original(
         ["protect.mode='always'", f"budget.bits={BUDGET}", *BASE],
         [*queries, *panel.values()],
         prometheus_server,
+        relay=relay,
     )
     assert all(isinstance(t, str) for t in run.texts)  # the upstream still transcribes
     assert set(panel.values()) <= set(run.scraped), "a panel query without series"
