@@ -72,6 +72,9 @@ class AudioFrame:
     stream_end: bool = False
     """The stream ends after this frame (its connection closed): the daemon closes its turn and
     forgets its state. May be empty."""
+    protect_alpha: float | None = None
+    """The relay sent this frame's utterance upstream anonymised by McAdams with this α (the
+    Wyoming ``audio-start``'s ``voxmeter_protect``); None: passed clear, or not a relay."""
 
     @property
     def duration_seconds(self) -> float:

@@ -34,6 +34,9 @@ class SpeechChunk:
     """int16, shape (n,), 16 kHz."""
     start_seconds: float
     end_seconds: float
+    received: np.ndarray | None = None
+    """int16, shape (n,): the same stretch as the upstream received it, anonymised (a protected
+    utterance through the relay, monitor.daemon.received); None: it received ``samples``."""
 
     @property
     def duration_seconds(self) -> float:

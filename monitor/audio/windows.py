@@ -41,6 +41,9 @@ class SpeechWindow:
     continues: bool = False
     """True when the window follows the previous one within the same turn (no pause, no turn
     end, no change of speaker between them): the same voice, most likely."""
+    received: np.ndarray | None = None
+    """float32, shape (n,): the window as the upstream received it when every piece of it was
+    anonymised (:attr:`SpeechChunk.received`); None otherwise."""
 
 
 class Windower:
@@ -76,6 +79,7 @@ class Windower:
     def reset(self) -> None:
         """Drop any speech held back."""
         self._pieces: list[np.ndarray] = []
+        self._received: list[np.ndarray | None] = []  # each piece as the upstream received it
         self._starts: list[float] = []
         self._held = 0
         self._last_end = -np.inf
@@ -96,6 +100,7 @@ class Windower:
         if self._held and self.turn_pause_seconds > 0 and pause >= self.turn_pause_seconds:
             windows += self.close_turn(self.min_window_seconds)
         self._pieces.append(samples)
+        self._received.append(chunk.received)
         self._starts.append(chunk.start_seconds)
         self._held += samples.shape[0]
         self._last_end = chunk.start_seconds + samples.shape[0] / RATE_HZ
@@ -140,12 +145,28 @@ class Windower:
             end_seconds=float(self._starts[last] + inside / RATE_HZ),
             speech_seconds=n / RATE_HZ,
             continues=self._continues,
+            received=_received_part(self._received[:last], self._received[last], inside),
         )
         self._continues = True
         rest = self._pieces[last][inside:]
         self._pieces = ([rest] if rest.shape[0] else []) + self._pieces[last + 1 :]
+        tail = self._received[last]
+        self._received = ([None if tail is None else tail[inside:]] if rest.shape[0] else []) + (
+            self._received[last + 1 :]
+        )
         self._starts = (
             [self._starts[last] + inside / RATE_HZ] if rest.shape[0] else []
         ) + self._starts[last + 1 :]
         self._held -= n
         return window
+
+
+def _received_part(
+    whole: list[np.ndarray | None], last: np.ndarray | None, inside: int
+) -> np.ndarray | None:
+    """The received counterpart of a window made of the pieces ``whole`` and ``inside``
+    samples of ``last`` (float32 like the window), None when any piece has none."""
+    if last is None or any(piece is None for piece in whole):
+        return None
+    data = np.concatenate([*whole, last[:inside]])  # type: ignore[list-item]  # None excluded
+    return data.astype(np.float32) / np.float32(32768.0)

@@ -52,6 +52,7 @@ from monitor.audio.wyoming_wire import (
     BROKEN_EVENT,
     audio_seconds,
     broken,
+    protected_alpha,
     read_event,
     reason,
     serving,
@@ -220,6 +221,7 @@ class FrameDecoder:
         self._pending = np.zeros(0, dtype=np.int16)
         self._emitted = 0  # samples received so far: the stream's clock
         self._in_turn = False  # audio came since the last end of a turn
+        self._alpha: float | None = None  # the open utterance's McAdams α (protected upstream)
 
     def process(self, event: Event | None) -> list[AudioFrame]:
         """The frames ``event`` completes (None: a connection ended, drain the resampler)."""
@@ -228,6 +230,8 @@ class FrameDecoder:
         else:
             kind = event.type
             started = AudioStart.is_type(kind) or AudioChunk.is_type(kind)
+            if AudioStart.is_type(kind):
+                self._alpha = protected_alpha(event, self.name)
             self._in_turn = self._in_turn or started
             try:
                 samples = self.decoder.process(event)
@@ -251,6 +255,8 @@ class FrameDecoder:
         self._pending = pending
         if ended:  # nothing left to carry the mark
             frames.append(self._frame(np.zeros(0, dtype=np.int16), utterance_end=True))
+        if last:
+            self._alpha = None
         return frames
 
     def end(self) -> list[AudioFrame]:
@@ -260,7 +266,13 @@ class FrameDecoder:
         return [*rest, self._frame(np.zeros(0, dtype=np.int16), stream_end=True)]
 
     def _frame(self, samples: np.ndarray, **marks: bool) -> AudioFrame:
-        return AudioFrame(samples, self._emitted / RATE_HZ, stream=self.stream, **marks)
+        return AudioFrame(
+            samples,
+            self._emitted / RATE_HZ,
+            stream=self.stream,
+            protect_alpha=self._alpha,
+            **marks,
+        )
 
 
 async def decode_frames(

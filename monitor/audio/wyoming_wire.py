@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,6 +17,7 @@ from wyoming.event import Event
 from wyoming.server import AsyncTcpServer, HandlerFactory
 
 from monitor.errors import AudioDeviceError
+from monitor.vocabulary import PROTECT_KEY
 
 WYOMING_VERSION = "1.10.2"
 """The protocol version our own events carry (the pinned ``wyoming`` package's)."""
@@ -161,3 +163,19 @@ def encode_event(event: Event) -> bytes:
         header["payload_length"] = len(event.payload)
     line = json.dumps(header, ensure_ascii=False).encode() + b"\n"
     return line + data + (event.payload or b"")
+
+
+def protected_alpha(start: Event, name: str) -> float | None:
+    """The McAdams α the relay's transform marked ``start`` with (``voxmeter_protect``), None
+    when it passed clear; a mark this version cannot read is logged and read as clear."""
+    mark = start.data.get(PROTECT_KEY) if isinstance(start.data, dict) else None
+    if mark is None:
+        return None
+    alpha = mark.get("alpha") if isinstance(mark, dict) else None
+    method = mark.get("method") if isinstance(mark, dict) else None
+    if method == "mcadams" and isinstance(alpha, int | float) and 0.0 < float(alpha) <= 1.0:
+        return float(alpha)
+    logging.getLogger(__name__).warning(
+        "%s: unreadable %s mark %r: received view off", name, PROTECT_KEY, mark
+    )
+    return None

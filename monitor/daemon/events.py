@@ -74,6 +74,7 @@ class FeatureWindow:
     mixed: bool = False  # may hold two voices (monitor.daemon.turns): never opens a track
     continues: bool = False  # follows the previous window within one turn (same voice, likely)
     stream: StreamKey = ONE_STREAM  # the stream it was cut from (``continues`` is within it)
+    received_embedding: Observation | None = None  # of what a protected upstream received
 
 
 @dataclass(frozen=True)

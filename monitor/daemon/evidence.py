@@ -12,9 +12,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from monitor.daemon.events import (
-    TrackedWindow,
-)
+from monitor.daemon.events import TrackedWindow
+from monitor.daemon.figures import ReceivedFigures
 from monitor.daemon.scorer import Scorer, TrackScore, score_track
 from monitor.features.base import Feature, Observation
 from monitor.vocabulary import COMBINED, FigureKey
@@ -72,6 +71,7 @@ class ScoredWindow:
     score: TrackScore
     period_start_unix: float
     scorer_seconds: float
+    received: ReceivedFigures | None = None  # the received view (monitor.daemon.received)
 
 
 class TrackScorer:

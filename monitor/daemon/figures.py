@@ -74,6 +74,65 @@ class CompositionBounds:
         return dict(zip(BOUNDS, values, strict=True))
 
 
+ATTACKERS: Final = ("ignorant", "lazy")
+"""Who scores what a protected upstream received (monitor.daemon.received): an attacker with
+the clean templates, and one whose templates went through the same anonymiser."""
+
+
+@dataclass(frozen=True)
+class ReceivedFigures:
+    """What the upstream received from one track this period (``view="received"``): its pooled
+    evidence with every protected window as the upstream got it (anonymised embedding) and
+    every clear one as it was, scored by each attacker present (``lazy`` needs the
+    ``embedding+mcadams`` templates). The budget compares the stronger attacker's figure."""
+
+    attackers: Mapping[str, tuple[Disclosure, ...]]  # attacker → every (feature, measure)
+    protected_windows: int  # the track's windows this period that the upstream got anonymised
+    protected_seconds: float  # their speech
+    window_protected: bool  # the last window was one of them
+
+    def bits(self, key: FigureKey, *, cumulative: bool = True) -> float:
+        """The stronger attacker's figure for ``key`` (−inf when no attacker has it)."""
+        values = [
+            d.cumulative_bits if cumulative else d.window_bits
+            for items in self.attackers.values()
+            for d in items
+            if d.feature == key.feature and d.measure == key.measure
+        ]
+        return max(values, default=float("-inf"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attackers": {
+                name: {
+                    d.key: [finite_bits(d.cumulative_bits), finite_bits(d.window_bits)]
+                    for d in items
+                }
+                for name, items in self.attackers.items()
+            },
+            "protected_windows": self.protected_windows,
+            "protected_seconds": self.protected_seconds,
+            "window_protected": self.window_protected,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ReceivedFigures:
+        return cls(
+            attackers={
+                str(name): tuple(
+                    sorted(
+                        (_disclosure(FigureKey.parse(k), v) for k, v in items.items()),
+                        key=_disclosure_order,
+                    )
+                )
+                for name, items in data["attackers"].items()
+            },
+            protected_windows=int(data["protected_windows"]),
+            protected_seconds=float(data["protected_seconds"]),
+            window_protected=bool(data["window_protected"]),
+        )
+
+
 @dataclass(frozen=True)
 class Figures:
     """One track's figures after one window (DESIGN §12 steps 1–5); see the module docstring."""
@@ -98,6 +157,7 @@ class Figures:
     extrapolated: Mapping[str, bool]  # feature → calibration bucket extrapolated beyond the last
     period_start_unix: float  # start of the budget period the window belongs to
     window_end_unix: float  # when the window closed, wall clock
+    received: ReceivedFigures | None = None  # the track's audio was protected this period
 
     def __post_init__(self) -> None:
         # One order (FEATURES × MEASURES), whatever order the scorer or a JSON object gave:
@@ -114,8 +174,12 @@ class Figures:
 
     @property
     def budget_figure_bits(self) -> float:
-        """The cumulative figure of ``budget_measure``: what the budget is compared with."""
+        """The cumulative figure of ``budget_measure`` the budget is compared with: of what
+        the upstream received (the stronger attacker) once the track was protected this
+        period, else of the original audio."""
         key = FigureKey.parse(self.budget_measure)
+        if self.received is not None:
+            return self.received.bits(key)
         return self.bits(key.feature, key.measure)
 
     def to_json(self) -> dict[str, Any]:
@@ -150,6 +214,7 @@ class Figures:
             "extrapolated": dict(self.extrapolated),
             "period_start_unix": self.period_start_unix,
             "window_end_unix": self.window_end_unix,
+            **({} if self.received is None else {"received": self.received.to_json()}),
         }
 
     @classmethod
@@ -193,6 +258,9 @@ class Figures:
                 period_start_unix=float(d["period_start_unix"]),
                 window_end_unix=float(d["window_end_unix"]),
                 extrapolated={str(k): bool(v) for k, v in d.get("extrapolated", {}).items()},
+                received=(
+                    None if d.get("received") is None else ReceivedFigures.from_json(d["received"])
+                ),
             )
         except KeyError as exc:
             raise ValueError(f"figures: missing key {exc}") from exc

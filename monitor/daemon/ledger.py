@@ -117,6 +117,8 @@ class LedgerWriter:
         tracked, score, evidence = scored.tracked, scored.score, scored.evidence
         window = tracked.window
         figure = next(d.cumulative_bits for d in score.disclosures if d.key == str(self.measure))
+        if scored.received is not None:  # what the upstream received decides (the stronger)
+            figure = scored.received.bits(self.measure)
         previous = self.budget.state(tracked.track)
         change = None if stale else self.budget.process(tracked.track, figure)
         state = self.budget.state(tracked.track)
@@ -143,6 +145,7 @@ class LedgerWriter:
             extrapolated=score.extrapolated,
             period_start_unix=scored.period_start_unix,
             window_end_unix=window_end_unix,
+            received=scored.received,
         )
         self.store.record_window(
             tracked.track,

@@ -48,10 +48,11 @@ from monitor.daemon.events import (
     Figures,
     TrackExpired,
 )
-from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
+from monitor.daemon.evidence import TrackEvidence, WindowFeatures
 from monitor.daemon.exporters.mqtt import topics_for
 from monitor.daemon.ledger import LedgerWriter, expired_on_restart, restored_track
 from monitor.daemon.measuring import MeasuringSupervisor, leaves
+from monitor.daemon.received import track_scorer_for
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
 from monitor.daemon.shedding import LoadShedder, measuring_executor
@@ -142,7 +143,9 @@ class Pipeline(PipelineStages):
             clock=clock,
             wall_clock=wall_clock,
         )
-        self.track_scorer = TrackScorer(scorer, self.features, config.budget.figure)
+        self.track_scorer = track_scorer_for(
+            config.protect.mode != "off", store, scorer, self.features, config.budget.figure
+        )
         self.budget = BudgetMachine(config.budget)
         self.ledger = LedgerWriter(
             store,

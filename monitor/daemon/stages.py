@@ -35,6 +35,7 @@ from monitor.daemon.events import (
 from monitor.daemon.evidence import TrackScorer
 from monitor.daemon.ledger import LedgerWriter
 from monitor.daemon.measuring import MeasuringSupervisor
+from monitor.daemon.received import received_embedding
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
 from monitor.daemon.shedding import LoadShedder
@@ -137,6 +138,7 @@ class PipelineStages:
         chunks = state.vad.flush() if frame is None else state.vad.process(frame)
         if frame is not None and ends:  # the turn ends: a short window
             chunks = [*chunks, *state.vad.flush()]
+        chunks = state.received.attach(frame, chunks, ends)  # what a protected upstream got
         windows = []
         for chunk in chunks:
             closed = self._process_chunk(state, chunk, feeder)
@@ -220,9 +222,13 @@ class PipelineStages:
             incremental = self.streams.taking(item.stream)
             streams = await loop.run_in_executor(feeder, incremental.take, window.samples)
             names = list(streams)
+            received = loop.run_in_executor(
+                executor, received_embedding, self.features, window.received
+            )
             observations = await asyncio.gather(
                 *(loop.run_in_executor(executor, streams[n].finish) for n in names)
             )
+            received_observation = await received
             spent = self.clock() - started
             self.shedder.window_done()
             fed_total = self.streams.feed_seconds
@@ -241,6 +247,7 @@ class PipelineStages:
                     closed_unix=item.closed_unix,
                     feature_seconds=spent,
                     stream=item.stream,
+                    received_embedding=received_observation,
                 )
             )
 

@@ -28,6 +28,7 @@ from monitor.audio.windows import Windower
 from monitor.daemon.config import source_specs
 from monitor.daemon.events import SourceCounts
 from monitor.daemon.incremental import IncrementalWindows
+from monitor.daemon.received_audio import ReceivedAudio
 from monitor.daemon.settings import Config
 from monitor.daemon.shedding import LoadShedder
 from monitor.daemon.turns import TurnSplitter
@@ -50,6 +51,7 @@ class StreamState:
     seen_monotonic: float  # when its last frame came
     audio_seconds: float = 0.0
     pending: int = 0  # windows closed and not yet taken by the features stage
+    received: ReceivedAudio = field(default_factory=ReceivedAudio)  # protected utterances
 
     @property
     def speech_seconds(self) -> float:

@@ -201,4 +201,5 @@ def _piece(window: SpeechWindow, lo: int, hi: int, *, mixed: bool, continues: bo
         speech_seconds=(hi - lo) / RATE_HZ,
         mixed=mixed,
         continues=continues,
+        received=None if window.received is None else window.received[lo:hi],
     )

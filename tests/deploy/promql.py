@@ -24,10 +24,18 @@ def dashboard() -> dict:
     return json.loads(DASHBOARD.read_text())
 
 
-def dashboard_expressions() -> dict[str, str]:
-    """``"<panel title> / <refId>"`` → expression with the dashboard variables substituted."""
+PROTECTED_PANELS = frozenset({"What the assistant received (protected speech)"})
+"""Panels with series only while ``[protect]`` anonymises someone's speech: the end-to-end test
+of a protecting daemon checks them (tests/daemon/test_received_view.py), the plain one not."""
+
+
+def dashboard_expressions(*, protected: bool | None = None) -> dict[str, str]:
+    """``"<panel title> / <refId>"`` → expression with the dashboard variables substituted;
+    ``protected``: only the :data:`PROTECTED_PANELS` (True), all but them (False), all (None)."""
     found: dict[str, str] = {}
     for panel in dashboard()["panels"]:
+        if protected is not None and (panel.get("title") in PROTECTED_PANELS) != protected:
+            continue
         for target in panel.get("targets", []):
             expr = target["expr"]
             for name, value in VARIABLES.items():

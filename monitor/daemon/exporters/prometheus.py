@@ -35,6 +35,7 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
+from monitor.daemon.exporters.prometheus_received import ReceivedMetrics
 from monitor.daemon.settings import PrometheusSettings
 from monitor.daemon.shedding import SHED_ORDER
 from monitor.errors import ConfigError
@@ -264,6 +265,7 @@ class PrometheusExporter:
         tls = _tls_options(settings)
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = Metrics(self.registry)
+        self.received = ReceivedMetrics(self.registry)
         if db_path is not None:
             self.registry.register(OutboxCollector(partial(_count_pending, Path(db_path))))
         self.host = settings.host
@@ -359,7 +361,7 @@ class PrometheusExporter:
 
     def _scored(self, event: WindowScored) -> None:
         """A new window: its figures, plus speech, stage times and latency."""
-        self._figures(event.figures)
+        self._figures(event.figures, event.window_speech_seconds)
         m = self.metrics
         m.speech_seconds.labels(event.figures.track).inc(max(0.0, event.window_speech_seconds))
         if event.stream.source:
@@ -370,8 +372,9 @@ class PrometheusExporter:
             max(0.0, self._monotonic() - event.window_closed_monotonic)
         )
 
-    def _figures(self, figures: Figures) -> None:
+    def _figures(self, figures: Figures, scored_seconds: float = 0.0) -> None:
         """The gauges of a track's latest window (also for a track restored from the ledger)."""
+        self.received.figures(figures, scored_seconds=scored_seconds)
         m = self.metrics
         speaker = figures.track
         for item in figures.disclosures:
@@ -401,6 +404,7 @@ class PrometheusExporter:
     def _expire(self, track: str) -> None:
         for instrument in self.metrics.per_speaker:
             instrument.remove_by_labels({"speaker": track})
+        self.received.expire(track)
         self.metrics.information_gain_bits.remove_by_labels({"track": track})
         self._top_candidate.pop(track, None)
 
