@@ -41,6 +41,9 @@ class SpeechWindow:
     continues: bool = False
     """True when the window follows the previous one within the same turn (no pause, no turn
     end, no change of speaker between them): the same voice, most likely."""
+    inconsistent: bool = False
+    """True when the window's parts disagree more than one voice's do (another voice, a
+    television, in part of it; :mod:`monitor.daemon.consistency`): it is given to no one."""
 
 
 class Windower:

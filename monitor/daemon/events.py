@@ -73,6 +73,7 @@ class FeatureWindow:
     feature_seconds: float  # CPU wall time spent extracting the features
     mixed: bool = False  # may hold two voices (monitor.daemon.turns): never opens a track
     continues: bool = False  # follows the previous window within one turn (same voice, likely)
+    inconsistent: bool = False  # its parts are not one voice (monitor.daemon.consistency): no one's
     stream: StreamKey = ONE_STREAM  # the stream it was cut from (``continues`` is within it)
 
 

@@ -40,6 +40,7 @@ from monitor.audio.frames import AudioSource
 from monitor.audio.vad import FrameVad
 from monitor.daemon.budget import BudgetMachine, period_start
 from monitor.daemon.config import tracker_settings, tracker_thresholds_for
+from monitor.daemon.consistency import load_consistency
 from monitor.daemon.events import (
     DaemonEvent,
     DaemonStarted,
@@ -124,7 +125,9 @@ class Pipeline(PipelineStages):
         self.window_features = WindowFeatures(self.features)
         thresholds = tracker_thresholds_for(config, scorer.calibration)
         self.turns = TurnSplitter(
-            self._embed, change_cosine=thresholds.change if thresholds else -1.0
+            self._embed,
+            change_cosine=thresholds.change if thresholds else -1.0,
+            consistency=load_consistency(config.tracker.false_inconsistent_rate),
         )
         live = getattr(source, "realtime", True)  # a fast file replay has no clock to lag
         self.shedder = LoadShedder(

@@ -170,7 +170,7 @@ class PipelineStages:
         stream computed while it filled (on the feeder, after every chunk fed before it
         closed); parts are embedded only where the score is uncertain."""
         loop = asyncio.get_running_loop()
-        if not self.turns.active or self.turns.parts(window) < 2:
+        if not self.turns.wants(window):
             return [window]
         if self.shedder.sheds("turns"):  # lagging: the window is scored whole
             self.shedder.count("turns", window.speech_seconds)
@@ -236,6 +236,7 @@ class PipelineStages:
                     speech_seconds=window.speech_seconds,
                     mixed=window.mixed,
                     continues=window.continues,
+                    inconsistent=window.inconsistent,
                     observations=dict(zip(names, observations, strict=True)),
                     closed_monotonic=item.closed_monotonic,
                     closed_unix=item.closed_unix,

@@ -10,9 +10,11 @@ threshold (a track holding a template's worth of speech is held to the tighter `
 one, and one whose windows sit far tighter than that also to its own spread), or opens a new
 ``unknown-N``. Three windows never open a track: one that may hold two voices (``mixed``), one
 close enough to a profile that it may be the member (``ambiguous``) and one shorter than
-``min_open_seconds``; they are skipped (their seconds counted). An unknown track's centroid is
-the seconds-weighted mean of its windows (re-normalised, as features pool embeddings); when two
-tracks of enough speech come within the merge cosine, the smaller is merged into the larger
+``min_open_seconds``; they are skipped (their seconds counted). A window whose parts are not
+one voice (``inconsistent``, :mod:`monitor.daemon.consistency`) is given to no track at all.
+An unknown track's centroid is the seconds-weighted mean of its windows (re-normalised, as
+features pool embeddings); when two tracks of enough speech come within the merge cosine, the
+smaller is merged into the larger
 (:class:`TrackExpired` with ``merged_into``), so one voice's evidence pools in one track.
 Unknown tracks idle for ``track_idle_seconds`` expire; so does the least recently heard one when
 more than ``max_unknown_tracks`` exist. The clock is a constructor argument so tests drive
@@ -224,8 +226,17 @@ class SpeakerTracker:
             return -1.0
         return float(np.max(np.stack([c.centroid for c in self.clusters.values()]) @ vector))
 
+    def _skip(self, window: FeatureWindow) -> TrackedWindow | None:
+        """Count ``window``'s seconds as given to no one (per source); None, its track."""
+        seconds, source = window.speech_seconds, window.stream.source
+        self.skipped_seconds += seconds
+        self.skipped_by_source[source] = self.skipped_by_source.get(source, 0.0) + seconds
+        return None
+
     def _assign(self, window: FeatureWindow) -> tuple[TrackedWindow | None, list[TrackExpired]]:
         events = self.expire()
+        if window.inconsistent:  # not one voice: scored as one, it would land between them
+            return self._skip(window), events
         if EMBEDDING not in window.observations:
             raise ValueError("the tracker needs the embedding feature in every window")
         vector = _unit(np.asarray(window.observations[EMBEDDING].values, dtype=np.float64))
@@ -257,10 +268,7 @@ class SpeakerTracker:
             return tracked, events
         short = seconds < self.settings.min_open_seconds
         if window.mixed or short or best_profile >= t.at(t.ambiguous, seconds):
-            self.skipped_seconds += seconds
-            source = window.stream.source
-            self.skipped_by_source[source] = self.skipped_by_source.get(source, 0.0) + seconds
-            return None, events
+            return self._skip(window), events
         if len(self.clusters) >= self.settings.max_unknown_tracks:
             oldest = min(self.clusters.values(), key=lambda c: c.last_seen)
             events.append(self._drop(oldest))
