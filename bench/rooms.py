@@ -411,6 +411,12 @@ def main(argv: Sequence[str] = ()) -> None:
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
+        "--no-narrow",
+        dest="narrow",
+        action="store_false",
+        help="members enrolled without the narrow-band copies (as before issue 29's variants)",
+    )
+    parser.add_argument(
         "--set", action="append", default=[], help="a daemon setting, as voxmeter run --set"
     )
     args = parser.parse_args(list(argv))
@@ -429,7 +435,7 @@ def main(argv: Sequence[str] = ()) -> None:
         folder = Path(tmp)
         for backend in args.backends.split(","):
             speakers = held_out_speakers(backend)
-            db = template_db(backend, folder, speakers, ["embedding"])
+            db = template_db(backend, folder, speakers, ["embedding"], narrow=args.narrow)
             corpus = scan_corpus(CORPUS)
             speech = {
                 s: [trimmed(u.path) for u in corpus.utterances_of(s)[TEMPLATE_UTTERANCES:]]

@@ -72,6 +72,9 @@ class AudioFrame:
     stream_end: bool = False
     """The stream ends after this frame (its connection closed): the daemon closes its turn and
     forgets its state. May be empty."""
+    source_rate_hz: int = RATE_HZ
+    """The rate the source delivered before resampling: at most 8 kHz is a narrow-band device
+    (:mod:`monitor.audio.band`), tracked and scored against the narrow-band templates."""
 
     @property
     def duration_seconds(self) -> float:

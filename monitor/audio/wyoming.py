@@ -145,6 +145,7 @@ class WyomingDecoder:
     def __init__(self) -> None:
         self._format: tuple[int, int, int] | None = None
         self._resample: Resampler | None = None
+        self.source_rate_hz = RATE_HZ  # of the last chunk (kept through a flush: its tail)
 
     def flush(self) -> np.ndarray:
         """The resampler's last samples; the next chunk starts a new stream."""
@@ -169,6 +170,7 @@ class WyomingDecoder:
         if fmt != self._format:
             tail = self.flush()
             self._format, self._resample = fmt, Resampler(fmt[0])
+            self.source_rate_hz = fmt[0]
         assert self._resample is not None
         return np.concatenate([tail, self._resample(pcm)])
 
@@ -260,7 +262,10 @@ class FrameDecoder:
         return [*rest, self._frame(np.zeros(0, dtype=np.int16), stream_end=True)]
 
     def _frame(self, samples: np.ndarray, **marks: bool) -> AudioFrame:
-        return AudioFrame(samples, self._emitted / RATE_HZ, stream=self.stream, **marks)
+        rate = self.decoder.source_rate_hz
+        return AudioFrame(
+            samples, self._emitted / RATE_HZ, stream=self.stream, source_rate_hz=rate, **marks
+        )
 
 
 async def decode_frames(

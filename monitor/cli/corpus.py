@@ -70,6 +70,15 @@ def enroll_command(
     embedding: EmbeddingOption = None,
     protect: EnrolProtectOption = None,
     protect_alpha: ProtectAlphaOption = "0.5,0.9",
+    narrow: Annotated[
+        bool,
+        typer.Option(
+            "--narrow/--no-narrow",
+            help="Also store each speaker's narrow-band embedding template (the same files as "
+            "an 8 kHz device delivers them): the daemon tracks and scores 8 kHz sources "
+            "against it.",
+        ),
+    ] = True,
 ) -> None:
     """Build one template per speaker and feature from a corpus (replacing old templates)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -118,6 +127,7 @@ def enroll_command(
                     progress=progress,
                     min_speech_seconds=min_speech,
                     protect=lazy_alpha,
+                    narrow=narrow,
                 )
     _print_enrolment(report, path, utterances, seconds)
 

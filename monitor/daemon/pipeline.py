@@ -53,6 +53,7 @@ from monitor.daemon.evidence import TrackEvidence, TrackScorer, WindowFeatures
 from monitor.daemon.exporters.mqtt import topics_for
 from monitor.daemon.ledger import LedgerWriter, expired_on_restart, restored_track
 from monitor.daemon.measuring import MeasuringSupervisor, leaves
+from monitor.daemon.narrow import NarrowCopies
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
 from monitor.daemon.shedding import LoadShedder, measuring_executor
@@ -107,6 +108,7 @@ class Pipeline(PipelineStages):
         scorer: Scorer,
         features: Mapping[str, Feature],
         profiles: Sequence[Any] = (),
+        narrow: NarrowCopies | None = None,  # narrow-band copies (build.py loads them)
         exporters: Sequence[Exporter] = (),
         device_id: str = "",
         vad: Callable[[], FrameVad] | None = None,  # a detector per stream (tests)
@@ -142,10 +144,13 @@ class Pipeline(PipelineStages):
             profiles,
             tracker_settings(config),
             thresholds=thresholds,
+            narrow=narrow,
             clock=clock,
             wall_clock=wall_clock,
         )
-        self.track_scorer = TrackScorer(scorer, self.features, config.budget.figure)
+        self.track_scorer = TrackScorer(
+            scorer, self.features, config.budget.figure, narrow.scorer if narrow else None
+        )
         self.budget = BudgetMachine(config.budget)
         self.ledger = LedgerWriter(
             store,

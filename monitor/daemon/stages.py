@@ -157,7 +157,8 @@ class PipelineStages:
                 self.streams.closed(state)
                 closed_at = (self.clock(), self.wall_clock())
                 self.shedder.window_closed(closed_at[0])
-                await out.put(ClosedWindow(index, piece, *closed_at, stream=state.key))
+                rate = state.source_rate_hz
+                await out.put(ClosedWindow(index, piece, *closed_at, state.key, rate))
 
     async def _split(
         self,
@@ -242,6 +243,7 @@ class PipelineStages:
                     closed_unix=item.closed_unix,
                     feature_seconds=spent,
                     stream=item.stream,
+                    source_rate_hz=item.source_rate_hz,
                 )
             )
 
