@@ -417,6 +417,12 @@ def main(argv: Sequence[str] = ()) -> None:
         help="members enrolled without the narrow-band copies (as before issue 29's variants)",
     )
     parser.add_argument(
+        "--no-room",
+        dest="room",
+        action="store_false",
+        help="members enrolled without the far-field copies (as before issue 29's variants)",
+    )
+    parser.add_argument(
         "--set", action="append", default=[], help="a daemon setting, as voxmeter run --set"
     )
     args = parser.parse_args(list(argv))
@@ -435,7 +441,9 @@ def main(argv: Sequence[str] = ()) -> None:
         folder = Path(tmp)
         for backend in args.backends.split(","):
             speakers = held_out_speakers(backend)
-            db = template_db(backend, folder, speakers, ["embedding"], narrow=args.narrow)
+            db = template_db(
+                backend, folder, speakers, ["embedding"], narrow=args.narrow, room=args.room
+            )
             corpus = scan_corpus(CORPUS)
             speech = {
                 s: [trimmed(u.path) for u in corpus.utterances_of(s)[TEMPLATE_UTTERANCES:]]

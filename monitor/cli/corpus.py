@@ -12,8 +12,10 @@ import typer
 
 from monitor.cli.audit_options import (
     EnrolProtectOption,
+    NarrowOption,
     ProtectAlphaOption,
     ProtectOption,
+    RoomOption,
     WerUtterancesOption,
 )
 from monitor.cli.common import (
@@ -70,15 +72,8 @@ def enroll_command(
     embedding: EmbeddingOption = None,
     protect: EnrolProtectOption = None,
     protect_alpha: ProtectAlphaOption = "0.5,0.9",
-    narrow: Annotated[
-        bool,
-        typer.Option(
-            "--narrow/--no-narrow",
-            help="Also store each speaker's narrow-band embedding template (the same files as "
-            "an 8 kHz device delivers them): the daemon tracks and scores 8 kHz sources "
-            "against it.",
-        ),
-    ] = True,
+    narrow: NarrowOption = True,
+    room: RoomOption = True,
 ) -> None:
     """Build one template per speaker and feature from a corpus (replacing old templates)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -128,6 +123,7 @@ def enroll_command(
                     min_speech_seconds=min_speech,
                     protect=lazy_alpha,
                     narrow=narrow,
+                    room=room and local,
                 )
     _print_enrolment(report, path, utterances, seconds)
 

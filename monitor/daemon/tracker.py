@@ -137,8 +137,10 @@ class SpeakerTracker:
         self.profile_aliases = tuple(p.alias for p in profiles)
         self.profile_identities = {p.alias: p.identity_alias for p in profiles}
         self.profile_matrix = _unit_rows(profiles)
-        self.profiles = self._adapted(self.profile_matrix)
         self.narrow = narrow or NarrowCopies()
+        rooms = self.narrow.rooms_for(profiles)
+        variants = () if rooms is None else (_unit_rows(rooms),)
+        self.profiles = self._adapted(self.profile_matrix, variants)
         copies = self.narrow.profiles_for(profiles)
         wide = _Band(self.profile_matrix, self.profiles, self.thresholds)
         # without narrow profiles a narrow-band window is tracked exactly as a wide-band one
@@ -154,10 +156,18 @@ class SpeakerTracker:
         # per stream, the track of its last window (None: it had none); the newest streams
         self._previous: dict[StreamKey, str | None] = {}
 
-    def _adapted(self, matrix: npt.NDArray[np.float64]) -> AdaptedProfiles:
+    def _adapted(
+        self,
+        matrix: npt.NDArray[np.float64],
+        variants: Sequence[npt.NDArray[np.float64]] = (),
+    ) -> AdaptedProfiles:
         s = self.settings
         return AdaptedProfiles(
-            matrix, weight=s.adapt_weight, half_seconds=s.adapt_seconds, drift=s.adapt_drift
+            matrix,
+            weight=s.adapt_weight,
+            half_seconds=s.adapt_seconds,
+            drift=s.adapt_drift,
+            variants=variants,
         )
 
     def _band(self, window: FeatureWindow) -> _Band:

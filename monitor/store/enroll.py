@@ -336,16 +336,36 @@ def with_narrow(
     return _with_variant(enrolments, copies, narrow_name(), model)
 
 
+def with_room(
+    enrolments: list[Enrolment],
+    files: Mapping[str, Sequence[str]],
+    *,
+    jobs: int = 1,
+    scheduler: str | None = None,
+) -> list[Enrolment]:
+    """Each enrolment with the far-field template of its ``files`` added (the same files in
+    seeded synthetic rooms, :mod:`monitor.audio.reverb`): what ``enroll --local`` stores by
+    default for the tracker."""
+    from monitor.store.templates import current_model
+    from monitor.store.variants import room_model, room_name, room_templates
+
+    copies = room_templates(files, jobs=jobs, scheduler=scheduler)
+    model = room_model(current_model("embedding"))
+    return _with_variant(enrolments, copies, room_name(), model)
+
+
 def _with_variants(
     enrolments: list[Enrolment],
     enrolled: list[EnrolledSpeaker],
     *,
     alpha: Alpha | None,
     narrow: bool,
+    room: bool,
     jobs: int,
     scheduler: str | None,
 ) -> list[Enrolment]:
-    """The lazy-informed (``alpha``) and narrow-band (``narrow``) embedding templates added."""
+    """The lazy-informed (``alpha``), narrow-band (``narrow``) and far-field (``room``)
+    embedding templates added."""
     from monitor.store.templates import current_model
 
     files = {s.alias: s.files for s in enrolled}
@@ -357,6 +377,8 @@ def _with_variants(
         enrolments = _with_variant(enrolments, lazy, lazy_name(), f"{embedding}+mcadams({alpha})")
     if narrow:
         enrolments = with_narrow(enrolments, files, jobs=jobs, scheduler=scheduler)
+    if room:
+        enrolments = with_room(enrolments, files, jobs=jobs, scheduler=scheduler)
     return enrolments
 
 
@@ -375,6 +397,7 @@ def enroll_corpus(
     min_speech_seconds: float = MIN_SPEECH_SECONDS,
     protect: Alpha | None = None,
     narrow: bool = False,
+    room: bool = False,
 ) -> EnrolmentReport:
     """Enrol every speaker of ``corpus`` into ``store`` (replacing their old templates).
 
@@ -388,7 +411,9 @@ def enroll_corpus(
     (the same files anonymised by McAdams with this α, :mod:`monitor.store.lazy`). ``narrow``:
     also store each speaker's narrow-band embedding template (``embedding+narrow``: the same
     files as an 8 kHz device delivers them, :mod:`monitor.store.variants`), which the daemon
-    tracks and scores a narrow-band stream against.
+    tracks and scores a narrow-band stream against. ``room``: also store each speaker's
+    far-field template (``embedding+room``: the same files in synthetic reverberant rooms),
+    which the tracker matches a member's far-field windows with.
     """
     request = _Request.checked(features, utterances, seconds, local, min_speech_seconds)
     check_speaker_names(corpus)
@@ -411,10 +436,11 @@ def enroll_corpus(
             f"skipped{example})",
         )
     _warn_duplicates(enrolled, rounds.results)
-    if "embedding" in request.names and (protect is not None or narrow):
+    if "embedding" in request.names and (protect is not None or narrow or room):
         enrolments = _with_variants(
-            enrolments, enrolled, alpha=protect, narrow=narrow, jobs=jobs, scheduler=scheduler
-        )
+            enrolments, enrolled, alpha=protect, narrow=narrow, room=room, jobs=jobs,
+            scheduler=scheduler,
+        )  # fmt: skip
     store.bulk_replace_templates(enrolments)
     return EnrolmentReport(
         enrolled=tuple(enrolled),

@@ -23,7 +23,7 @@ from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
 from monitor.daemon.events import FeatureWindow
 from monitor.store.database import open_store
-from monitor.store.variants import narrow_name
+from monitor.store.variants import narrow_name, room_name
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow]
 
@@ -102,7 +102,9 @@ def test_an_8khz_member_meets_their_narrow_copy(
     members = _members(corpus_root)
     db = _enrol(corpus_root, members, tmp_path)
     with open_store(db) as store:
-        assert store.template_counts() == {"embedding": 3, narrow_name(): 3}
+        # --local: the far-field copies too (issue 29 item 2), each recorded with its model
+        assert store.template_counts() == {"embedding": 3, narrow_name(): 3, room_name(): 3}
+        assert store.template_model(room_name()) == store.template_model("embedding") + "+room"
         assert store.template_model(narrow_name()) == store.template_model("embedding") + "+narrow"
         aliases, wide = store.template_batch("embedding")
         narrow_aliases, narrow = store.template_batch(narrow_name())
