@@ -53,6 +53,7 @@ from monitor.daemon.scorer import score_track
 from monitor.features.base import FEATURE_NAMES, get_feature, set_embedding_backend
 from monitor.features.extract import FeatureCache, default_cache_dir, extract_many
 from monitor.store.database import open_store
+from monitor.store.enroll import with_narrow, with_room
 from monitor.store.templates import Enrolment
 
 RESULTS = RESULTS_DIR / "tracking.json"
@@ -112,9 +113,18 @@ def device_profile(paths: Sequence[Path], rate_hz: int) -> Any:
 
 
 def template_db(
-    backend: str, folder: Path, speakers: Sequence[str], features: Sequence[str]
+    backend: str,
+    folder: Path,
+    speakers: Sequence[str],
+    features: Sequence[str],
+    *,
+    narrow: bool = True,
+    room: bool = False,
 ) -> Path:
-    """Templates of every held-out speaker from their first utterances (the features cache)."""
+    """Templates of every held-out speaker from their first utterances (the features cache);
+    ``narrow``: with the narrow-band copies ``voxmeter enroll`` stores beside them; ``room``:
+    with the far-field copies ``voxmeter enroll --local`` stores for members (made for every
+    speaker here: any may be a household's member)."""
     set_embedding_backend(backend)
     corpus = scan_corpus(CORPUS)
     paths = {s: [u.path for u in corpus.utterances_of(s)] for s in speakers}
@@ -131,6 +141,11 @@ def template_db(
                 for name in features
             }
             enrolments.append(Enrolment(s, observations, {"source": "bench tracking"}))
+        files = {s: [str(p) for p in paths[s][:TEMPLATE_UTTERANCES]] for s in speakers}
+        if narrow and "embedding" in features:
+            enrolments = with_narrow(enrolments, files)
+        if room and "embedding" in features:
+            enrolments = with_room(enrolments, files)
         store.bulk_replace_templates(enrolments)
     return db
 

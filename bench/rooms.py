@@ -44,6 +44,7 @@ import soundfile as sf
 from scipy.signal import fftconvolve
 
 from bench.bench_tracking import (
+    MIXED_SHARE,
     SEED,
     TEMPLATE_UTTERANCES,
     Collector,
@@ -58,6 +59,9 @@ from bench.bench_tracking import (
 )
 from bench.common import CORPUS, RESULTS_DIR, write_results
 from bench.household import RATE_HZ, Stream, make_stream, trimmed
+from monitor.audio.frames import AudioFrame
+from monitor.audio.vad import WebRtcVad
+from monitor.audio.windows import SpeechWindow, Windower
 from monitor.corpus import scan_corpus
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.config import load_config
@@ -204,6 +208,29 @@ def in_room(
     return stream, facts
 
 
+def daemon_windows(path: Path) -> list[SpeechWindow]:
+    """The windows the daemon's VAD and windower cut from a 16 kHz file (default settings)."""
+    audio = load_config(None, []).audio
+    vad = WebRtcVad(audio.vad_aggressiveness, hangover_ms=audio.hangover_ms)
+    windower = Windower(
+        audio.window_seconds,
+        turn_pause_seconds=audio.turn_pause_seconds,
+        min_window_seconds=audio.min_window_seconds,
+        tail_seconds=audio.tail_seconds,
+    )
+    samples, rate = sf.read(path, dtype="int16")
+    assert rate == RATE_HZ
+    step = RATE_HZ // 10
+    out: list[SpeechWindow] = []
+    for at in range(0, samples.shape[0], step):
+        for chunk in vad.process(AudioFrame(samples[at : at + step], at / RATE_HZ)):
+            out += windower.process(chunk)
+    for chunk in vad.flush():
+        out += windower.process(chunk)
+    out += windower.close_turn(audio.min_window_seconds)
+    return [w for w in out if w.speech_seconds >= audio.min_window_seconds]
+
+
 def run_stream(
     db: Path, stream: Stream, backend: str, folder: Path, overrides: Sequence[str]
 ) -> dict[str, Any]:
@@ -252,7 +279,8 @@ def run_stream(
         unattributed = pipeline.tracker.skipped_seconds
     work.unlink()
     run = score_stream(stream, recorded, merges, collector.last, oracle, cpu)
-    run["room"] = room_measures(stream, recorded, merges) | {
+    shows = (config.tracker.show_seconds, config.tracker.show_windows)
+    run["room"] = room_measures(stream, recorded, merges, shows) | {
         "unattributed_seconds": unattributed,
         "audio_seconds": stream.seconds,
     }
@@ -260,20 +288,42 @@ def run_stream(
 
 
 def room_measures(
-    stream: Stream, recorded: Sequence[Recorded], merges: dict[str, str]
+    stream: Stream,
+    recorded: Sequence[Recorded],
+    merges: dict[str, str],
+    shows: tuple[float, int] = (0.0, 1),
 ) -> dict[str, Any]:
-    """Background windows (no household speech in them) and the unknown tracks they own."""
+    """Background windows (no household speech in them) and the unknown tracks they own;
+    windows holding two voices that were given to a track anyway (``mixed_attributed``) and
+    those refused as inconsistent; the unknown tracks Home Assistant would show (``shows``:
+    ``[tracker] show_seconds`` and ``show_windows``, merged fragments pooled into their
+    survivor), per owner."""
     owners: dict[str, Counter[str]] = defaultdict(Counter)
-    background = 0
+    held: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    background = mixed_attributed = inconsistent = inconsistent_mixed = 0
     for r in recorded:
-        who, _ = _majority(stream, r.window)
+        who, second = _majority(stream, r.window)
         background += who is None
         track = _final(r.track, merges)
+        mixed = second >= MIXED_SHARE
+        mixed_attributed += mixed and track is not None
+        inconsistent += r.window.inconsistent
+        inconsistent_mixed += r.window.inconsistent and mixed
         if track is not None and track.startswith("unknown-"):
             owners[track][who or ""] += 1
-    phantom = sum(1 for c in owners.values() if c.most_common(1)[0][0] == "")
+            held[track][0] += r.window.speech_seconds
+            held[track][1] += 1
+    shown = {t for t, (seconds, windows) in held.items() if seconds >= shows[0]
+             and windows >= shows[1]}  # fmt: skip
+    strangers = set(stream.household.strangers)
+    owner = {t: c.most_common(1)[0][0] for t, c in owners.items()}
     return {"background_windows": background, "unknown_tracks": len(owners),
-            "phantom_tracks": phantom}  # fmt: skip
+            "phantom_tracks": sum(1 for o in owner.values() if o == ""),
+            "shown_tracks": len(shown),
+            "shown_phantom_tracks": sum(1 for t in shown if owner[t] == ""),
+            "shown_stranger_tracks": sum(1 for t in shown if owner[t] in strangers),
+            "mixed_attributed": mixed_attributed, "inconsistent_windows": inconsistent,
+            "inconsistent_mixed": inconsistent_mixed}  # fmt: skip
 
 
 def summarise_condition(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -284,6 +334,14 @@ def summarise_condition(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     summary |= {
         "background_windows": sum(r["background_windows"] for r in rooms),
         "phantom_tracks": sum(r["phantom_tracks"] for r in rooms),
+        "shown_phantom_tracks": sum(r.get("shown_phantom_tracks", 0) for r in rooms),
+        "shown_tracks_per_stranger": sum(r.get("shown_stranger_tracks", 0) for r in rooms)
+        / max(strangers, 1),
+        "mixed_attributed": sum(r.get("mixed_attributed", 0) for r in rooms)
+        / max(summary["windows"], 1),
+        "inconsistent_windows": sum(r.get("inconsistent_windows", 0) for r in rooms)
+        / max(summary["windows"], 1),
+        "inconsistent_mixed": sum(r.get("inconsistent_mixed", 0) for r in rooms),
         "unknown_tracks_per_stranger": sum(r["unknown_tracks"] for r in rooms) / max(strangers, 1),
         "unattributed_share": sum(r["unattributed_seconds"] for r in rooms) / max(audio, 1e-9),
         "cpu_per_audio_second": summary["cpu_seconds"] / max(audio, 1e-9),
@@ -309,13 +367,19 @@ def table(results: dict[str, Any]) -> str:
         ("streams × audio minutes", lambda s: f"{s['streams']} × {s['audio_minutes']:.1f}"),
         ("windows", lambda s: f"{s['windows']}"),
         ("windows mixing two voices (tv: ≤ 3 %)", pct("mixed_windows")),
+        ("… of them given to a track, of all windows", pct("mixed_attributed")),
+        ("windows refused as inconsistent (of them mixing two voices)", lambda s: (
+            f"{100 * s['inconsistent_windows']:.1f} % ({s['inconsistent_mixed']})")),
         ("windows given to no track", pct("skipped_windows")),
         ("member windows to the right member (tv, 8k: ≥ 95 %)", pct("member_right")),
         ("stranger windows to a member (tv, 8k: ≤ 0.5 %)", pct("stranger_to_member")),
         ("tracks per stranger (tv: ≤ 1.2)", lambda s: f"{s['tracks_per_stranger']:.2f}"),
         ("unknown tracks opened per stranger", lambda s: f"{s['unknown_tracks_per_stranger']:.2f}"),
-        ("windows of background only / phantom tracks",
-         lambda s: f"{s['background_windows']} / {s['phantom_tracks']}"),
+        ("unknown tracks shown in Home Assistant per stranger",
+         lambda s: f"{s['shown_tracks_per_stranger']:.2f}"),
+        ("windows of background only / phantom tracks / of them shown",
+         lambda s: (f"{s['background_windows']} / {s['phantom_tracks']} / "
+                    f"{s['shown_phantom_tracks']}")),
         ("purity", pct("purity")),
         ("coverage", pct("coverage")),
         ("DER", pct("der")),
@@ -347,6 +411,18 @@ def main(argv: Sequence[str] = ()) -> None:
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
+        "--no-narrow",
+        dest="narrow",
+        action="store_false",
+        help="members enrolled without the narrow-band copies (as before issue 29's variants)",
+    )
+    parser.add_argument(
+        "--no-room",
+        dest="room",
+        action="store_false",
+        help="members enrolled without the far-field copies (as before issue 29's variants)",
+    )
+    parser.add_argument(
         "--set", action="append", default=[], help="a daemon setting, as voxmeter run --set"
     )
     args = parser.parse_args(list(argv))
@@ -365,7 +441,9 @@ def main(argv: Sequence[str] = ()) -> None:
         folder = Path(tmp)
         for backend in args.backends.split(","):
             speakers = held_out_speakers(backend)
-            db = template_db(backend, folder, speakers, ["embedding"])
+            db = template_db(
+                backend, folder, speakers, ["embedding"], narrow=args.narrow, room=args.room
+            )
             corpus = scan_corpus(CORPUS)
             speech = {
                 s: [trimmed(u.path) for u in corpus.utterances_of(s)[TEMPLATE_UTTERANCES:]]

@@ -265,4 +265,4 @@ class FileSource:
                         await self._sleep(ahead)
                 emitted += samples.shape[0]
                 self.stats.frames_total += 1
-                yield AudioFrame(samples, start)
+                yield AudioFrame(samples, start, source_rate_hz=rate)

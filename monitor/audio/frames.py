@@ -75,6 +75,9 @@ class AudioFrame:
     protect_alpha: float | None = None
     """The relay sent this frame's utterance upstream anonymised by McAdams with this α (the
     Wyoming ``audio-start``'s ``voxmeter_protect``); None: passed clear, or not a relay."""
+    source_rate_hz: int = RATE_HZ
+    """The rate the source delivered before resampling: at most 8 kHz is a narrow-band device
+    (:mod:`monitor.audio.band`), tracked and scored against the narrow-band templates."""
 
     @property
     def duration_seconds(self) -> float:

@@ -198,7 +198,7 @@ class MicrophoneSource:
         samples = self._resample(block)
         if samples.shape[0] == 0:
             return
-        frame = AudioFrame(samples, self._next_start)
+        frame = AudioFrame(samples, self._next_start, source_rate_hz=self._resample.rate_hz)
         self._next_start += frame.duration_seconds
         if len(self._queue) >= self._queue_frames:
             self.stats.dropped_seconds += self._queue.popleft().duration_seconds

@@ -79,7 +79,7 @@ class StdinSource:
                 samples = resample(pcm, last=last)
                 if samples.shape[0]:
                     self.stats.frames_total += 1
-                    yield AudioFrame(samples, emitted / RATE_HZ)
+                    yield AudioFrame(samples, emitted / RATE_HZ, source_rate_hz=self.rate_hz)
                     emitted += samples.shape[0]
                 if last:
                     break

@@ -44,6 +44,9 @@ class SpeechWindow:
     received: np.ndarray | None = None
     """float32, shape (n,): the window as the upstream received it when every piece of it was
     anonymised (:attr:`SpeechChunk.received`); None otherwise."""
+    inconsistent: bool = False
+    """True when the window's parts disagree more than one voice's do (another voice, a
+    television, in part of it; :mod:`monitor.daemon.consistency`): it is given to no one."""
 
 
 class Windower:

@@ -146,6 +146,7 @@ class WyomingDecoder:
     def __init__(self) -> None:
         self._format: tuple[int, int, int] | None = None
         self._resample: Resampler | None = None
+        self.source_rate_hz = RATE_HZ  # of the last chunk (kept through a flush: its tail)
 
     def flush(self) -> np.ndarray:
         """The resampler's last samples; the next chunk starts a new stream."""
@@ -170,6 +171,7 @@ class WyomingDecoder:
         if fmt != self._format:
             tail = self.flush()
             self._format, self._resample = fmt, Resampler(fmt[0])
+            self.source_rate_hz = fmt[0]
         assert self._resample is not None
         return np.concatenate([tail, self._resample(pcm)])
 
@@ -271,6 +273,7 @@ class FrameDecoder:
             self._emitted / RATE_HZ,
             stream=self.stream,
             protect_alpha=self._alpha,
+            source_rate_hz=self.decoder.source_rate_hz,
             **marks,
         )
 

@@ -37,6 +37,7 @@ from monitor.calibration.tracking import (
     cosine_statistics,
     crop_speakers,
     crop_trials,
+    narrow_statistics,
 )
 from monitor.corpus.speakers import (
     MIN_SPEECH_SECONDS,
@@ -224,8 +225,15 @@ def calibrate_corpus(
         )
     if "embedding" in features:
         tracking = cosine_statistics(loaded.speakers, crops, template_seconds=template_seconds)
+        narrow = narrow_statistics(
+            loaded.speakers,
+            _paths(loaded.root, split),
+            template_seconds=template_seconds,
+            cache_dir=cache_dir,
+        )
         calibration = CalibrationSet(
-            calibration.features, {**calibration.metadata, "tracking": tracking}
+            calibration.features,
+            {**calibration.metadata, "tracking": tracking, "tracking_narrow": narrow},
         )
     return calibration, skipped
 
@@ -240,8 +248,6 @@ def _crops(
 ) -> dict[str, Crops]:
     """Crops for the short buckets asked for (every feature) and the tracker's window lengths
     (the embedding), of every loaded utterance."""
-    from monitor.corpus.scan import scan_corpus
-
     lengths: dict[float, list[str]] = {}
     for seconds in SHORT_BUCKETS:
         if seconds in buckets:
@@ -254,14 +260,20 @@ def _crops(
     lengths = {k: v for k, v in lengths.items() if v}
     if not lengths:
         return {}
-    corpus = scan_corpus(loaded.root, split=split)
-    paths = {(u.speaker, u.path.stem): u.path for u in corpus.utterances}
+    paths = _paths(loaded.root, split)
 
     def note(done: int, total: int) -> None:
         if progress is not None and (done % 250 == 0 or done == total):
             progress(f"crops: {done}/{total} utterances")
 
     return crop_speakers(loaded.speakers, paths, lengths, cache_dir=cache_dir, progress=note)
+
+
+def _paths(root: str | Path, split: str | None) -> dict[tuple[str, str], Path]:
+    """(speaker, utterance stem) → audio file, for the crops."""
+    from monitor.corpus.scan import scan_corpus
+
+    return {(u.speaker, u.path.stem): u.path for u in scan_corpus(root, split=split).utterances}
 
 
 def _calibrate_loaded(

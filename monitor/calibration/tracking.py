@@ -12,14 +12,22 @@ cropped to its first ``L`` seconds of speech, each crop observed under every fea
   and the turn splitter take their thresholds from these quantiles
   (:func:`tracker_thresholds`), never from hand-set cosines.
 
+The same statistics are kept for a narrow-band device (``tracking_narrow``,
+:func:`narrow_statistics`): every utterance band-limited as an 8 kHz device delivers it
+(:func:`monitor.audio.band.band_limit`) before its crops are cut, and the templates pooled from
+the band-limited whole utterances, as ``voxmeter enroll`` makes the narrow-band copies. The
+daemon reads a narrow-band stream's thresholds off these.
+
 Crops are cached beside the feature cache (``crops/``), keyed like it by path, size and
-modification time, plus the length and the feature's version.
+modification time, plus the length, the band and the feature's version.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +49,9 @@ QUANTILES = np.round(np.concatenate([np.linspace(0, 0.05, 51), np.linspace(0.06,
                                      np.linspace(0.95, 1.0, 51)]), 4)  # fmt: skip
 """Levels stored: fine in both tails, where thresholds are read."""
 
+WHOLE = math.inf
+"""The crop length that stands for the whole utterance's speech (narrow-band templates)."""
+
 Crops = dict[float, dict[str, npt.NDArray[np.float64]]]
 """One speaker's crops: length → feature → (K, D) observations, rows in utterance order."""
 
@@ -52,12 +63,19 @@ def _crop_key(path: Path, seconds: float, slot: str) -> str:
 
 
 def crop_file(
-    path: Path, lengths: Mapping[float, Sequence[str]], cache_dir: Path | None
+    path: Path,
+    lengths: Mapping[float, Sequence[str]],
+    cache_dir: Path | None,
+    band: str = "wide",
 ) -> dict[float, dict[str, npt.NDArray[np.float64]]]:
-    """Observations of the first ``L`` s of speech of ``path`` for each length and feature."""
+    """Observations of the first ``L`` s of speech of ``path`` for each length and feature
+    (:data:`WHOLE`: all of it); ``band="narrow"``: of the file band-limited first."""
+    from monitor.audio.band import band_limit
     from monitor.audio.file import read_audio
     from monitor.audio.frames import RATE_HZ
     from monitor.audio.vad import speech_only
+
+    suffix = "" if band == "wide" else f"@{band}"
 
     speech: np.ndarray | None = None
     out: dict[float, dict[str, npt.NDArray[np.float64]]] = {}
@@ -67,13 +85,17 @@ def crop_file(
             feature = get_feature(name)
             entry = None
             if cache_dir is not None:
-                entry = cache_dir / f"{_crop_key(path, seconds, f'{name}@{feature.version}')}.json"
+                slot = f"{name}@{feature.version}{suffix}"
+                entry = cache_dir / f"{_crop_key(path, seconds, slot)}.json"
                 if entry.is_file():
                     out[seconds][name] = np.asarray(json.loads(entry.read_text()), dtype=float)
                     continue
             if speech is None:
-                speech = speech_only(read_audio(path)[0], RATE_HZ)
-            crop = speech[: round(seconds * RATE_HZ)]
+                audio = read_audio(path)[0]
+                if band == "narrow":
+                    audio = band_limit(audio, RATE_HZ).astype(np.float32)
+                speech = speech_only(audio, RATE_HZ)
+            crop = speech if math.isinf(seconds) else speech[: round(seconds * RATE_HZ)]
             try:
                 values = np.asarray(feature.observe(crop, RATE_HZ).values, dtype=np.float64)
             except ValueError:  # no voiced frame in a short crop: an empty observation
@@ -92,6 +114,7 @@ def crop_speakers(
     *,
     cache_dir: str | os.PathLike[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    band: str = "wide",
 ) -> dict[str, Crops]:
     """Crops of every utterance of every speaker; ``paths`` maps (alias, stem) → audio file."""
     folder = None if cache_dir is None else Path(cache_dir) / "crops"
@@ -101,7 +124,7 @@ def crop_speakers(
     for speaker in speakers:
         rows = []
         for stem in speaker.utterances:
-            rows.append(crop_file(paths[(speaker.alias, stem)], lengths, folder))
+            rows.append(crop_file(paths[(speaker.alias, stem)], lengths, folder, band))
             done += 1
             if progress is not None:
                 progress(done, total)
@@ -190,6 +213,32 @@ def cosine_statistics(
             "pairs": {"profile": int(S.size), "window_same": int(same.sum())},
         }
     return {"quantiles": [float(q) for q in QUANTILES], "lengths": lengths}
+
+
+def narrow_statistics(
+    speakers: Sequence[SpeakerUtterances],
+    paths: Mapping[tuple[str, str], Path],
+    *,
+    template_seconds: float | None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """:func:`cosine_statistics` of a narrow-band device: crops of the band-limited
+    utterances against templates pooled from the band-limited whole utterances (module doc)."""
+    lengths: dict[float, list[str]] = {s: ["embedding"] for s in (*TRACKING_LENGTHS, WHOLE)}
+    crops = crop_speakers(
+        speakers, paths, lengths, cache_dir=cache_dir, progress=progress, band="narrow"
+    )
+    narrow = [
+        dataclasses.replace(
+            s,
+            values={"embedding": crops[s.alias][WHOLE]["embedding"]},
+            weights={"embedding": np.asarray(s.weights["embedding"], dtype=np.float64)},
+        )
+        for s in speakers
+    ]
+    stats = cosine_statistics(narrow, crops, template_seconds=template_seconds)
+    return stats | {"band": "narrow, 8 kHz device (scipy resample_poly 16k→8k→16k)"}
 
 
 @dataclass(frozen=True)

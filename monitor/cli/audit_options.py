@@ -34,6 +34,22 @@ EnrolProtectOption = Annotated[
         "anonymised by this method (mcadams).",
     ),
 ]
+NarrowOption = Annotated[
+    bool,
+    typer.Option(
+        "--narrow/--no-narrow",
+        help="Also store each speaker's narrow-band embedding template (the same files as an "
+        "8 kHz device delivers them): the daemon tracks and scores 8 kHz sources against it.",
+    ),
+]
+RoomOption = Annotated[
+    bool,
+    typer.Option(
+        "--room/--no-room",
+        help="With --local: also store each member's far-field embedding template (the same "
+        "files in synthetic reverberant rooms): the tracker meets them across a room with it.",
+    ),
+]
 ProtectAlphaOption = Annotated[
     str, typer.Option("--protect-alpha", help="McAdams α: fixed (0.8) or drawn per utterance.")
 ]

@@ -12,8 +12,10 @@ import typer
 
 from monitor.cli.audit_options import (
     EnrolProtectOption,
+    NarrowOption,
     ProtectAlphaOption,
     ProtectOption,
+    RoomOption,
     WerUtterancesOption,
 )
 from monitor.cli.common import (
@@ -70,6 +72,8 @@ def enroll_command(
     embedding: EmbeddingOption = None,
     protect: EnrolProtectOption = None,
     protect_alpha: ProtectAlphaOption = "0.5,0.9",
+    narrow: NarrowOption = True,
+    room: RoomOption = True,
 ) -> None:
     """Build one template per speaker and feature from a corpus (replacing old templates)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -118,6 +122,8 @@ def enroll_command(
                     progress=progress,
                     min_speech_seconds=min_speech,
                     protect=lazy_alpha,
+                    narrow=narrow,
+                    room=room and local,
                 )
     _print_enrolment(report, path, utterances, seconds)
 

@@ -18,9 +18,15 @@ Three bounds keep it theirs (the tracker decides which windows teach, see
 - the adapted profile never falls below cosine ``drift`` to the enrolled one.
 
 The adapted profiles live in memory: a restart starts from the enrolment again.
+
+Fixed *variants* made at enrolment (the far-field copy: the member's files in synthetic rooms,
+:mod:`monitor.audio.reverb`) are matched the same way, the nearest of all counting; they never
+learn, and only the enrolled profile decides what teaches.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -43,9 +49,13 @@ class AdaptedProfiles:
         weight: float,
         half_seconds: float,
         drift: float,
+        variants: Sequence[npt.NDArray[np.float64]] = (),
     ) -> None:
         self.enrolled = enrolled
         self.adapted = enrolled.copy()
+        # (V, P, D) unit rows, each member's fixed variants (a member without one: enrolled)
+        empty = np.zeros((0, *enrolled.shape))
+        self.variants = np.stack(list(variants)) if len(variants) else empty
         self.weight = weight
         self.half_seconds = half_seconds
         self.drift = drift
@@ -53,10 +63,14 @@ class AdaptedProfiles:
         self.seconds = np.zeros(enrolled.shape[0])  # speech that taught each profile
 
     def cosines(self, vector: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """(P,) cosine of the unit ``vector`` to each member: the nearer of the two profiles."""
+        """(P,) cosine of the unit ``vector`` to each member: the nearest of the enrolled, the
+        adapted profile and the member's fixed variants."""
         if self.enrolled.shape[0] == 0:
             return np.zeros(0)
-        return np.maximum(self.enrolled @ vector, self.adapted @ vector)
+        nearest = np.maximum(self.enrolled @ vector, self.adapted @ vector)
+        if self.variants.shape[0]:
+            nearest = np.maximum(nearest, (self.variants @ vector).max(axis=0))
+        return nearest
 
     def learn(self, k: int, vector: npt.NDArray[np.float64], seconds: float) -> None:
         """Member ``k``'s adapted profile after a confidently attributed window (unit

@@ -17,12 +17,13 @@ from monitor.audio.frames import AudioSource
 from monitor.audio.microphone import MicrophoneSource
 from monitor.audio.spec import Retry, open_sources
 from monitor.calibration.buckets import CalibrationSet, load_default
-from monitor.daemon.config import source_specs
+from monitor.daemon.config import source_specs, tracker_thresholds_for
 from monitor.daemon.events import Exporter
 from monitor.daemon.exporters import build_exporters
 from monitor.daemon.exporters.log import LogExporter
 from monitor.daemon.lock import DaemonLock
 from monitor.daemon.logs import configure_logging
+from monitor.daemon.narrow import load_narrow
 from monitor.daemon.pipeline import EXIT_DEADLINE_SECONDS, ExitWatchdog, Pipeline, RunSummary
 from monitor.daemon.protection import protection_for
 from monitor.daemon.scorer import Scorer
@@ -137,6 +138,9 @@ def build_pipeline(
     features = {name: get_feature(name) for name in config.features.enabled}
     scorer = load_scorer(config, store, features)
     profiles = [p for p in store.local_profiles() if p.identity_alias in scorer.index]
+    narrow = load_narrow(
+        store, scorer, features, tracker_thresholds_for(config, scorer.calibration, "narrow")
+    )
     if exporters is None:
         exporters = daemon_exporters(config, store, device_id)
     exporters = [*exporters, *protection_for(config, source, exporters, device_id)]
@@ -147,6 +151,7 @@ def build_pipeline(
         scorer=scorer,
         features=features,
         profiles=profiles,
+        narrow=narrow,
         exporters=exporters,
         device_id=device_id,
         clock=clock,

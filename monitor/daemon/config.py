@@ -200,10 +200,14 @@ def documented_defaults() -> dict[str, dict[str, tuple[Any, str]]]:
     }
 
 
-def tracker_thresholds_for(config: Config, calibration: Any) -> TrackerThresholds | None:
+def tracker_thresholds_for(
+    config: Config, calibration: Any, band: str = "wide"
+) -> TrackerThresholds | None:
     """Thresholds fitted on the calibration's cosine distributions at the configured error
-    rates, or None (a calibration without them: the fixed :data:`TRACKER_THRESHOLDS`)."""
-    tracking = getattr(calibration, "metadata", {}).get("tracking")
+    rates, or None (a calibration without them: the fixed :data:`TRACKER_THRESHOLDS`).
+    ``band="narrow"``: the distributions measured on band-limited crops (``tracking_narrow``)."""
+    key = "tracking_narrow" if band == "narrow" else "tracking"
+    tracking = getattr(calibration, "metadata", {}).get(key)
     t = config.tracker
     if not tracking:
         return None

@@ -27,7 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from monitor.audio.frames import ONE_STREAM, StreamKey
+from monitor.audio.band import Band, band_of
+from monitor.audio.frames import ONE_STREAM, RATE_HZ, StreamKey
 
 # The figure record and its parts (monitor/daemon/figures.py) and the vocabulary are
 # re-exported: exporters read the whole protocol from this one module.
@@ -57,6 +58,7 @@ class ClosedWindow:
     closed_monotonic: float  # start of the latency clock
     closed_unix: float  # the same instant, wall clock
     stream: StreamKey = ONE_STREAM  # the stream (named source, connection) it was cut from
+    source_rate_hz: int = RATE_HZ  # the rate its source delivered (≤ 8 kHz: narrow band)
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,16 @@ class FeatureWindow:
     feature_seconds: float  # CPU wall time spent extracting the features
     mixed: bool = False  # may hold two voices (monitor.daemon.turns): never opens a track
     continues: bool = False  # follows the previous window within one turn (same voice, likely)
+    inconsistent: bool = False  # its parts are not one voice (monitor.daemon.consistency): no one's
     stream: StreamKey = ONE_STREAM  # the stream it was cut from (``continues`` is within it)
     received_embedding: Observation | None = None  # of what a protected upstream received
+    source_rate_hz: int = RATE_HZ  # the rate its source delivered (≤ 8 kHz: narrow band)
+
+    @property
+    def band(self) -> Band:
+        """``narrow`` from a source of at most 8 kHz: tracked and scored against the
+        narrow-band copies of profiles and templates (:mod:`monitor.audio.band`)."""
+        return band_of(self.source_rate_hz)
 
 
 @dataclass(frozen=True)

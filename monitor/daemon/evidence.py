@@ -77,8 +77,15 @@ class ScoredWindow:
 class TrackScorer:
     """Pools each track's windows and scores the pooled evidence (runs in the executor)."""
 
-    def __init__(self, scorer: Scorer, features: Mapping[str, Feature], measure: FigureKey) -> None:
+    def __init__(
+        self,
+        scorer: Scorer,
+        features: Mapping[str, Feature],
+        measure: FigureKey,
+        narrow: Scorer | None = None,
+    ) -> None:
         self.scorer = scorer
+        self.narrow = narrow  # the narrow-band templates, for windows from ≤ 8 kHz sources
         self.features = dict(features)
         self.measure = (measure.feature, measure.measure)
         self.tracks: dict[str, TrackEvidence] = {}
@@ -105,8 +112,9 @@ class TrackScorer:
             for name, feature in self.features.items()
         }
         speech = old.speech_seconds + window.speech_seconds
+        narrow = window.band == "narrow" and self.narrow is not None
         score = score_track(
-            self.scorer,
+            self.narrow if narrow and self.narrow is not None else self.scorer,
             identity=tracked.identity,
             pooled=pooled,
             pooled_seconds=speech,

@@ -159,7 +159,7 @@ class IncrementalWindows:
     def split(self, window: SpeechWindow) -> list[SpeechWindow]:
         """``window`` (just closed, not yet taken) cut at changes of speaker, on this thread."""
         assert self.turns is not None, "no turn splitter"
-        if self.turns.parts(window) < 2:
+        if not self.turns.wants(window):
             return [window]
         started = time.thread_time()
         try:

@@ -40,6 +40,7 @@ from monitor.audio.frames import AudioSource
 from monitor.audio.vad import FrameVad
 from monitor.daemon.budget import BudgetMachine, period_start
 from monitor.daemon.config import tracker_settings, tracker_thresholds_for
+from monitor.daemon.consistency import load_consistency
 from monitor.daemon.events import (
     DaemonEvent,
     DaemonStarted,
@@ -52,6 +53,7 @@ from monitor.daemon.evidence import TrackEvidence, WindowFeatures
 from monitor.daemon.exporters.mqtt import topics_for
 from monitor.daemon.ledger import LedgerWriter, expired_on_restart, restored_track
 from monitor.daemon.measuring import MeasuringSupervisor, leaves
+from monitor.daemon.narrow import NarrowCopies
 from monitor.daemon.received import track_scorer_for
 from monitor.daemon.scorer import Scorer
 from monitor.daemon.settings import Config
@@ -107,6 +109,7 @@ class Pipeline(PipelineStages):
         scorer: Scorer,
         features: Mapping[str, Feature],
         profiles: Sequence[Any] = (),
+        narrow: NarrowCopies | None = None,  # narrow-band copies (build.py loads them)
         exporters: Sequence[Exporter] = (),
         device_id: str = "",
         vad: Callable[[], FrameVad] | None = None,  # a detector per stream (tests)
@@ -125,7 +128,9 @@ class Pipeline(PipelineStages):
         self.window_features = WindowFeatures(self.features)
         thresholds = tracker_thresholds_for(config, scorer.calibration)
         self.turns = TurnSplitter(
-            self._embed, change_cosine=thresholds.change if thresholds else -1.0
+            self._embed,
+            change_cosine=thresholds.change if thresholds else -1.0,
+            consistency=load_consistency(config.tracker.false_inconsistent_rate),
         )
         live = getattr(source, "realtime", True)  # a fast file replay has no clock to lag
         self.shedder = LoadShedder(
@@ -140,11 +145,17 @@ class Pipeline(PipelineStages):
             profiles,
             tracker_settings(config),
             thresholds=thresholds,
+            narrow=narrow,
             clock=clock,
             wall_clock=wall_clock,
         )
         self.track_scorer = track_scorer_for(
-            config.protect.mode != "off", store, scorer, self.features, config.budget.figure
+            config.protect.mode != "off",
+            store,
+            scorer,
+            self.features,
+            config.budget.figure,
+            narrow.scorer if narrow else None,
         )
         self.budget = BudgetMachine(config.budget)
         self.ledger = LedgerWriter(

@@ -82,8 +82,9 @@ class ReceivedTrackScorer(TrackScorer):
         features: Mapping[str, Feature],
         measure: FigureKey,
         lazy: Scorer | None = None,
+        narrow: Scorer | None = None,
     ) -> None:
-        super().__init__(scorer, features, measure)
+        super().__init__(scorer, features, measure, narrow)
         self.attackers = {"ignorant": scorer, **({"lazy": lazy} if lazy is not None else {})}
         self.views: dict[str, _View] = {}
 
@@ -205,8 +206,11 @@ def track_scorer_for(
     scorer: Scorer,
     features: Mapping[str, Feature],
     measure: FigureKey,
+    narrow: Scorer | None = None,
 ) -> TrackScorer:
-    """The scorer stage's core: with protection on, one that also scores the received view."""
+    """The scorer stage's core: with protection on, one that also scores the received view;
+    ``narrow`` scores windows from narrow-band sources (the N narrow-band templates)."""
     if not protecting or EMBEDDING not in features:
-        return TrackScorer(scorer, features, measure)
-    return ReceivedTrackScorer(scorer, features, measure, lazy_scorer(store, scorer, features))
+        return TrackScorer(scorer, features, measure, narrow)
+    lazy = lazy_scorer(store, scorer, features)
+    return ReceivedTrackScorer(scorer, features, measure, lazy, narrow)

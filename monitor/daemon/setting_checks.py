@@ -43,6 +43,11 @@ def share(value: float) -> str | None:
     return None if 0 <= value < 1 else "must be in [0, 1)"
 
 
+def rare_rate(value: float) -> str | None:
+    """0 (off), or a rate the shipped quantiles cover: 0.001..0.1."""
+    return None if value == 0 or 0.001 <= value <= 0.1 else "must be 0 (off) or in 0.001..0.1"
+
+
 def window_length(value: float) -> str | None:
     """A window's audio is held until it closes, and a window shorter than half a second gives
     features next to nothing: 0.5..60 s (the calibration's buckets are 3, 6 and 12 s)."""

@@ -205,6 +205,12 @@ class TrackerSettings:
         "calibration",
         check.fraction,
     )
+    false_inconsistent_rate: float = setting(
+        0.01,
+        "share of one voice's windows (dry or reverberant) whose parts are taken to disagree: "
+        "such a window is given to no one, its seconds counted as unattributed; 0 = off",
+        check.rare_rate,
+    )
     merge_seconds: float = setting(
         6.0, "unknown-N tracks merge only when each holds this much speech", check.positive
     )
@@ -219,6 +225,15 @@ class TrackerSettings:
     )
     max_unknown_tracks: int = setting(
         16, "active unknown-N tracks kept (oldest expires)", check.positive
+    )
+    show_seconds: float = setting(
+        6.0,
+        "an unknown-N track appears in Home Assistant only once it holds this much speech "
+        "(its figures are in the ledger, MQTT and Prometheus from its first window)",
+        check.non_negative,
+    )
+    show_windows: int = setting(
+        2, "... and this many windows (merged fragments' included)", check.positive
     )
     adapt_weight: float = setting(
         0.3,

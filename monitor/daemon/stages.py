@@ -159,7 +159,8 @@ class PipelineStages:
                 self.streams.closed(state)
                 closed_at = (self.clock(), self.wall_clock())
                 self.shedder.window_closed(closed_at[0])
-                await out.put(ClosedWindow(index, piece, *closed_at, stream=state.key))
+                rate = state.source_rate_hz
+                await out.put(ClosedWindow(index, piece, *closed_at, state.key, rate))
 
     async def _split(
         self,
@@ -172,7 +173,7 @@ class PipelineStages:
         stream computed while it filled (on the feeder, after every chunk fed before it
         closed); parts are embedded only where the score is uncertain."""
         loop = asyncio.get_running_loop()
-        if not self.turns.active or self.turns.parts(window) < 2:
+        if not self.turns.wants(window):
             return [window]
         if self.shedder.sheds("turns"):  # lagging: the window is scored whole
             self.shedder.count("turns", window.speech_seconds)
@@ -242,12 +243,14 @@ class PipelineStages:
                     speech_seconds=window.speech_seconds,
                     mixed=window.mixed,
                     continues=window.continues,
+                    inconsistent=window.inconsistent,
                     observations=dict(zip(names, observations, strict=True)),
                     closed_monotonic=item.closed_monotonic,
                     closed_unix=item.closed_unix,
                     feature_seconds=spent,
                     stream=item.stream,
                     received_embedding=received_observation,
+                    source_rate_hz=item.source_rate_hz,
                 )
             )
 

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from monitor.audio.frames import AudioFrame, AudioSource, SourceStats, StreamKey
+from monitor.audio.frames import RATE_HZ, AudioFrame, AudioSource, SourceStats, StreamKey
 from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad
 from monitor.audio.windows import Windower
 from monitor.daemon.config import source_specs
@@ -52,6 +52,7 @@ class StreamState:
     audio_seconds: float = 0.0
     pending: int = 0  # windows closed and not yet taken by the features stage
     received: ReceivedAudio = field(default_factory=ReceivedAudio)  # protected utterances
+    source_rate_hz: int = RATE_HZ  # as its last frame with audio came from the source
 
     @property
     def speech_seconds(self) -> float:
@@ -117,6 +118,8 @@ class Streams:
             logger.debug("stream %s started", _name(key))
         state.seen_monotonic = now
         state.audio_seconds += frame.duration_seconds
+        if frame.samples.shape[0]:
+            state.source_rate_hz = frame.source_rate_hz
         return state
 
     def _refuse(self, key: StreamKey, totals: _Totals, frame: AudioFrame, now: float) -> None:

@@ -10,9 +10,11 @@ threshold (a track holding a template's worth of speech is held to the tighter `
 one, and one whose windows sit far tighter than that also to its own spread), or opens a new
 ``unknown-N``. Three windows never open a track: one that may hold two voices (``mixed``), one
 close enough to a profile that it may be the member (``ambiguous``) and one shorter than
-``min_open_seconds``; they are skipped (their seconds counted). An unknown track's centroid is
-the seconds-weighted mean of its windows (re-normalised, as features pool embeddings); when two
-tracks of enough speech come within the merge cosine, the smaller is merged into the larger
+``min_open_seconds``; they are skipped (their seconds counted). A window whose parts are not
+one voice (``inconsistent``, :mod:`monitor.daemon.consistency`) is given to no track at all.
+An unknown track's centroid is the seconds-weighted mean of its windows (re-normalised, as
+features pool embeddings); when two tracks of enough speech come within the merge cosine, the
+smaller is merged into the larger
 (:class:`TrackExpired` with ``merged_into``), so one voice's evidence pools in one track.
 Unknown tracks idle for ``track_idle_seconds`` expire; so does the least recently heard one when
 more than ``max_unknown_tracks`` exist. The clock is a constructor argument so tests drive
@@ -24,6 +26,12 @@ Members' profiles learn the room (:mod:`monitor.daemon.adaptation`): a window gi
 by their *enrolled* profile with ``adapt_margin`` to spare over the member threshold and over
 every other profile and unknown track teaches that member's adapted profile, and every window
 is matched against the nearer of a member's two profiles.
+
+A window from a narrow-band source (at most 8 kHz, :attr:`FeatureWindow.band`) is matched
+against the members' narrow-band profiles (made at enrolment from the same files band-limited,
+:mod:`monitor.store.variants`) with thresholds calibrated on band-limited crops; each band has
+its own adapted copies. A database without narrow copies tracks such a window against the
+wide-band profiles, with one warning (:class:`~monitor.daemon.narrow.NarrowCopies`).
 """
 
 from __future__ import annotations
@@ -39,10 +47,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from monitor.audio.band import Band
 from monitor.audio.frames import StreamKey
 from monitor.calibration.tracking import TrackerThresholds, fixed_thresholds
 from monitor.daemon.adaptation import AdaptedProfiles
 from monitor.daemon.events import FeatureWindow, TrackedWindow, TrackExpired
+from monitor.daemon.narrow import NarrowCopies
 from monitor.daemon.settings import TrackerSettings
 from monitor.store.templates import LocalProfile
 from monitor.vocabulary import TRACKING_FEATURE
@@ -89,6 +99,22 @@ class _Cluster:
         return mean - SPREAD_SIGMAS * spread - 0.05
 
 
+@dataclass
+class _Band:
+    """One band's view of the members: enrolled unit profiles, their adapted copies and the
+    thresholds calibrated on audio of that band."""
+
+    matrix: npt.NDArray[np.float64]  # (P, D) enrolled unit profiles
+    profiles: AdaptedProfiles
+    thresholds: TrackerThresholds
+
+
+def _unit_rows(profiles: Sequence[LocalProfile]) -> npt.NDArray[np.float64]:
+    if not profiles:
+        return np.zeros((0, 0))
+    return np.stack([_unit(p.embedding.values) for p in profiles])
+
+
 class SpeakerTracker:
     """Synchronous core of the tracker stage: ``process(window)`` → (assignment, events)."""
 
@@ -98,6 +124,7 @@ class SpeakerTracker:
         settings: TrackerSettings,
         *,
         thresholds: TrackerThresholds | None = None,
+        narrow: NarrowCopies | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -109,22 +136,47 @@ class SpeakerTracker:
         self.wall_clock = wall_clock
         self.profile_aliases = tuple(p.alias for p in profiles)
         self.profile_identities = {p.alias: p.identity_alias for p in profiles}
-        if profiles:
-            self.profile_matrix = np.stack([_unit(p.embedding.values) for p in profiles])
-        else:
-            self.profile_matrix = np.zeros((0, 0))
-        self.profiles = AdaptedProfiles(
-            self.profile_matrix,
-            weight=settings.adapt_weight,
-            half_seconds=settings.adapt_seconds,
-            drift=settings.adapt_drift,
-        )
+        self.profile_matrix = _unit_rows(profiles)
+        self.narrow = narrow or NarrowCopies()
+        rooms = self.narrow.rooms_for(profiles)
+        variants = () if rooms is None else (_unit_rows(rooms),)
+        self.profiles = self._adapted(self.profile_matrix, variants)
+        copies = self.narrow.profiles_for(profiles)
+        wide = _Band(self.profile_matrix, self.profiles, self.thresholds)
+        # without narrow profiles a narrow-band window is tracked exactly as a wide-band one
+        self.bands: dict[Band, _Band] = {"wide": wide, "narrow": wide}
+        if copies is not None:
+            matrix = _unit_rows(copies)
+            thresholds = self.narrow.thresholds or self.thresholds
+            self.bands["narrow"] = _Band(matrix, self._adapted(matrix), thresholds)
         self.clusters: dict[str, _Cluster] = {}
         self._numbers = itertools.count(1)
         self.skipped_seconds = 0.0  # speech of windows assigned to no track
         self.skipped_by_source: dict[str, float] = {}  # the same, per named source
         # per stream, the track of its last window (None: it had none); the newest streams
         self._previous: dict[StreamKey, str | None] = {}
+
+    def _adapted(
+        self,
+        matrix: npt.NDArray[np.float64],
+        variants: Sequence[npt.NDArray[np.float64]] = (),
+    ) -> AdaptedProfiles:
+        s = self.settings
+        return AdaptedProfiles(
+            matrix,
+            weight=s.adapt_weight,
+            half_seconds=s.adapt_seconds,
+            drift=s.adapt_drift,
+            variants=variants,
+        )
+
+    def _band(self, window: FeatureWindow) -> _Band:
+        """The profiles and thresholds of the window's band (one warning when a narrow-band
+        window meets a database without narrow copies)."""
+        band = window.band
+        if band == "narrow":
+            self.narrow.warn_once(window.stream.source, window.source_rate_hz)
+        return self.bands[band]
 
     def skip_numbers(self, used: Iterable[str]) -> None:
         """Never reuse an unknown-N name already in the ledger (after a restart)."""
@@ -167,13 +219,14 @@ class SpeakerTracker:
         window: FeatureWindow,
         vector: npt.NDArray[np.float64],
         profiles: npt.NDArray[np.float64],
+        t: TrackerThresholds,
     ) -> TrackedWindow | None:
         """A window that continues the last one's turn stays with its track unless it is as far
         from it as a voice's own windows rarely are, or nearer another profile or track."""
         track = self._previous.get(window.stream)
         if not window.continues or track is None:
             return None
-        needed = self.thresholds.staying(window.speech_seconds)
+        needed = t.staying(window.speech_seconds)
         if track in self.profile_identities:
             k = self.profile_aliases.index(track)
             cosine = float(profiles[k])
@@ -200,6 +253,7 @@ class SpeakerTracker:
         vector: npt.NDArray[np.float64],
         k: int,
         cosines: npt.NDArray[np.float64],
+        band: _Band,
     ) -> None:
         """Let member ``k``'s window teach their adapted profile when it is beyond doubt: one
         voice, long enough to open a track, accepted by the *enrolled* profile ``adapt_margin``
@@ -209,14 +263,14 @@ class SpeakerTracker:
         seconds = window.speech_seconds
         if window.mixed or seconds < self.settings.min_open_seconds:
             return
-        enrolled = float(self.profile_matrix[k] @ vector)
-        if enrolled < self.thresholds.at(self.thresholds.profile, seconds) + margin:
+        enrolled = float(band.matrix[k] @ vector)
+        if enrolled < band.thresholds.at(band.thresholds.profile, seconds) + margin:
             return
         others = np.delete(cosines, k)
         rival = max(float(others.max()) if others.size else -1.0, self._nearest_track(vector))
         if rival > float(cosines[k]) - margin:
             return
-        self.profiles.learn(k, vector, seconds)
+        band.profiles.learn(k, vector, seconds)
 
     def _nearest_track(self, vector: npt.NDArray[np.float64]) -> float:
         """The highest cosine of ``vector`` to any unknown track's centroid (−1 without one)."""
@@ -224,43 +278,50 @@ class SpeakerTracker:
             return -1.0
         return float(np.max(np.stack([c.centroid for c in self.clusters.values()]) @ vector))
 
+    def _skip(self, window: FeatureWindow) -> TrackedWindow | None:
+        """Count ``window``'s seconds as given to no one (per source); None, its track."""
+        seconds, source = window.speech_seconds, window.stream.source
+        self.skipped_seconds += seconds
+        self.skipped_by_source[source] = self.skipped_by_source.get(source, 0.0) + seconds
+        return None
+
     def _assign(self, window: FeatureWindow) -> tuple[TrackedWindow | None, list[TrackExpired]]:
         events = self.expire()
+        if window.inconsistent:  # not one voice: scored as one, it would land between them
+            return self._skip(window), events
         if EMBEDDING not in window.observations:
             raise ValueError("the tracker needs the embedding feature in every window")
         vector = _unit(np.asarray(window.observations[EMBEDDING].values, dtype=np.float64))
         seconds = window.speech_seconds
-        t = self.thresholds
+        band = self._band(window)
+        t = band.thresholds
         best_profile = -1.0
-        cosines = self.profiles.cosines(vector)
+        cosines = band.profiles.cosines(vector)
         if self.profile_aliases:
             best = int(np.argmax(cosines))
             best_profile = float(cosines[best])
             if best_profile >= t.at(t.profile, seconds):
                 alias = self.profile_aliases[best]
                 identity = self.profile_identities[alias]
-                self._teach(window, vector, best, cosines)
+                self._teach(window, vector, best, cosines, band)
                 return TrackedWindow(window, alias, "local", identity, best_profile, False), events
-        continued = self._continued(window, vector, cosines)
+        continued = self._continued(window, vector, cosines, t)
         if continued is not None:
             if continued.kind == "unknown":
-                survivor, merged = self._merge(self.clusters[continued.track])
+                survivor, merged = self._merge(self.clusters[continued.track], t)
                 events += merged
                 continued = dataclasses.replace(continued, track=survivor.track)
             return continued, events
-        joined = self._join(window, vector, seconds, best_profile)
+        joined = self._join(window, vector, seconds, best_profile, t)
         if joined is not None:
             cluster, cosine = joined
-            survivor, merged = self._merge(cluster)
+            survivor, merged = self._merge(cluster, t)
             events += merged
             tracked = TrackedWindow(window, survivor.track, "unknown", None, cosine, False)
             return tracked, events
         short = seconds < self.settings.min_open_seconds
         if window.mixed or short or best_profile >= t.at(t.ambiguous, seconds):
-            self.skipped_seconds += seconds
-            source = window.stream.source
-            self.skipped_by_source[source] = self.skipped_by_source.get(source, 0.0) + seconds
-            return None, events
+            return self._skip(window), events
         if len(self.clusters) >= self.settings.max_unknown_tracks:
             oldest = min(self.clusters.values(), key=lambda c: c.last_seen)
             events.append(self._drop(oldest))
@@ -269,12 +330,16 @@ class SpeakerTracker:
         return TrackedWindow(window, track, "unknown", None, 1.0, True), events
 
     def _join(
-        self, window: FeatureWindow, vector: npt.NDArray[np.float64], seconds: float, profile: float
+        self,
+        window: FeatureWindow,
+        vector: npt.NDArray[np.float64],
+        seconds: float,
+        profile: float,
+        t: TrackerThresholds,
     ) -> tuple[_Cluster, float] | None:
         """The closest unknown track the window may join (and its cosine), else None."""
         if not self.clusters:
             return None
-        t = self.thresholds
         names = list(self.clusters)
         cosines = np.stack([self.clusters[n].centroid for n in names]) @ vector
         best = int(np.argmax(cosines))
@@ -288,14 +353,15 @@ class SpeakerTracker:
         cluster.last_seen_seconds = window.end_seconds
         return cluster, cosine
 
-    def _merge(self, cluster: _Cluster) -> tuple[_Cluster, list[TrackExpired]]:
+    def _merge(
+        self, cluster: _Cluster, t: TrackerThresholds
+    ) -> tuple[_Cluster, list[TrackExpired]]:
         """Merge ``cluster`` with every other track that is the same voice; the track with more
         speech survives. Two tracks of ``merge_seconds`` each merge within the merge cosine; a
         smaller fragment merges when its centroid would join the larger track as one window of
         its length (the first windows of a voice often open a track before its main one has
         formed). Returns the survivor and the retired tracks."""
         minimum = self.settings.merge_seconds
-        t = self.thresholds
         retired: list[TrackExpired] = []
         for other in list(self.clusters.values()):
             if other is cluster or other.track not in self.clusters:
@@ -320,5 +386,6 @@ class SpeakerTracker:
 
     def reset(self) -> None:
         self.clusters.clear()
-        self.profiles.reset()
+        for band in self.bands.values():
+            band.profiles.reset()
         self._numbers = itertools.count(1)

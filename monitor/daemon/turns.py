@@ -13,6 +13,11 @@ side: a shorter part's cosine is not the calibrated one): a cosine below ``chang
 more is scored again; a piece between two changes is too short to hold one voice for sure: it
 is marked ``mixed`` and never opens a track.
 
+Every window or piece of at least ``part_seconds`` is then checked whole by the consistency
+test (:mod:`monitor.daemon.consistency`, when given): its best score above what one voice's
+windows reach at its length marks it ``inconsistent`` (given to no one). The score is the one
+just computed where the piece was scored, one cumulative sum otherwise.
+
 Most windows of one voice score below ``low`` and cost no embedding at all (the splitter that
 embedded every part cost about a quarter of the daemon's CPU). The score's projection and band
 are fitted on the corpus train split by ``scripts/calibrate_turns.py`` and shipped in
@@ -21,6 +26,7 @@ are fitted on the corpus train split by ``scripts/calibrate_turns.py`` and shipp
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Mapping
@@ -32,6 +38,7 @@ import numpy.typing as npt
 
 from monitor.audio.frames import RATE_HZ
 from monitor.audio.windows import SpeechWindow
+from monitor.daemon.consistency import ConsistencyTest
 from monitor.features.change import FRAMES_PER_SECOND, cepstra, mean_shift_scores
 from monitor.features.fbank import ecapa_db
 
@@ -108,6 +115,7 @@ class TurnSplitter:
         change_cosine: float,
         part_seconds: float = 1.0,
         models: Mapping[str, ChangeModel] | None = None,
+        consistency: ConsistencyTest | None = None,
     ) -> None:
         if not -1.0 <= change_cosine <= 1.0:
             raise ValueError(f"change_cosine must be in [-1, 1], got {change_cosine}")
@@ -117,6 +125,8 @@ class TurnSplitter:
         self.change_cosine = change_cosine
         self.part_samples = round(part_seconds * RATE_HZ)
         self.models = dict(load_change_models() if models is None else models)
+        self.consistency = consistency
+        self.inconsistent = 0  # windows and pieces found inconsistent since start
         self.changes = 0  # changes found since start
         self.scored = 0  # windows and pieces scored
         self.embedded = 0  # parts embedded (only where the score was uncertain)
@@ -127,13 +137,20 @@ class TurnSplitter:
         return self.change_cosine > -1.0
 
     def parts(self, window: SpeechWindow) -> int:
-        """How many parts ``window`` holds (< 2: it is never scored)."""
+        """How many parts ``window`` holds (< 2: never cut)."""
         return int(window.samples.shape[0] // self.part_samples)
+
+    def wants(self, window: SpeechWindow) -> bool:
+        """Whether :meth:`split` looks at ``window`` at all (else it returns it unchanged): two
+        parts to cut between, or one to check for consistency."""
+        if self.consistency is not None and self.parts(window) >= 1:
+            return True
+        return self.active and self.parts(window) >= 2
 
     def split(self, window: SpeechWindow, frames: WindowFrames | None = None) -> list[SpeechWindow]:
         """The window cut at every change found (pieces in stream order). ``frames``: its
         filterbank frames if already computed (the embedding stream's), else computed here."""
-        if not self.active or self.parts(window) < 2:
+        if not self.wants(window):
             return [window]
         if frames is None:
             frames = frames_of(window.samples)
@@ -142,17 +159,34 @@ class TurnSplitter:
             raise ValueError(f"no change model for front end {frames.front_end!r}")
         features = cepstra(frames.fbank, model.cepstra) @ model.projection
         samples = window.samples
-        cuts = self._changes(samples, features, model, 0, samples.shape[0])
-        if not cuts:
-            return [window]
+        cuts = []
+        if self.active and self.parts(window) >= 2:
+            cuts = self._changes(samples, features, model, 0, samples.shape[0])
         self.changes += len(cuts)
         bounds = [0, *cuts, samples.shape[0]]
         pieces = []
         for k, (lo, hi) in enumerate(itertools.pairwise(bounds)):
             inner = 0 < k < len(bounds) - 2
             continues = window.continues and k == 0  # after a change: another voice
-            pieces.append(_piece(window, lo, hi, mixed=inner or window.mixed, continues=continues))
+            piece = (
+                window
+                if not cuts
+                else _piece(window, lo, hi, mixed=inner or window.mixed, continues=continues)
+            )
+            pieces.append(self._checked(piece, features, lo, hi))
         return pieces
+
+    def _checked(self, piece: SpeechWindow, features: np.ndarray, lo: int, hi: int) -> SpeechWindow:
+        """``piece`` (samples [lo, hi) of the window) marked inconsistent when its parts are not
+        one voice's (too short a piece to be scored is left as it is)."""
+        test = self.consistency
+        if test is None or hi - lo < self.part_samples:
+            return piece
+        frames = features[lo // _HOP : min(hi // _HOP, features.shape[0])]
+        if test.consistent(frames, piece.speech_seconds):
+            return piece
+        self.inconsistent += 1
+        return dataclasses.replace(piece, inconsistent=True)
 
     def _changes(
         self,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -302,29 +302,84 @@ def _warn_duplicates(enrolled: list[EnrolledSpeaker], results: dict[str, FileFea
     warn_duplicates(find_duplicates(fingerprints), within_speaker_matters=False)
 
 
-def _with_lazy(
-    enrolments: list[Enrolment],
-    enrolled: list[EnrolledSpeaker],
-    alpha: Alpha,
-    jobs: int,
-    scheduler: str | None,
+def _with_variant(
+    enrolments: list[Enrolment], templates: dict[str, Observation], name: str, model: str
 ) -> list[Enrolment]:
-    """Each enrolment with its lazy-informed template added (same files, anonymised)."""
-    from monitor.store.lazy import lazy_name, lazy_templates
-    from monitor.store.templates import current_model
-
-    lazy = lazy_templates(
-        {s.alias: s.files for s in enrolled}, alpha, jobs=jobs, scheduler=scheduler
-    )
-    model = {lazy_name(): f"{current_model('embedding')}+mcadams({alpha})"}
+    """Each enrolment with its variant template ``name`` added (the same files transformed,
+    :mod:`monitor.store.variants`), recorded as made by ``model``."""
     return [
         dataclasses.replace(
-            e, observations={**e.observations, lazy_name(): lazy[e.alias]}, models=model
+            e,
+            observations={**e.observations, name: templates[e.alias]},
+            models={**(e.models or {}), name: model},
         )
-        if e.alias in lazy
+        if e.alias in templates
         else e
         for e in enrolments
     ]
+
+
+def with_narrow(
+    enrolments: list[Enrolment],
+    files: Mapping[str, Sequence[str]],
+    *,
+    jobs: int = 1,
+    scheduler: str | None = None,
+) -> list[Enrolment]:
+    """Each enrolment with the narrow-band template of its ``files`` added (what ``enroll``
+    stores by default; benchmarks that pool their own templates call this)."""
+    from monitor.store.templates import current_model
+    from monitor.store.variants import narrow_model, narrow_name, narrow_templates
+
+    copies = narrow_templates(files, jobs=jobs, scheduler=scheduler)
+    model = narrow_model(current_model("embedding"))
+    return _with_variant(enrolments, copies, narrow_name(), model)
+
+
+def with_room(
+    enrolments: list[Enrolment],
+    files: Mapping[str, Sequence[str]],
+    *,
+    jobs: int = 1,
+    scheduler: str | None = None,
+) -> list[Enrolment]:
+    """Each enrolment with the far-field template of its ``files`` added (the same files in
+    seeded synthetic rooms, :mod:`monitor.audio.reverb`): what ``enroll --local`` stores by
+    default for the tracker."""
+    from monitor.store.templates import current_model
+    from monitor.store.variants import room_model, room_name, room_templates
+
+    copies = room_templates(files, jobs=jobs, scheduler=scheduler)
+    model = room_model(current_model("embedding"))
+    return _with_variant(enrolments, copies, room_name(), model)
+
+
+def _with_variants(
+    enrolments: list[Enrolment],
+    enrolled: list[EnrolledSpeaker],
+    *,
+    alpha: Alpha | None,
+    narrow: bool,
+    room: bool,
+    jobs: int,
+    scheduler: str | None,
+) -> list[Enrolment]:
+    """The lazy-informed (``alpha``), narrow-band (``narrow``) and far-field (``room``)
+    embedding templates added."""
+    from monitor.store.templates import current_model
+
+    files = {s.alias: s.files for s in enrolled}
+    embedding = current_model("embedding")
+    if alpha is not None:
+        from monitor.store.lazy import lazy_name, lazy_templates
+
+        lazy = lazy_templates(files, alpha, jobs=jobs, scheduler=scheduler)
+        enrolments = _with_variant(enrolments, lazy, lazy_name(), f"{embedding}+mcadams({alpha})")
+    if narrow:
+        enrolments = with_narrow(enrolments, files, jobs=jobs, scheduler=scheduler)
+    if room:
+        enrolments = with_room(enrolments, files, jobs=jobs, scheduler=scheduler)
+    return enrolments
 
 
 def enroll_corpus(
@@ -341,6 +396,8 @@ def enroll_corpus(
     progress: Progress | None = None,
     min_speech_seconds: float = MIN_SPEECH_SECONDS,
     protect: Alpha | None = None,
+    narrow: bool = False,
+    room: bool = False,
 ) -> EnrolmentReport:
     """Enrol every speaker of ``corpus`` into ``store`` (replacing their old templates).
 
@@ -351,7 +408,12 @@ def enroll_corpus(
     feature's template only. Raises ``ValueError`` for bad options, ``InputError`` for a
     speaker folder that is not a valid alias (before any extraction) or when no speaker has
     usable speech. ``protect``: also store each speaker's lazy-informed embedding template
-    (the same files anonymised by McAdams with this α, :mod:`monitor.store.lazy`).
+    (the same files anonymised by McAdams with this α, :mod:`monitor.store.lazy`). ``narrow``:
+    also store each speaker's narrow-band embedding template (``embedding+narrow``: the same
+    files as an 8 kHz device delivers them, :mod:`monitor.store.variants`), which the daemon
+    tracks and scores a narrow-band stream against. ``room``: also store each speaker's
+    far-field template (``embedding+room``: the same files in synthetic reverberant rooms),
+    which the tracker matches a member's far-field windows with.
     """
     request = _Request.checked(features, utterances, seconds, local, min_speech_seconds)
     check_speaker_names(corpus)
@@ -374,8 +436,11 @@ def enroll_corpus(
             f"skipped{example})",
         )
     _warn_duplicates(enrolled, rounds.results)
-    if protect is not None and "embedding" in request.names:
-        enrolments = _with_lazy(enrolments, enrolled, protect, jobs, scheduler)
+    if "embedding" in request.names and (protect is not None or narrow or room):
+        enrolments = _with_variants(
+            enrolments, enrolled, alpha=protect, narrow=narrow, room=room, jobs=jobs,
+            scheduler=scheduler,
+        )  # fmt: skip
     store.bulk_replace_templates(enrolments)
     return EnrolmentReport(
         enrolled=tuple(enrolled),

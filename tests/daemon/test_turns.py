@@ -5,6 +5,8 @@ real spectral embedding; the real corpus in the tests marked ``corpus``)."""
 from __future__ import annotations
 
 import itertools
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -152,18 +154,26 @@ def utterances(corpus_root: Path, corpus_speakers: list[dict[str, str]]) -> list
 
 
 @pytest.fixture(scope="module")
-def splitter() -> TurnSplitter:
+def splitter() -> Iterator[TurnSplitter]:
+    """ECAPA's splitter. The backend is chosen here, before the per-test fixture that restores
+    the choice records it, so it is restored here: a session fixture enrolled later (the
+    daemon corpus) would otherwise take ECAPA instead of the default backend."""
     from monitor.calibration.buckets import load_default
     from monitor.daemon.config import load_config, tracker_thresholds_for
-    from monitor.features.base import get_feature, set_embedding_backend
+    from monitor.features.base import EMBEDDING_ENV, get_feature, set_embedding_backend
 
+    before = os.environ.get(EMBEDDING_ENV)
     set_embedding_backend("ecapa")
     thresholds = tracker_thresholds_for(load_config(None, []), load_default("ecapa"))
     assert thresholds is not None
     embedding = get_feature("embedding")
-    return TurnSplitter(
+    yield TurnSplitter(
         lambda s: embedding.observe(s, RATE_HZ).values, change_cosine=thresholds.change
     )
+    if before is None:
+        os.environ.pop(EMBEDDING_ENV, None)
+    else:
+        os.environ[EMBEDDING_ENV] = before
 
 
 @pytest.mark.corpus

@@ -61,7 +61,12 @@ def build_exporters(
     if config.mqtt.enabled and config.homeassistant.discovery:
         exporters.append(
             HomeAssistantExporter(
-                config.homeassistant, config.mqtt, store=store, device_id=device_id
+                config.homeassistant,
+                config.mqtt,
+                store=store,
+                device_id=device_id,
+                show_seconds=config.tracker.show_seconds,
+                show_windows=config.tracker.show_windows,
             )
         )
     return exporters

@@ -12,6 +12,11 @@ Home Assistant creates an entity for every retained JSON config on
   budget period: restored from the ledger at start, zero at a new period), the last two from a
   retained device state topic this exporter publishes.
 
+An ``unknown-N`` track's entities appear only once the track holds ``[tracker] show_seconds``
+of speech in ``show_windows`` windows (its pooled figures, merged fragments included): a
+fragment of a voice, or of a television, that merges or expires before never shows; its
+disclosure is in the ledger, MQTT and Prometheus all the same.
+
 Every entity has a ``device`` block, an ``origin`` block, a ``unique_id`` and the status topic
 as availability. Entities vanish (an empty retained config) when an ``unknown-N`` track expires
 and, at start, for every speaker that is no longer a local profile in the database: the exporter
@@ -51,6 +56,7 @@ from monitor.daemon.events import (
 )
 from monitor.daemon.exporters.connection import Reconnect, client_options, tls_context
 from monitor.daemon.exporters.mqtt import Topics, iso_utc, publish, topics_for
+from monitor.daemon.figures import Figures
 from monitor.daemon.settings import HomeAssistantSettings, MqttSettings
 from monitor.store.templates import LocalProfile
 from monitor.vocabulary import BUDGET_STATES as STATES
@@ -236,8 +242,13 @@ class HomeAssistantExporter:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        show_seconds: float = 0.0,
+        show_windows: int = 1,
     ) -> None:
         self.mqtt = mqtt
+        # an unknown-N track shows once it holds this much ([tracker] show_*): a fragment that
+        # merges or expires before never appears (its figures are in the ledger all the same)
+        self.show_seconds, self.show_windows = show_seconds, show_windows
         self.topics = topics_for(mqtt, device_id)
         self.discovery = Discovery(settings, self.topics, device_id)
         self.client_id = f"{mqtt.client_id or f'voxmeter-{device_id}'}-ha"
@@ -284,6 +295,14 @@ class HomeAssistantExporter:
             self._dirty[topic] = b""
         self._cleared[self.topics.speaker_state(alias)] = None
 
+    def _shows(self, figures: Figures) -> bool:
+        """Whether the track of ``figures`` appears: a member at once, an unknown-N track once
+        its period's windows (merged fragments' pooled in) hold enough speech."""
+        return figures.kind != "unknown" or (
+            figures.windows >= self.show_windows
+            and figures.pooled_speech_seconds >= self.show_seconds
+        )
+
     def _add_speaker(self, alias: str) -> None:
         if alias not in self._speakers:
             self._speakers.add(alias)
@@ -312,7 +331,8 @@ class HomeAssistantExporter:
                 self._device_dirty = True
                 self._started.set()
             case WindowScored():
-                self._add_speaker(event.figures.track)
+                if self._shows(event.figures):
+                    self._add_speaker(event.figures.track)
                 if event.figures.period_start_unix != self._period_start_unix:
                     self._period_start_unix = event.figures.period_start_unix
                     self._device["speech_seconds"] = 0.0  # a new budget period counts afresh
@@ -322,9 +342,13 @@ class HomeAssistantExporter:
                 self._device["templates"] = event.figures.templates
                 self._device_dirty = True
             case TrackExpired():
-                self._forget(event.track)
+                if event.track in self._speakers:
+                    self._forget(event.track)
+                else:  # never shown: no entity to clear, only the state MQTT published
+                    self._cleared[self.topics.speaker_state(event.track)] = None
             case TrackRestored():  # resumed after a restart: its entities exist again at once
-                self._add_speaker(event.figures.track)
+                if self._shows(event.figures):
+                    self._add_speaker(event.figures.track)
             case _:
                 return  # PipelineStats, StateChanged, DaemonStopping: nothing to show
         self._wake.set()
