@@ -19,9 +19,16 @@ measuring side here subscribes to it over the local channel (monitor/audio/chann
 ``voxmeter run`` with ``relay.socket`` does; the relay process's resident memory (VmRSS at the
 end, VmHWM its peak) and CPU seconds are recorded too.
 
-Run: ``python -m bench wyoming_proxy [--layout relay]`` (``VOXMETER_BENCH_UTTERANCES``, default
-200) → bench/results/wyoming_proxy.json (wyoming_relay.json) and one summary line. Targets: p95
-added ≤ 5 ms in-process; ≤ 2 ms and a relay RSS ≤ 40 MB with the relay process.
+``--protect`` (with ``--layout relay``): the relay process anonymises every utterance
+(``[protect] mode = always``, McAdams, α ~ U[0.5, 0.9]) and each chunk's trip through the
+anonymiser is timed inside it (bench/relay_timed.py: wall and the relay thread's CPU seconds,
+p50/p95/max per 64 ms chunk, and the ``audio-stop`` that flushes the last frames); transcripts
+then differ from the direct ones (the upstream hears another voice) and are only counted.
+
+Run: ``python -m bench wyoming_proxy [--layout relay [--protect]]`` (``VOXMETER_BENCH_UTTERANCES``,
+default 200) → bench/results/wyoming_proxy.json (wyoming_relay.json, wyoming_relay_protect.json)
+and one summary line. Targets: p95 added ≤ 5 ms in-process; ≤ 2 ms and a relay RSS ≤ 40 MB with
+the relay process; with protection p95 ≤ 20 ms per chunk (issue 30).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import platform
 import shutil
@@ -56,10 +64,11 @@ from monitor.audio.wyoming_proxy import ProxyEndpoint, WyomingProxySource
 RESULTS = {
     "inprocess": RESULTS_DIR / "wyoming_proxy.json",
     "relay": RESULTS_DIR / "wyoming_relay.json",
+    "relay-protect": RESULTS_DIR / "wyoming_relay_protect.json",
 }
 UTTERANCE_SECONDS = 1.0  # a short command; pocketsphinx decodes it in ~0.7 s of CPU
 CHUNK_SAMPLES = 1024  # 64 ms, wyoming-satellite's and Home Assistant's chunk
-TARGET_P95_MS = {"inprocess": 5.0, "relay": 2.0}
+TARGET_P95_MS = {"inprocess": 5.0, "relay": 2.0, "relay-protect": 20.0}
 TARGET_RELAY_RSS_MB = 40.0
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -134,19 +143,22 @@ async def proxy(
     layout: str, upstream: int, relay: dict[str, Any]
 ) -> AsyncIterator[tuple[WyomingProxySource, int]]:
     """The proxy's port and the measuring side's source, in the layout asked for; ``relay``
-    gets the relay process's figures at the end."""
+    gets the relay process's figures at the end (and its chunk timings, protecting)."""
     if layout == "inprocess":
         source = WyomingProxySource(ProxyEndpoint("127.0.0.1", 0, "127.0.0.1", upstream))
         yield source, 0  # its port is known once it serves
         return
     port, folder = _free_port(), Path(tempfile.mkdtemp(prefix="vxbench-"))
-    channel = folder / "relay.sock"
+    channel, timings = folder / "relay.sock", folder / "timings.json"
     spec = f"wyoming-proxy://127.0.0.1:{port}?upstream=tcp://127.0.0.1:{upstream}"
+    command = ["monitor.cli", "relay"]
+    if layout == "relay-protect":
+        command = ["bench.relay_timed", "--set", "protect.mode=always"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "monitor.cli", "relay", "--set", f"daemon.source={spec}",
+        [sys.executable, "-m", *command, "--set", f"daemon.source={spec}",
          "--set", f"relay.socket={channel}", "--set", "wyoming.zeroconf=false",
          "--set", "logging.level=warning"],
-        cwd=ROOT,
+        cwd=ROOT, env={**os.environ, "VOXMETER_BENCH_CHUNK_TIMINGS": str(timings)},
     )  # fmt: skip
     try:
         while True:  # listening
@@ -159,7 +171,25 @@ async def proxy(
     finally:
         process.terminate()
         process.wait()
+        if timings.exists():
+            relay["transform_ms"] = _timings(json.loads(timings.read_text()))
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _timings(seconds: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    """p50/p95/max in ms of each timed event kind, wall and CPU."""
+    return {
+        kind: {"count": len(clocks["wall"])}
+        | {
+            clock: {
+                q: round(float(np.percentile(np.asarray(v) * 1000, p)), 3)
+                for q, p in (("p50", 50), ("p95", 95), ("max", 100))
+            }
+            for clock, v in clocks.items()
+        }
+        for kind, clocks in seconds.items()
+        if clocks["wall"]
+    }
 
 
 async def run(count: int, layout: str = "inprocess") -> dict[str, Any]:
@@ -219,7 +249,8 @@ async def run(count: int, layout: str = "inprocess") -> dict[str, Any]:
         "measured_windows": counts["windows"],
         "dropped_seconds": source.dropped_seconds,
         "target_p95_ms": TARGET_P95_MS[layout],
-        **({"relay_process": relay, "target_relay_rss_mb": TARGET_RELAY_RSS_MB} if relay else {}),
+        **({"relay_process": relay} if relay else {}),
+        **({"target_relay_rss_mb": TARGET_RELAY_RSS_MB} if layout == "relay" else {}),
         "machine": {
             "python": platform.python_version(),
             "cpu": _cpu_model(),
@@ -238,14 +269,24 @@ def _cpu_model() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench wyoming_proxy")
-    parser.add_argument("--layout", choices=sorted(RESULTS), default="inprocess")
-    layout = parser.parse_args(argv or []).layout
+    parser.add_argument("--layout", choices=["inprocess", "relay"], default="inprocess")
+    parser.add_argument("--protect", action="store_true", help="the relay process anonymises")
+    args = parser.parse_args(argv or [])
+    if args.protect and args.layout != "relay":
+        parser.error("--protect needs --layout relay")
+    layout = "relay-protect" if args.protect else args.layout
     count = int(os.environ.get("VOXMETER_BENCH_UTTERANCES", "200"))
     results = asyncio.run(run(count, layout))
     write_results(RESULTS[layout], results)
     added, direct = results["added_ms"], results["audio_stop_to_transcript_ms"]["direct"]
     relay = results.get("relay_process")
     memory = f"relay RSS {relay['rss_mb']} MB (peak {relay['peak_rss_mb']}); " if relay else ""
+    chunk = (relay or {}).get("transform_ms", {}).get("audio-chunk")
+    if chunk:
+        memory += (
+            f"anonymiser per chunk p95 {chunk['wall']['p95']:.2f} ms wall, "
+            f"{chunk['cpu']['p95']:.2f} ms CPU (target ≤ 20); "
+        )
     print(
         f"wyoming proxy ({layout}): {count} utterances, added audio-stop→transcript latency "
         f"p50 {added['p50']:.2f} ms, p95 {added['p95']:.2f} ms (target ≤ "

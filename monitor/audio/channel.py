@@ -20,6 +20,14 @@ either side of a gap is never glued into one window. Messages without samples (s
 buffer is bounded all the same. A measuring process that subscribes mid-stream sees the stream
 begin with its next message.
 
+The channel is two-way for small state: after its ``subscribe``, the measuring process may send
+messages of other kinds (``protect``: what :mod:`monitor.daemon.protection` tells the relay
+process's anonymiser, see :mod:`monitor.daemon.relay_protect`). The relay hands each to
+``ChannelServer.on_message`` with the source it concerns and never answers; the measuring side's
+:class:`Uplink` keeps the latest message of each kind and sends it again after every
+(re)subscription, so a restarted relay learns the state at once. Neither side waits on the other
+for them: they are written to the socket like everything else.
+
 Wire format: per message an 8-byte header (big-endian lengths of the JSON header and of the
 payload), the JSON header, the payload (PCM samples, for chunks). Measuring side: :func:`receive`
 reads it, reconnecting with random capped backoff, and hands events to the same tap the in-process
@@ -136,6 +144,9 @@ class ChannelServer:
     unmeasured: dict[str, float] = field(default_factory=dict)
     """Seconds of audio relayed but not handed to a measuring process, per source, since start."""
     subscribers: dict[str, _Subscriber] = field(default_factory=dict)
+    on_message: Callable[[str, dict[str, Any]], None] | None = None
+    """Hears each message a measuring process sends after its subscription (not ``subscribe``),
+    once per source it subscribed to: ``(source, header)``."""
     _server: asyncio.AbstractServer | None = None
     _handlers: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -198,9 +209,9 @@ class ChannelServer:
             hello = {"kind": "hello", "relay": self.relay_id, "unmeasured": self.unmeasured}
             writer.write(encode(hello))
             logger.info("measuring process subscribed to %s", ", ".join(names) or "nothing")
-            while await reader.read(4096):  # it sends nothing more: wait for its end
-                pass
-        except (OSError, ValueError, TimeoutError) as error:
+            while (message := await read_message(reader)) is not None:  # until its end
+                self._heard(names, message[0])
+        except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError) as error:
             logger.warning("relay channel: a subscriber was dropped (%s)", error)
         finally:
             for name in names:
@@ -214,6 +225,16 @@ class ChannelServer:
                     "measuring process left: audio of %s is relayed unmeasured until it is back",
                     ", ".join(names),
                 )
+
+    def _heard(self, names: list[str], header: dict[str, Any]) -> None:
+        if self.on_message is None:
+            return
+        for name in names:
+            try:
+                self.on_message(name, header)
+            except (KeyError, TypeError, ValueError) as error:  # a peer's mistake, not ours
+                kind = header["kind"]
+                logger.warning("relay channel: a %s message was ignored (%s)", kind, error)
 
 
 @dataclass
@@ -291,6 +312,28 @@ class Inbox(Protocol):
     def left(self, who: object) -> None: ...
 
 
+class Uplink:
+    """What the measuring process tells the relay about one source: the latest message of each
+    kind, written at once to the connected relay (never waited for) and again to each relay it
+    subscribes to later (one that restarted, or the first)."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, dict[str, Any]] = {}
+        self._writer: asyncio.StreamWriter | None = None
+
+    def publish(self, header: dict[str, Any]) -> None:
+        """Keep ``header`` as its kind's latest and send it if a relay is connected."""
+        self.latest[str(header["kind"])] = header
+        if self._writer is not None and not self._writer.is_closing():
+            self._writer.write(encode(header))
+
+    def attach(self, writer: asyncio.StreamWriter | None) -> None:
+        """A subscription on ``writer`` (None: it ended): send it every latest message."""
+        self._writer = writer
+        for header in self.latest.values() if writer is not None else ():
+            writer.write(encode(header))
+
+
 class Unmeasured:
     """The relay's count of unmeasured seconds of one source, turned into increments: a relay
     that restarted counts from zero again."""
@@ -315,6 +358,7 @@ async def receive(
     on_unmeasured: Callable[[float], None],
     *,
     on_connected: Callable[[bool], None] = lambda connected: None,
+    uplink: Uplink | None = None,
     initial_seconds: float = 0.1,
     max_seconds: float = 2.0,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -323,8 +367,8 @@ async def receive(
     """Until cancelled: subscribe to ``source`` at the relay's socket ``path`` and hand its
     events to ``tap`` (each stream by its key); ``on_unmeasured`` gets the seconds the relay
     could not hand over; ``on_connected`` hears True at each ``hello``, False when the channel is
-    lost. A lost or refused connection is retried with random capped backoff; the streams open
-    then are ended."""
+    lost; ``uplink``'s messages go to the relay after each subscription. A lost or refused
+    connection is retried with random capped backoff; the streams open then are ended."""
     rng = rng or random.Random()
     unmeasured = Unmeasured()
     relay = ""
@@ -341,6 +385,8 @@ async def receive(
             continue
         try:
             writer.write(encode({"kind": "subscribe", "sources": [source]}))
+            if uplink is not None:
+                uplink.attach(writer)
             logger.info("measuring %s through the relay channel %s", source, path)
             while (message := await read_message(reader)) is not None:
                 header, payload = message
@@ -367,6 +413,8 @@ async def receive(
         except (OSError, ValueError) as error:
             problem = f"channel broken ({error})"
         finally:
+            if uplink is not None:
+                uplink.attach(None)
             writer.close()
             on_connected(False)
             for key in keys.values():

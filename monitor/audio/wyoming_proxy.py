@@ -36,7 +36,7 @@ from typing import NamedTuple
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.event import Event
 
-from monitor.audio.channel import receive
+from monitor.audio.channel import Uplink, receive
 from monitor.audio.frames import AudioFrame, Sleep, SourceStats, StreamKey, check_frame_ms
 from monitor.audio.wyoming import FrameDecoder
 from monitor.audio.wyoming_relay import (
@@ -171,6 +171,7 @@ class WyomingProxySource(ProxyServer):
         self.frame_ms = check_frame_ms(frame_ms)
         self.channel = channel
         self.relay_connected = False  # with a channel: subscribed to the relay process now
+        self.uplink = Uplink()  # with a channel: what the relay process is told of this source
         self._clock = clock
         self._closed: asyncio.Event | None = None
 
@@ -231,7 +232,14 @@ class WyomingProxySource(ProxyServer):
             self.relay_connected = now
 
         task = asyncio.get_running_loop().create_task(
-            receive(channel, str(self.endpoint), self.tap, unmeasured, on_connected=connected),
+            receive(
+                channel,
+                str(self.endpoint),
+                self.tap,
+                unmeasured,
+                on_connected=connected,
+                uplink=self.uplink,
+            ),
             name="voxmeter.relay-channel",
         )
         try:

@@ -5,6 +5,14 @@ config, hands the relay its per-connection transform (:mod:`monitor.protect.rela
 returns :class:`ProtectionObserver`, an exporter that tells the policy who was scored last and
 whose budget is exceeded (restored states at start, transitions, period resets). The measuring
 side keeps seeing the audio as it came.
+
+With ``relay.socket`` the relay runs in ``voxmeter relay`` (:mod:`monitor.daemon.relay`), which
+runs the same transform on what it sends upstream and decides each utterance itself, never
+asking this process: :class:`RelayFeed` tells it, over the channel (each source's
+:class:`~monitor.audio.channel.Uplink`), every relaying source's verdict whenever it changes —
+only once the ledger's budget states are restored (``DaemonStarted``), so a restarting daemon
+never tells it "nobody is over budget" before it knows. The relay keeps the last verdict it
+heard while this process is gone (:mod:`monitor.daemon.relay_protect` says why).
 """
 
 from __future__ import annotations
@@ -13,7 +21,9 @@ import asyncio
 import logging
 import random
 from collections.abc import Sequence
+from typing import Any
 
+from monitor.audio.channel import Uplink
 from monitor.daemon.events import (
     DaemonEvent,
     DaemonStarted,
@@ -24,8 +34,10 @@ from monitor.daemon.events import (
 )
 from monitor.daemon.exporters.homeassistant import HomeAssistantExporter
 from monitor.daemon.exporters.protection import ProtectionMqtt, protection_entities
+from monitor.daemon.relay_messages import PROTECT
 from monitor.daemon.settings import Config
 from monitor.errors import ConfigError
+from monitor.protect import METHODS
 from monitor.protect.mcadams import parse_alpha
 from monitor.protect.policy import ProtectionPolicy
 from monitor.protect.relay import transform_factory
@@ -33,13 +45,50 @@ from monitor.protect.relay import transform_factory
 logger = logging.getLogger(__name__)
 
 
+class RelayFeed:
+    """Each relaying source's verdict, told to the relay process over its channel."""
+
+    def __init__(self, policy: ProtectionPolicy, alpha: str, uplinks: dict[str, Uplink]) -> None:
+        self.policy = policy
+        self.alpha = alpha  # as config.toml says it: the relay parses it as it parses its own
+        self.uplinks = uplinks  # source name → its channel's uplink
+        self.ready = False  # the budget states are restored: verdicts are worth telling
+
+    def message(self, protect: bool, speaker: str | None) -> dict[str, Any]:
+        """``{"kind": "protect", "protect", "speaker", "mode", "method", "alpha", "enabled"}``."""
+        policy = self.policy
+        return {
+            "kind": PROTECT,
+            "protect": protect,
+            "speaker": speaker,
+            "mode": policy.mode,
+            "method": METHODS[0],
+            "alpha": self.alpha,
+            "enabled": policy.enabled,
+        }
+
+    def push(self) -> None:
+        """The policy's ``on_update``: tell each source's relay a verdict that changed; the
+        switch and the alert hear whether any source is protected now."""
+        if not self.ready:
+            return
+        verdicts = {name: self.policy.verdict(name) for name in self.uplinks}
+        for name, uplink in self.uplinks.items():
+            message = self.message(*verdicts[name])
+            if uplink.latest.get(PROTECT) != message:
+                uplink.publish(message)
+        protecting = [v for v in verdicts.values() if v[0]]
+        self.policy.report(*(protecting[0] if protecting else (False, None)))
+
+
 class ProtectionObserver:
     """An exporter that feeds the protection policy from the daemon's events."""
 
     name = "protect"
 
-    def __init__(self, policy: ProtectionPolicy) -> None:
+    def __init__(self, policy: ProtectionPolicy, feed: RelayFeed | None = None) -> None:
         self.policy = policy
+        self.feed = feed
 
     async def run(self) -> None:
         await asyncio.Event().wait()  # nothing of its own to do: handle() is all
@@ -50,6 +99,9 @@ class ProtectionObserver:
             case DaemonStarted(states=states):
                 for track, state in states.items():
                     policy.budget(track, state)
+                if self.feed is not None:
+                    self.feed.ready = True
+                    self.feed.push()
             case TrackRestored(figures=figures):
                 policy.budget(figures.track, figures.state)
             case WindowScored(figures=figures, stream=stream):
@@ -70,21 +122,28 @@ def protection_for(
     """The exporters of ``[protect]`` (none when off): the observer that feeds the policy and,
     with Home Assistant discovery, the switch's; the relay of ``source`` hooked to the policy."""
     settings = config.protect
-    if settings.mode == "off":
-        return []
     named = getattr(source, "named", None) or {"": source}  # a SourceSet, or the one source
     relaying = {n: s for n, s in named.items() if hasattr(s, "upstream_transform")}
+    uplinks = {
+        name: relay.uplink
+        for name, relay in relaying.items()
+        if getattr(relay, "channel", None) is not None
+    }  # relayed by voxmeter relay: it is told; the others are relayed here
+    policy = ProtectionPolicy(settings.mode, parse_alpha(settings.alpha), random.Random())
+    feed = RelayFeed(policy, settings.alpha, uplinks) if uplinks else None
+    if settings.mode == "off":
+        if feed is not None:  # told at once: a relay configured otherwise passes all clear
+            feed.ready = True
+            feed.push()
+        return []
     if not relaying:
         raise ConfigError("protect.mode", "needs a source that relays (wyoming-proxy://...)")
-    if any(getattr(s, "channel", None) is not None for s in relaying.values()):
-        raise ConfigError(
-            "protect.mode",
-            "not yet with relay.socket (the relay process): run the proxy in this process",
-        )
-    policy = ProtectionPolicy(settings.mode, parse_alpha(settings.alpha), random.Random())
     for name, relay in relaying.items():  # the others (a microphone) have no upstream to protect
-        relay.upstream_transform = transform_factory(policy, name)
-    added: list[Exporter] = [ProtectionObserver(policy)]
+        if name not in uplinks:
+            relay.upstream_transform = transform_factory(policy, name)
+    if feed is not None:
+        policy.on_update = feed.push
+    added: list[Exporter] = [ProtectionObserver(policy, feed)]
     ha = [e for e in exporters if isinstance(e, HomeAssistantExporter)]
     switch = ProtectionMqtt(policy, config.mqtt, device_id=device_id) if ha else None
     for exporter in ha:

@@ -13,9 +13,14 @@ This process imports no numpy, ONNX Runtime, torch or pocketsphinx (tests/daemon
 test_relay_process.py checks ``sys.modules``), keeps the default priority and holds ~30 MB.
 It reads its few keys of config.toml itself — ``audio.sources`` or else ``daemon.source`` (the
 ``wyoming-proxy://`` ones; the other sources are the measuring process's), ``[relay]``,
-``wyoming.zeroconf``, ``audio.retry_min_seconds`` / ``retry_max_seconds`` (upstream probes)
-and ``[logging]`` — since the daemon's loader checks every key with the measuring modules;
-``voxmeter run`` checks the whole file.
+``wyoming.zeroconf``, ``audio.retry_min_seconds`` / ``retry_max_seconds`` (upstream probes),
+``[protect]`` and ``[logging]`` — since the daemon's loader checks every key with the measuring
+modules; ``voxmeter run`` checks the whole file.
+
+With ``[protect] mode`` other than ``off`` this process anonymises what it sends upstream
+(:mod:`monitor.daemon.relay_protect`: the same transform as in-process, each utterance decided
+here from the verdict the measuring process last sent over the channel) and only then imports
+numpy and scipy (the anonymiser's); with ``off`` it imports neither.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import logging
 import signal
 import sys
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +40,9 @@ from typing import Any
 from monitor.audio.channel import CAPACITY_BYTES, ChannelServer
 from monitor.audio.wyoming_relay import SCHEME, ProxyEndpoint, ProxyServer, parse_proxy
 from monitor.daemon.logs import configure_logging
+from monitor.daemon.relay_messages import PROTECT
 from monitor.errors import ConfigError, InputError, VoxmeterError
+from monitor.protect import METHODS, MODES
 from monitor.userfiles import read_bytes
 
 logger = logging.getLogger(__name__)
@@ -55,6 +62,8 @@ class RelayConfig:
     retry_max_seconds: float = 30.0
     level: str = "info"
     format: str = "keyvalue"
+    protect_mode: str = "off"
+    protect_alpha: str = "0.5,0.9"
 
 
 _KEYS: dict[str, tuple[type, ...]] = {
@@ -67,6 +76,9 @@ _KEYS: dict[str, tuple[type, ...]] = {
     "audio.retry_max_seconds": (int, float),
     "logging.level": (str,),
     "logging.format": (str,),
+    "protect.mode": (str,),
+    "protect.method": (str,),
+    "protect.alpha": (str,),
 }
 
 
@@ -130,6 +142,8 @@ def load_relay_config(path: Path | None = None, overrides: Sequence[str] = ()) -
         retry_max_seconds=float(values.get("audio.retry_max_seconds", 30.0)),
         level=str(values.get("logging.level", "info")),
         format=str(values.get("logging.format", "keyvalue")),
+        protect_mode=str(values.get("protect.mode", "off")),
+        protect_alpha=str(values.get("protect.alpha", "0.5,0.9")),
     )
     if config.channel_bytes <= 0:
         raise ConfigError("relay.channel_bytes", f"must be > 0, got {config.channel_bytes}")
@@ -137,7 +151,23 @@ def load_relay_config(path: Path | None = None, overrides: Sequence[str] = ()) -
         raise ConfigError("logging.level", "must be one of debug, info, warning, error")
     if config.format not in ("keyvalue", "json"):
         raise ConfigError("logging.format", "must be one of keyvalue, json")
+    _check_protect(config, str(values.get("protect.method", METHODS[0])))
     return config
+
+
+def _check_protect(config: RelayConfig, method: str) -> None:
+    """``[protect]`` as ``voxmeter run`` checks it; α only when protecting (it needs numpy)."""
+    if config.protect_mode not in MODES:
+        raise ConfigError("protect.mode", f"must be one of {', '.join(MODES)}")
+    if method not in METHODS:
+        raise ConfigError("protect.method", f"must be one of {', '.join(METHODS)}")
+    if config.protect_mode != "off":
+        from monitor.protect.mcadams import parse_alpha
+
+        try:
+            parse_alpha(config.protect_alpha)
+        except ValueError as error:
+            raise ConfigError("protect.alpha", str(error).split(": ", 1)[1]) from None
 
 
 class RelayProcess:
@@ -146,6 +176,14 @@ class RelayProcess:
     def __init__(self, config: RelayConfig) -> None:
         self.config = config
         self.channel = ChannelServer(config.socket, config.channel_bytes)
+        self.channel.on_message = _ignore_verdicts()
+        protection = None
+        if config.protect_mode != "off":  # only then numpy and scipy: the anonymiser's
+            from monitor.daemon.relay_protect import relay_protection
+
+            protection = relay_protection(config.protect_mode, config.protect_alpha)
+            self.channel.on_message = protection.on_message
+        self.protection = protection
         self.proxies = [
             ProxyServer(
                 endpoint,
@@ -153,6 +191,7 @@ class RelayProcess:
                 backoff_initial_seconds=config.retry_min_seconds,
                 backoff_max_seconds=config.retry_max_seconds,
                 zeroconf=config.zeroconf,
+                transform=protection.transform(str(endpoint)) if protection else None,
             )
             for endpoint in config.proxies
         ]
@@ -181,6 +220,23 @@ class RelayProcess:
                     loop.remove_signal_handler(signum)
         unmeasured = sum(self.channel.unmeasured.values())
         logger.info("relay stopped; %.1f s of audio were relayed unmeasured", unmeasured)
+
+
+def _ignore_verdicts() -> Callable[[str, dict[str, Any]], None]:
+    """A relay without protection: a verdict to protect is not followed; one warning."""
+    warned = False
+
+    def on_message(source: str, header: dict[str, Any]) -> None:
+        nonlocal warned
+        if header.get("kind") == PROTECT and header.get("protect") is True and not warned:
+            warned = True
+            logger.warning(
+                "the measuring process protects %s, but this relay's protect.mode is off: "
+                "its audio passes clear; start voxmeter relay with the same config.toml",
+                source,
+            )
+
+    return on_message
 
 
 def run_relay(config: RelayConfig) -> None:

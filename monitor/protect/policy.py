@@ -12,7 +12,10 @@
 
 The daemon feeds the policy (:mod:`monitor.daemon.protection`: who was scored last, budget
 transitions, period resets, the Home Assistant switch); the relay asks :meth:`decide` at every
-``audio-start``. Both run on the event loop's thread, so no lock.
+``audio-start``. Both run on the event loop's thread, so no lock. With the relay in a process
+of its own, the daemon tells it each source's :meth:`verdict` whenever ``on_update`` fires
+(:mod:`monitor.daemon.protection`), and the relay decides from what it was told
+(:mod:`monitor.daemon.relay_protect`).
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from monitor.protect import MODES
 from monitor.protect.mcadams import Alpha
 
-MODES = ("off", "exceeded", "always")
+__all__ = ["MODES", "Decision", "ProtectionPolicy"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class ProtectionPolicy:
     last_speakers: dict[str, str] = field(default_factory=dict)  # source name → track
     exceeded: set[str] = field(default_factory=set)
     on_change: Callable[[bool, str | None], None] | None = None  # protecting now, for whom
+    on_update: Callable[[], None] | None = None  # what a verdict depends on may have changed
     protecting: bool = False
 
     def __post_init__(self) -> None:
@@ -55,6 +60,7 @@ class ProtectionPolicy:
         """A window heard through ``source`` (its name; "" for the daemon's only source) was
         attributed to ``speaker`` (a track alias)."""
         self.last_speakers[source] = speaker
+        self._updated()
 
     def budget(self, speaker: str, state: str) -> None:
         """``speaker``'s budget state in the current period is now ``state``."""
@@ -62,10 +68,21 @@ class ProtectionPolicy:
             self.exceeded.add(speaker)
         else:
             self.exceeded.discard(speaker)
+        self._updated()
 
     def new_period(self) -> None:
         """Every budget starts afresh."""
         self.exceeded.clear()
+        self._updated()
+
+    def switch(self, enabled: bool) -> None:
+        """The Home Assistant switch: off suspends protection."""
+        self.enabled = enabled
+        self._updated()
+
+    def _updated(self) -> None:
+        if self.on_update is not None:
+            self.on_update()
 
     def over_budget(self, source: str = "") -> str | None:
         """Whose exceeded budget protects the next utterance through ``source`` (None:
@@ -75,18 +92,26 @@ class ProtectionPolicy:
             return last if last in self.exceeded else None
         return min(self.exceeded) if self.exceeded else None
 
-    def decide(self, source: str = "") -> Decision:
-        """At an ``audio-start`` on ``source``: is this utterance anonymised, with which α."""
-        speaker = None
+    def verdict(self, source: str = "") -> tuple[bool, str | None]:
+        """Whether the next utterance through ``source`` is anonymised, and whose exceeded
+        budget says so (``exceeded`` mode); draws nothing, tells nobody."""
         if not self.enabled or self.mode == "off":
-            protect = False
-        elif self.mode == "always":
-            protect = True
-        else:
-            speaker = self.over_budget(source)
-            protect = speaker is not None
+            return False, None
+        if self.mode == "always":
+            return True, None
+        speaker = self.over_budget(source)
+        return speaker is not None, speaker
+
+    def report(self, protect: bool, speaker: str | None) -> None:
+        """Protection is now on (or off) because of ``speaker``: ``on_change`` hears of a
+        change."""
         if protect != self.protecting:
             self.protecting = protect
             if self.on_change is not None:
                 self.on_change(protect, speaker)
+
+    def decide(self, source: str = "") -> Decision:
+        """At an ``audio-start`` on ``source``: is this utterance anonymised, with which α."""
+        protect, speaker = self.verdict(source)
+        self.report(protect, speaker)
         return Decision(self.alpha.draw(self.rng) if protect else None, speaker)

@@ -8,6 +8,11 @@ their size) and leaves as a chunk of the samples that became final, stamped as i
 ``audio-stop`` the rest is flushed as one more chunk before the stop. Every other event, and the
 audio of an unprotected utterance, passes byte for byte. Audio other than 16-bit mono cannot be
 anonymised here: such an utterance passes clear and one warning says so.
+
+A protected utterance's ``audio-start`` event object (the one the tap is offered next, never the
+bytes sent upstream) gets ``data["voxmeter_protect"] = {"method": "mcadams", "alpha": α}``
+(:data:`~monitor.vocabulary.PROTECT_KEY`): the measuring side reproduces from it exactly what
+the upstream received (McAdams is deterministic given α).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from wyoming.event import Event
 from monitor.audio.wyoming_wire import encode_event
 from monitor.protect.mcadams import McAdamsStream
 from monitor.protect.policy import ProtectionPolicy
+from monitor.vocabulary import PROTECT_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +48,8 @@ class UpstreamAnonymiser:
     def __call__(self, event: Event, raw: bytes) -> bytes:
         if AudioStart.is_type(event.type):
             self._start(AudioStart.from_event(event))
+            if self.stream is not None:  # for the tap only: ``raw`` goes upstream as it came
+                event.data[PROTECT_KEY] = protect_mark(self.stream.alpha)
             return raw
         if self.stream is None:
             return raw
@@ -84,6 +92,12 @@ class UpstreamAnonymiser:
             rate=rate, width=width, channels=channels, audio=pcm, timestamp=timestamp
         )
         return encode_event(chunk.event())
+
+
+def protect_mark(alpha: float) -> dict[str, object]:
+    """The value of :data:`~monitor.vocabulary.PROTECT_KEY` for an utterance anonymised with
+    ``alpha`` (the whole interface between the transform and the measuring side)."""
+    return {"method": "mcadams", "alpha": float(alpha)}
 
 
 def transform_factory(policy: ProtectionPolicy, source: str = "") -> Callable[[], ChunkTransform]:

@@ -18,6 +18,7 @@ from monitor.audio.channel import (
     CONTROL_SLACK_BYTES,
     ChannelServer,
     Unmeasured,
+    Uplink,
     encode,
     read_message,
     receive,
@@ -230,3 +231,44 @@ def test_through_the_channel_the_measuring_side_gets_what_the_upstream_got(
         assert [f.utterance_end for f in frames].count(True) == 1
 
     asyncio.run(main())
+
+
+def test_the_measuring_side_tells_the_relay_and_a_new_relay_hears_the_latest_again(
+    tmp_path: Path,
+) -> None:
+    """Two-way: what the measuring side publishes on a source's uplink reaches the relay's
+    ``on_message`` for that source (published before the subscription: sent at it); a relay
+    started again hears the latest message of each kind again, without a new publish."""
+    heard: list[tuple[str, dict[str, object]]] = []
+    other = "wyoming-proxy://127.0.0.1:0?upstream=tcp://127.0.0.1:2"
+
+    async def main() -> None:
+        uplink = Uplink()
+        uplink.publish({"kind": "protect", "protect": False})
+        for run in (1, 2):  # the relay, then the relay started again on the same path
+            async with channel(tmp_path) as server:
+                server.tap(SOURCE), server.tap(other)
+                server.on_message = lambda source, header: heard.append((source, header))
+                task = asyncio.create_task(
+                    receive(server.path, SOURCE, Recorder(), lambda s: None, uplink=uplink)
+                )
+                if run == 1:
+                    await until(lambda: len(heard) == 1)
+                    uplink.publish({"kind": "protect", "protect": True})
+                    uplink.publish({"kind": "later", "n": 1})
+                    await until(lambda: len(heard) == 3)
+                else:
+                    await until(lambda: len(heard) == 5)
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    asyncio.run(main())
+    assert [source for source, _ in heard] == [SOURCE] * 5  # never the other source's
+    assert [h for _, h in heard] == [
+        {"kind": "protect", "protect": False},
+        {"kind": "protect", "protect": True},
+        {"kind": "later", "n": 1},
+        {"kind": "protect", "protect": True},  # the latest of each kind, to the new relay
+        {"kind": "later", "n": 1},
+    ]

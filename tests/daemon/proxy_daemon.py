@@ -66,7 +66,7 @@ async def proxied_daemon(
 ) -> AsyncIterator[ProxiedDaemon]:
     """A running proxy daemon on ``db`` relaying to ``upstream_port``; ``prepare`` sees the
     pipeline before it starts (a fault drill injects its fault there); ``overrides`` are more
-    ``--set`` values for the measuring side (``protect.mode=always``)."""
+    ``--set`` values for the measuring side and the relay process (``protect.mode=always``)."""
     upstream = f"tcp://127.0.0.1:{upstream_port}"
     port = free_port() if relay else 0
     folder = Path(tempfile.mkdtemp(prefix="vxrelay-"))  # a Unix socket's path is short
@@ -79,7 +79,8 @@ async def proxied_daemon(
     if relay:
         settings.append(f"relay.socket={folder / 'relay.sock'}")
     config = load_config(None, [*settings, *overrides])
-    arguments = [item for setting in settings for item in ("--set", setting)]
+    # the relay reads the same keys ([protect] too) and ignores the measuring side's others
+    arguments = [item for setting in [*settings, *overrides] for item in ("--set", setting)]
     command = (sys.executable, "-m", "monitor.cli", "relay", *arguments)
     daemon: ProxiedDaemon | None = None
     process = subprocess.Popen(command, cwd=REPO) if relay else None

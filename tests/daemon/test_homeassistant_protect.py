@@ -1,7 +1,8 @@
 """A real Home Assistant (2025.4) transcribes through voxmeter's proxy with ``[protect] mode =
 always``: the pocketsphinx upstream receives anonymised audio (none of the original chunks), a
 transcript comes back through the voice pipeline, and the measuring side still measured the
-original audio (issue 30)."""
+original audio (issue 30) — with the proxy in the daemon's process, and in ``voxmeter relay``
+(``relay.socket``: the relay process anonymises, the daemon measures over the channel)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.homeassistant]
 COMMAND = "turn on the kitchen light"
 
 
+@pytest.mark.parametrize("relay", [False, True], ids=["in-process", "relay-process"])
 def test_home_assistant_transcribes_through_the_protecting_proxy(
-    home_assistant: HomeAssistant, daemon_db: Path
+    home_assistant: HomeAssistant, daemon_db: Path, relay: bool
 ) -> None:
     from wyoming.audio import AudioChunk
 
@@ -49,7 +51,10 @@ def test_home_assistant_transcribes_through_the_protecting_proxy(
         records: list[bytearray] = []
         server, upstream_port = await serve("asr", records=records)
         async with proxied_daemon(
-            daemon_db, upstream_port, overrides=["protect.mode=always", "protect.alpha='0.8'"]
+            daemon_db,
+            upstream_port,
+            overrides=["protect.mode=always", "protect.alpha='0.8'"],
+            relay=relay,
         ) as daemon:
             pipeline = daemon.pipeline
             flow = await blocking(

@@ -62,6 +62,25 @@ def test_the_relay_process_imports_nothing_that_measures(tmp_path: Path, zerocon
     assert [m for m in modules if m.split(".")[0] in MEASURING] == []
 
 
+def test_the_relay_process_loads_the_anonymiser_only_when_protecting(tmp_path: Path) -> None:
+    """``[protect] mode`` other than off: numpy and scipy (the anonymiser's) are imported, and
+    still nothing else that measures; off (the test above): neither."""
+    result = subprocess.run(
+        [
+            sys.executable, "-c", SERVE_AND_LIST_MODULES, *overrides(tmp_path),
+            "protect.mode=exceeded", "protect.alpha=0.5,0.9",
+        ],
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    modules = json.loads(result.stdout.splitlines()[-1])
+    assert {"numpy", "scipy", "monitor.protect.mcadams", "monitor.daemon.relay_protect"} <= set(
+        modules
+    )
+    loaded = {m.split(".")[0] for m in modules if m.split(".")[0] in MEASURING}
+    assert loaded == {"numpy", "scipy"}
+
+
 def test_voxmeter_relay_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
     for arguments, key in [
         ([], "relay.socket"),
@@ -70,6 +89,18 @@ def test_voxmeter_relay_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
             ["--set", f"relay.socket={tmp_path / 's'}", "--set", "daemon.source=mic"],
             "daemon.source",
         ),
+        *[
+            (
+                [*(a for o in [*overrides(tmp_path), *bad] for a in ("--set", o))],
+                bad[-1].partition("=")[0],
+            )
+            for bad in (
+                ["protect.mode=sometimes"],
+                ["protect.method=voicemod"],
+                ["protect.mode=always", "protect.alpha=1.5"],
+                ["protect.mode=exceeded", "protect.alpha=0.5,0.9,1"],
+            )
+        ],
     ]:
         result = subprocess.run(
             [sys.executable, "-m", "monitor.cli", "relay", *arguments],

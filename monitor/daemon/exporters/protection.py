@@ -170,7 +170,7 @@ class ProtectionMqtt:
             if command not in (ON, OFF):
                 logger.warning("protection switch: ignored command %r (ON or OFF)", command[:20])
                 continue
-            self.policy.enabled = command == ON
+            self.policy.switch(command == ON)
             logger.info("protection switched %s from Home Assistant", command)
             self._wake.set()
         raise aiomqtt.MqttError("message stream ended")
