@@ -32,8 +32,7 @@ def voiced(seconds: float, *, seed: int = 0, formant_hz: float = 500.0) -> np.nd
 
 
 def reference_frames(frames: np.ndarray, alpha: float) -> np.ndarray:
-    """The challenge script's steps, one frame at a time (LPC by scipy's Toeplitz solver), each
-    frame given its input's energy."""
+    """The challenge script's steps, one frame at a time (LPC by scipy's Toeplitz solver)."""
     from scipy.linalg import solve_toeplitz
 
     out = []
@@ -48,8 +47,7 @@ def reference_frames(frames: np.ndarray, alpha: float) -> np.ndarray:
             np.abs(poles) * np.exp(1j * np.sign(angle) * np.minimum(np.abs(angle) ** alpha, np.pi)),
             poles,
         )
-        y = lfilter([1.0], np.real(np.poly(moved)), lfilter(a, [1.0], frame))
-        out.append(y * np.linalg.norm(frame) / np.linalg.norm(y))
+        out.append(lfilter([1.0], np.real(np.poly(moved)), lfilter(a, [1.0], frame)))
     return np.array(out)
 
 
@@ -115,21 +113,6 @@ def test_alpha_below_one_raises_a_low_resonance() -> None:
 
     assert abs(peak_hz(x) - 500.0) < 60.0
     assert abs(peak_hz(anonymise(x, RATE, alpha)) - expected_hz) < 80.0
-
-
-@pytest.mark.parametrize("alpha", [0.5, 0.7, 0.9])
-def test_level_is_the_inputs(alpha: float) -> None:
-    """Moving the poles changes the synthesis filter's gain (several times louder at α 0.5 on
-    this buzz without the per-frame level); each frame keeps its input's energy, so the
-    output's RMS is the input's (within the overlap-add's mixing of neighbouring frames) and
-    its peak stays near the input's: nothing to clip when written back as 16-bit."""
-    _, hop = mcadams.frame_geometry(RATE)
-    x = voiced(1.0)
-    inner = slice(2 * hop, x.size - 2 * hop)
-    y = anonymise(x, RATE, alpha)
-    rms = np.sqrt(np.mean(y[inner] ** 2) / np.mean(x[inner] ** 2))
-    assert 0.8 < rms < 1.1
-    assert np.abs(y).max() < 1.5 * np.abs(x).max()
 
 
 def test_bad_alpha_and_shapes_are_refused() -> None:
