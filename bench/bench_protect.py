@@ -10,7 +10,10 @@
    of the original and EER ≥ 35 %; WER rise ≤ 5 points.
 
 Run: ``python -m bench protect`` (``--cpu-only`` for part 1) → bench/results/protect.json, the
-audit's report in bench/results/protect-report/, and the README table printed.
+audit's report in bench/results/protect-report/ (report.md committed; report.json, 1.3 MB of
+per-speaker detail, left out of git: protect.json keeps every figure the README cites), and the
+README table printed. ``--alphas 0.6,0.7,0.5-0.9 [--speakers 25] [--wer 100]``: the α sweep of
+:mod:`bench.protect_sweep` instead, on a subset of the test speakers.
 """
 
 from __future__ import annotations
@@ -168,8 +171,22 @@ def targets(protection: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def option(args: list[str], name: str, default: str) -> str:
+    return args[args.index(name) + 1] if name in args else default
+
+
 def main(args: list[str] | None = None) -> None:
     args = args or []
+    if "--alphas" in args:
+        from bench.protect_sweep import sweep
+
+        sweep(
+            option(args, "--alphas", "").split(","),
+            int(option(args, "--speakers", "25")),
+            int(option(args, "--wer", "100")),
+            machine,
+        )
+        return
     results: dict[str, Any] = {"machine": machine(), "anonymiser": anonymiser_cpu()}
     results["relay_transform"] = relay_transform()
     print(results["anonymiser"], results["relay_transform"], flush=True)

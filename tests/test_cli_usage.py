@@ -72,3 +72,29 @@ def test_several_sources_bad_input_is_one_line_before_anything_starts(
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["features", "x.wav"], ["enroll", "."], ["evaluate", ".", "--out", "x"]]
+)
+def test_a_long_error_is_one_line_at_80_columns(command: list[str]) -> None:
+    """The --embedding error (over 80 characters) is printed before the command runs, by each
+    command's own printer; under CliRunner's 80-column console none may wrap it."""
+    from typer.testing import CliRunner
+
+    from monitor.cli import app
+
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(app, [*command, "--embedding", "xvector"])
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and len(lines[0]) > 80, result.stderr
+    assert lines[0].startswith("voxmeter: error: --embedding 'xvector': expected one of ")
+    assert lines[0].endswith("campplus-int8")
+
+
+def test_the_error_console_prints_any_long_text_as_one_line() -> None:
+    from monitor.cli.common import err_console
+
+    with err_console.capture() as captured:
+        err_console.print("voxmeter: error: " + "word " * 60, markup=False, highlight=False)
+    assert captured.get().count("\n") == 1

@@ -20,9 +20,12 @@ from monitor.printable import printable
 
 class _LineConsole(Console):
     """stderr: every text printed is one line, control characters escaped (a file named
-    ``a\nvoxmeter: all good.wav`` would split an error in two and forge the second line)."""
+    ``a\nvoxmeter: all good.wav`` would split an error in two and forge the second line), and
+    not wrapped at the console's width unless a caller asks (``soft_wrap`` defaults to True):
+    a printer that forgot it split a long error in two under CliRunner's 80 columns."""
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("soft_wrap", True)
         super().print(*(printable(o) if isinstance(o, str) else o for o in objects), **kwargs)
 
 

@@ -9,10 +9,26 @@ all-pole filter and the frames are overlap-added. α < 1 raises the low formants
 the high ones: the spectral envelope, which carries most of who speaks, changes while the
 excitation (pitch, timing, words) stays.
 
-Differences from the challenge's script, each for a reason: LPC by the autocorrelation method
-(Levinson-Durbin: minimum phase, so the filters stay stable) instead of Burg's; frame 0 is
-processed too (the script skips it); no peak normalisation of the whole utterance (a stream
-cannot know its peak: the level is the model's, clipped only when turned back into int16).
+Checked against the challenge's scripts (2022 ``anonymise_dir_mcadams.py``, 2024
+``anonymise_dir_mcadams_rand_seed.py`` ``anonym_v2``) on corpus utterances; what differs:
+
+- **Level**: the scripts divide the whole output by its peak; a stream cannot know the peak, so
+  nothing is normalised here and the level is the model's, clipped when turned back into int16.
+  At α 0.7 that output is about 4× louder than the input in RMS and 1.5 % of its samples (up
+  to 7 %) clip. Measured on 30 corpus prompts at α 0.7, pocketsphinx's WER: 107.6 % clipped
+  as here, 110.5 % peak-normalised as the scripts do, 117.4 % when each frame was given its
+  input's energy (tried and dropped: it also lowered the ignorant EER in the α sweep, see
+  bench/results/protect-alphas-framelevel.json); no WER cost of the clipping was measurable.
+- LPC by the autocorrelation method (Levinson-Durbin) instead of Burg's (``librosa.lpc``); both
+  give minimum-phase, stable filters, and on the corpus the mean pole radius differs by 0.001
+  and the outputs by about as much as any two framings (measured, negligible).
+- Periodic Hann (``np.hanning`` in the scripts is the symmetric one): the products of the two
+  windows then sum to exactly one; the scripts' sum ripples by about 0.3 %.
+- Frame 0 and the zero-padded last frames are processed too (the 2022 script skips frame 0, both
+  drop the incomplete end): the first and last 10 ms are not silenced.
+- Pole selection is the same: the 2022 script moves each complex pole with positive angle and
+  sets its neighbour (its conjugate, as LAPACK orders them) to the mirrored angle; 2024 moves
+  positive and negative angles alike, as here. The clip to [0, π] never acts for α ≤ 1.
 
 Everything is vectorised over frames: autocorrelations by one batched FFT, Levinson-Durbin over
 the order, the poles as eigenvalues of stacked companion matrices (``np.linalg.eigvals``), the
