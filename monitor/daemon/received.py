@@ -120,7 +120,10 @@ class ReceivedTrackScorer(TrackScorer):
         view.speech_seconds += window.speech_seconds
         self.views[tracked.track] = view
         attackers: dict[str, tuple[Disclosure, ...]] = {}
+        narrow = self.narrow if window.band == "narrow" else None
         for name, scorer in self.attackers.items():
+            if narrow is not None and name == "ignorant":  # as the original view's scoring
+                scorer = narrow
             score = score_track(
                 scorer,
                 identity=tracked.identity,
