@@ -77,18 +77,28 @@ def variant_templates(
     return templates
 
 
-def narrow_file(source: Path, destination: Path, _index: int = 0) -> None:
-    """One audio file band-limited as an 8 kHz device delivers it (16 kHz FLAC, 16-bit)."""
+def _write_changed(
+    source: Path, destination: Path, change: Callable[[np.ndarray], np.ndarray]
+) -> None:
+    """``source`` read at the model's rate, changed, written as 16 kHz 16-bit FLAC: the one
+    way every variant's audio reaches the extractor (a temporary folder, deleted after)."""
     import soundfile
 
-    from monitor.audio.band import band_limit
     from monitor.audio.file import read_audio
     from monitor.audio.frames import RATE_HZ
 
     audio, _ = read_audio(source)
-    out = np.clip(band_limit(audio, RATE_HZ), -1.0, 1.0)
+    out = np.clip(change(audio), -1.0, 1.0)
     destination.parent.mkdir(parents=True, exist_ok=True)
     soundfile.write(destination, out, RATE_HZ, subtype="PCM_16", format="FLAC")
+
+
+def narrow_file(source: Path, destination: Path, _index: int = 0) -> None:
+    """One audio file band-limited as an 8 kHz device delivers it (16 kHz FLAC, 16-bit)."""
+    from monitor.audio.band import band_limit
+    from monitor.audio.frames import RATE_HZ
+
+    _write_changed(source, destination, lambda audio: band_limit(audio, RATE_HZ))
 
 
 def narrow_templates(
@@ -116,16 +126,9 @@ def room_model(embedding_model: str) -> str:
 
 def room_file(source: Path, destination: Path, index: int) -> None:
     """One audio file heard in the ``index``-th seeded synthetic room (16 kHz FLAC, 16-bit)."""
-    import soundfile
-
-    from monitor.audio.file import read_audio
-    from monitor.audio.frames import RATE_HZ
     from monitor.audio.reverb import in_a_room
 
-    audio, _ = read_audio(source)
-    out = np.clip(in_a_room(audio, index), -1.0, 1.0)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    soundfile.write(destination, out, RATE_HZ, subtype="PCM_16", format="FLAC")
+    _write_changed(source, destination, lambda audio: in_a_room(audio, index))
 
 
 def room_templates(
