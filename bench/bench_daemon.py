@@ -46,10 +46,8 @@ from monitor.calibration.buckets import (
     load_default,
 )
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
-from monitor.daemon.events import DaemonEvent, DaemonStarted, WindowScored
-from monitor.daemon.exporters.prometheus import PrometheusExporter
-from monitor.daemon.scorer import Scorer, score_track
+from monitor.events.messages import DaemonEvent, DaemonStarted, WindowScored
+from monitor.exporters.prometheus import PrometheusExporter
 from monitor.features.base import (
     FEATURE_NAMES,
     Observation,
@@ -57,6 +55,8 @@ from monitor.features.base import (
     get_feature,
     set_embedding_backend,
 )
+from monitor.scoring.scorer import Scorer, score_track
+from monitor.settings.config import load_config
 from monitor.store.database import open_store
 from monitor.store.templates import Enrolment
 

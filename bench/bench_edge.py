@@ -68,7 +68,7 @@ import json, sys, time
 from pathlib import Path
 import numpy as np
 import bench.bench_daemon as bd
-from monitor.daemon.exporters.prometheus import PrometheusExporter
+from monitor.exporters.prometheus import PrometheusExporter
 from monitor.features.base import set_embedding_backend
 
 backend, n, folder, stream = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
@@ -526,12 +526,12 @@ def bench_profile(backend: str = "ecapa", n: int = 1_000) -> dict[str, Any]:
     audio second; a wrapped call inside another is counted in both)."""
     import bench.bench_daemon as bd
     from monitor.audio.vad import FrameVad
-    from monitor.daemon.evidence import TrackScorer
-    from monitor.daemon.turns import TurnSplitter
     from monitor.features.base import BufferedStream, set_embedding_backend
     from monitor.features.embedding import EmbeddingStream
     from monitor.features.f0 import F0Stream
     from monitor.features.phone import PhoneStream
+    from monitor.scoring.evidence import TrackScorer
+    from monitor.tracking.turns import TurnSplitter
 
     spent: dict[str, float] = {}
     wrapped = {

@@ -79,10 +79,10 @@ def relay_transform(files: int = 40) -> dict[str, Any]:
     the audio held back (input received minus output sent, the delay the anonymiser adds)."""
     from wyoming.audio import AudioChunk, AudioStart, AudioStop
 
-    from monitor.audio.wyoming_wire import encode_event
     from monitor.protect.mcadams import Alpha
     from monitor.protect.policy import ProtectionPolicy
     from monitor.protect.relay import UpstreamAnonymiser
+    from monitor.wyoming.wire import encode_event
 
     paths = sorted(CORPUS.glob("*/*.flac"))[:files]
     wall, cpu, held = [], [], []

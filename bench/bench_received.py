@@ -25,13 +25,13 @@ from monitor.audio.frames import AudioFrame
 from monitor.audio.vad import WebRtcVad
 from monitor.audio.windows import SpeechWindow, Windower
 from monitor.calibration.buckets import load_default
-from monitor.daemon.events import FeatureWindow, TrackedWindow
-from monitor.daemon.evidence import TrackScorer
-from monitor.daemon.received import ReceivedTrackScorer, received_embedding
-from monitor.daemon.received_audio import ReceivedAudio
-from monitor.daemon.scorer import Scorer
+from monitor.events.messages import FeatureWindow, TrackedWindow
 from monitor.features.base import FEATURE_NAMES, TemplateBatch, get_feature
 from monitor.features.extract import FeatureCache, default_cache_dir, extract_many
+from monitor.protect.received_audio import ReceivedAudio
+from monitor.scoring.evidence import TrackScorer
+from monitor.scoring.received import ReceivedTrackScorer, received_embedding
+from monitor.scoring.scorer import Scorer
 from monitor.vocabulary import FigureKey
 
 RESULTS = RESULTS_DIR / "received.json"

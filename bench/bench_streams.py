@@ -31,8 +31,8 @@ from bench.bench_daemon import _calibration, _database, _dims
 from bench.common import CORPUS, RESULTS_DIR, write_results
 from monitor.audio.file import read_audio
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
 from monitor.features.base import get_feature
+from monitor.settings.config import load_config
 from monitor.store.database import open_store
 from tests.audio.wyoming_peers import conversation
 from tests.daemon.household_daemon import Recorder, paced_talk

@@ -47,11 +47,11 @@ from bench.household import RATE_HZ, Segment, Stream, make_stream, overlaps, tri
 from monitor.calibration.buckets import load_default
 from monitor.corpus import scan_corpus
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
-from monitor.daemon.events import DaemonEvent, FeatureWindow, TrackExpired, WindowScored
-from monitor.daemon.scorer import score_track
+from monitor.events.messages import DaemonEvent, FeatureWindow, TrackExpired, WindowScored
 from monitor.features.base import FEATURE_NAMES, get_feature, set_embedding_backend
 from monitor.features.extract import FeatureCache, default_cache_dir, extract_many
+from monitor.scoring.scorer import score_track
+from monitor.settings.config import load_config
 from monitor.store.database import open_store
 from monitor.store.enroll import with_narrow, with_room
 from monitor.store.templates import Enrolment

@@ -15,7 +15,7 @@ VAD, windower, a short window at each ``audio-stop``). Transcripts must be the s
 Two process layouts. ``--layout inprocess`` (default): the proxy runs in this process, on the
 measuring side's event loop, as ``voxmeter run`` alone does. ``--layout relay``: the proxy is
 ``voxmeter relay`` in a process of its own (as the systemd units and the add-on run it) and the
-measuring side here subscribes to it over the local channel (monitor/audio/channel.py), as
+measuring side here subscribes to it over the local channel (monitor/wyoming/channel.py), as
 ``voxmeter run`` with ``relay.socket`` does; the relay process's resident memory (VmRSS at the
 end, VmHWM its peak) and CPU seconds are recorded too.
 
@@ -59,7 +59,7 @@ from bench.common import CORPUS, RESULTS_DIR, write_results
 from monitor.audio.file import read_audio
 from monitor.audio.vad import WebRtcVad
 from monitor.audio.windows import Windower
-from monitor.audio.wyoming_proxy import ProxyEndpoint, WyomingProxySource
+from monitor.wyoming.proxy import ProxyEndpoint, WyomingProxySource
 
 RESULTS = {
     "inprocess": RESULTS_DIR / "wyoming_proxy.json",

@@ -104,7 +104,7 @@ class Run:
         self.targets: list[dict[str, Any]] = []
 
     def target(self, name: str, value: float, op: str, bound: float, *, note: str = "") -> bool:
-        """Record ``value op bound`` (``op`` one of ``<=``, ``>=``, ``<``, ``>``) as met or missed."""
+        """Record ``value op bound`` (op: ``<=``, ``>=``, ``<``, ``>``) as met or missed."""
         met = {
             "<=": value <= bound,
             ">=": value >= bound,

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from wyoming.event import Event
 
-from monitor.audio.wyoming_relay import ChunkTransform, TransformFactory
-from monitor.daemon import relay, relay_protect
+from monitor.relay import process as relay
+from monitor.relay import protect as relay_protect
+from monitor.wyoming.relay import ChunkTransform, TransformFactory
 
 timings: dict[str, dict[str, list[float]]] = {
     kind: {"wall": [], "cpu": []} for kind in ("audio-chunk", "audio-stop")

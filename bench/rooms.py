@@ -64,8 +64,8 @@ from monitor.audio.vad import WebRtcVad
 from monitor.audio.windows import SpeechWindow, Windower
 from monitor.corpus import scan_corpus
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
-from monitor.daemon.events import FeatureWindow, TrackExpired
+from monitor.events.messages import FeatureWindow, TrackExpired
+from monitor.settings.config import load_config
 from monitor.store.database import open_store
 
 RESULTS = RESULTS_DIR / "rooms.json"

@@ -64,4 +64,4 @@ PROTECT_KEY: Final = "voxmeter_protect"
 """The key the relay's transform (monitor.protect.relay) sets in a PROTECTED utterance's
 ``audio-start`` data — ``{"method": "mcadams", "alpha": α}`` — on the event object the tap is
 then offered, never in the bytes sent upstream; the measuring side reads it to reproduce what
-the upstream received (monitor.daemon.received). Absent: the utterance passed clear."""
+the upstream received (monitor.scoring.received). Absent: the utterance passed clear."""

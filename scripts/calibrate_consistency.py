@@ -3,7 +3,7 @@
     PYTHONPATH=. .venv/bin/python scripts/calibrate_consistency.py [--streams 16] [--minutes 4]
 
 A window whose parts are not one voice (a television filling a pause, the next speaker's
-first words) must not be scored as one voice (:mod:`monitor.daemon.consistency`). The test is
+first words) must not be scored as one voice (:mod:`monitor.tracking.consistency`). The test is
 the window's best change score (:func:`monitor.features.change.mean_shift_scores` on the turn
 splitter's projected cepstra, ``turns.json``: no loudness in them, so no level cue). Its
 threshold is the quantile of *one-voice* windows' best scores at each window length, read at
@@ -43,10 +43,10 @@ from bench.household import make_stream, overlaps, trimmed
 from bench.rooms import daemon_windows, in_room
 from monitor.audio.windows import SpeechWindow
 from monitor.corpus.scan import scan_corpus
-from monitor.daemon.consistency import LENGTHS, LEVELS, SHIPPED
-from monitor.daemon.turns import load_change_models
 from monitor.features.change import cepstra, mean_shift_scores
 from monitor.features.fbank import ecapa_db
+from monitor.tracking.consistency import LENGTHS, LEVELS, SHIPPED
+from monitor.tracking.turns import load_change_models
 from scripts.calibrate_turns import CORPUS, SEED
 
 MIN_WINDOWS = 300

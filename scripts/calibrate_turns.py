@@ -18,7 +18,7 @@ quantile of one-speaker windows' best scores (half the 1 % false-change rate of 
 cosines goes to the score alone), ``low`` = the 5 % quantile of two-speaker windows'. Then
 both splitters run on a fresh draw of windows of the same speakers, with the ECAPA embedding
 and the shipped calibration's ``change_cosine``: the one that embedded every 1 s part, and the
-scored one (:class:`monitor.daemon.turns.TurnSplitter`): windows cut, changes missed, cut
+scored one (:class:`monitor.tracking.turns.TurnSplitter`): windows cut, changes missed, cut
 error, parts embedded per window; all into the file.
 """
 
@@ -41,12 +41,12 @@ from monitor.audio.vad import speech_only
 from monitor.audio.windows import SpeechWindow
 from monitor.calibration.buckets import load_default
 from monitor.corpus.scan import scan_corpus
-from monitor.daemon.config import load_config, tracker_thresholds_for
-from monitor.daemon.turns import SHIPPED, ChangeModel, TurnSplitter, WindowFrames
 from monitor.features.base import get_feature, set_embedding_backend
 from monitor.features.change import cepstra, fit_projection, mean_shift_scores, segment_means
 from monitor.features.fbank import ecapa_db
 from monitor.features.fbank import kaldi_fbank as _kaldi
+from monitor.settings.config import load_config, tracker_thresholds_for
+from monitor.tracking.turns import SHIPPED, ChangeModel, TurnSplitter, WindowFrames
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "speechocean762"
 SEED = 20261126

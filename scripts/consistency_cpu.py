@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python scripts/consistency_cpu.py
 
-:meth:`monitor.daemon.turns.TurnSplitter.split` with and without the test, on the daemon's
+:meth:`monitor.tracking.turns.TurnSplitter.split` with and without the test, on the daemon's
 windows (its VAD and windower) of one simulated room stream of test-split speakers (4 min),
 their filterbank frames handed in as the embedding stream hands them; and, as an upper bound,
 computing the frames of the 1–2 s windows the splitter did not look at before (the daemon
@@ -21,8 +21,8 @@ from bench.bench_tracking import held_out_speakers
 from bench.household import make_stream, trimmed
 from bench.rooms import daemon_windows, in_room
 from monitor.corpus.scan import scan_corpus
-from monitor.daemon.consistency import load_consistency
-from monitor.daemon.turns import TurnSplitter, frames_of
+from monitor.tracking.consistency import load_consistency
+from monitor.tracking.turns import TurnSplitter, frames_of
 from scripts.calibrate_turns import CORPUS
 
 

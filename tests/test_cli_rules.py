@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from monitor.cli import app
-from monitor.daemon.config import load_config
 from monitor.disclosure.composition import MAX_EPSILON_NATS
 from monitor.errors import ConfigError, InputError
 from monitor.score.compose import compose_rows
+from monitor.settings.config import load_config
 from tests.test_cli_hardening import entries, link_speakers, one_error_line, runner
 
 # ---- speaker names: one rule for every command that reads a corpus -----------------------------

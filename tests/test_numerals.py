@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from monitor.audio.spec import parse_source
 from monitor.cli import app
 from monitor.errors import InputError
 from monitor.numerals import ascii_digits, ascii_float, ascii_int
+from monitor.sources.spec import parse_source
 
 runner = CliRunner(env={"COLUMNS": "1000"})
 

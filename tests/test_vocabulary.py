@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.daemon.config import load_config
 from monitor.errors import ConfigError
 from monitor.features.base import FEATURE_NAMES, HistogramFeature
 from monitor.features.embedding import CampplusEmbedding, EcapaEmbedding, GE2EEmbedding
+from monitor.settings.config import load_config
 from monitor.store.outbox import BudgetRecord
 from monitor.vocabulary import (
     BOUNDS,

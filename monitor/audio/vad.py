@@ -36,7 +36,7 @@ class SpeechChunk:
     end_seconds: float
     received: np.ndarray | None = None
     """int16, shape (n,): the same stretch as the upstream received it, anonymised (a protected
-    utterance through the relay, monitor.daemon.received); None: it received ``samples``."""
+    utterance through the relay, monitor.scoring.received); None: it received ``samples``."""
 
     @property
     def duration_seconds(self) -> float:

@@ -11,7 +11,7 @@ length when it holds ≥ ``min_window_seconds`` of speech; less only counts seco
 ``tail_seconds`` more speech follows it, so a turn's last window holds at least that much (up to
 ``window_seconds + tail_seconds``) instead of a 1 s remainder whose embedding names nobody. A
 change of speaker inside a window without a pause is found later, on embeddings of its parts
-(:mod:`monitor.daemon.turns`).
+(:mod:`monitor.tracking.turns`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class SpeechWindow:
     anonymised (:attr:`SpeechChunk.received`); None otherwise."""
     inconsistent: bool = False
     """True when the window's parts disagree more than one voice's do (another voice, a
-    television, in part of it; :mod:`monitor.daemon.consistency`): it is given to no one."""
+    television, in part of it; :mod:`monitor.tracking.consistency`): it is given to no one."""
 
 
 class Windower:

@@ -59,12 +59,12 @@ def _root(
 def main() -> int:
     """Console-script entry point; usage errors (a missing or unknown option, a value of the wrong
     type) are one line on stderr and exit 2, like every other user error. ``voxmeter relay``
-    goes to its own parser at once (:func:`monitor.daemon.relay.main`): the relay process must
+    goes to its own parser at once (:func:`monitor.relay.process.main`): the relay process must
     stay small, and running typer's app loads pydantic (10 MB)."""
     from typer.exceptions import TyperException
 
     if sys.argv[1:2] == ["relay"]:
-        from monitor.daemon.relay import main as relay_main
+        from monitor.relay.process import main as relay_main
 
         return relay_main(sys.argv[2:])
 

@@ -21,8 +21,8 @@ from monitor.cli.common import (
 from monitor.printable import printable
 
 if TYPE_CHECKING:
-    from monitor.daemon.figures import Figures
-    from monitor.daemon.status import TrackStatus
+    from monitor.events.figures import Figures
+    from monitor.ledger.status import TrackStatus
 
 
 def relay_command(
@@ -37,8 +37,8 @@ def relay_command(
     """Relay the Wyoming proxies in a small process of their own; voxmeter run measures.
 
     Listed here for ``voxmeter --help``; ``voxmeter relay`` itself runs
-    :func:`monitor.daemon.relay.main` before typer (see :func:`monitor.cli.main`)."""
-    from monitor.daemon.relay import main
+    :func:`monitor.relay.process.main` before typer (see :func:`monitor.cli.main`)."""
+    from monitor.relay.process import main
 
     args = [f"--config={config}"] if config is not None else []
     raise typer.Exit(main([*args, *(f"--set={item}" for item in set_ or [])]))
@@ -76,7 +76,7 @@ def run_command(
 ) -> None:
     """Run the live monitor: per-speaker disclosure, budgets, metrics and alerts."""
     from monitor.daemon.build import run_daemon
-    from monitor.daemon.config import load_config
+    from monitor.settings.config import load_config
 
     overrides = list(set_ or [])
     if db is not None:
@@ -209,8 +209,8 @@ def status_command(
 
     from rich.live import Live
 
-    from monitor.daemon.config import load_config
-    from monitor.daemon.status import current_status
+    from monitor.ledger.status import current_status
+    from monitor.settings.config import load_config
     from monitor.store import open_store
 
     settings = load_config(config, [f"daemon.db={json.dumps(str(db))}"] if db else [])

@@ -15,28 +15,28 @@ from pathlib import Path
 
 from monitor.audio.frames import AudioSource
 from monitor.audio.microphone import MicrophoneSource
-from monitor.audio.spec import Retry, open_sources
 from monitor.calibration.buckets import CalibrationSet, load_default
-from monitor.daemon.config import source_specs, tracker_thresholds_for
-from monitor.daemon.events import Exporter
-from monitor.daemon.exporters import build_exporters
-from monitor.daemon.exporters.log import LogExporter
 from monitor.daemon.lock import DaemonLock
-from monitor.daemon.logs import configure_logging
-from monitor.daemon.narrow import load_narrow
 from monitor.daemon.pipeline import EXIT_DEADLINE_SECONDS, ExitWatchdog, Pipeline, RunSummary
 from monitor.daemon.protection import protection_for
-from monitor.daemon.scorer import Scorer
-from monitor.daemon.settings import Config
 from monitor.errors import ConfigError, StoreError
+from monitor.events.messages import Exporter
+from monitor.exporters import build_exporters
+from monitor.exporters.log import LogExporter
 from monitor.features.base import (
     Feature,
     get_feature,
     set_embedding_backend,
     set_embedding_runtime,
 )
+from monitor.logs import configure_logging
+from monitor.scoring.scorer import Scorer
+from monitor.settings.config import source_specs, tracker_thresholds_for
+from monitor.settings.sections import Config
+from monitor.sources.spec import Retry, open_sources
 from monitor.store.database import Store, open_store
 from monitor.store.templates import model_name
+from monitor.tracking.narrow import load_narrow
 
 logger = logging.getLogger("monitor.daemon.pipeline")  # the name operators' log filters know
 

@@ -27,11 +27,11 @@ import numpy as np
 
 from monitor.audio.frames import RATE_HZ
 from monitor.audio.windows import SpeechWindow
-from monitor.daemon.shedding import AbsentStream, LoadShedder
-from monitor.daemon.turns import TurnSplitter, WindowFrames, frames_of
 from monitor.features.base import BufferedStream, Feature, FeatureStream, open_stream
 from monitor.features.embedding import EmbeddingStream
 from monitor.features.fbank import EcapaFbankStream, ecapa_db
+from monitor.load.shedding import AbsentStream, LoadShedder
+from monitor.tracking.turns import TurnSplitter, WindowFrames, frames_of
 
 
 def as_float(samples: np.ndarray) -> np.ndarray:

@@ -7,9 +7,9 @@ measuring stages (VAD to ledger) run in a group of their own under
 the source relays a conversation (the Wyoming proxy) instead of ending the daemon. This module is
 the wiring: the stages' state, their queues, the supervisor, signals and restarts; the stage bodies
 are :class:`~monitor.daemon.stages.PipelineStages`. Stages are thin loops around synchronous cores,
-each in its own module (:class:`~monitor.daemon.evidence.WindowFeatures`,
-:class:`~monitor.daemon.tracker.SpeakerTracker`, :class:`~monitor.daemon.evidence.TrackScorer`,
-:class:`~monitor.daemon.ledger.LedgerWriter`), so the logic is tested without an event loop. Feature
+each in its own module (:class:`~monitor.scoring.evidence.WindowFeatures`,
+:class:`~monitor.tracking.tracker.SpeakerTracker`, :class:`~monitor.scoring.evidence.TrackScorer`,
+:class:`~monitor.ledger.writer.LedgerWriter`), so the logic is tested without an event loop. Feature
 extraction and scoring run in a thread executor; ledger writes are small SQLite transactions on the
 loop thread, so cancelling a task never interrupts one. ``None`` in a queue means end of input.
 
@@ -38,10 +38,13 @@ from typing import Any
 from monitor import __version__
 from monitor.audio.frames import AudioSource
 from monitor.audio.vad import FrameVad
-from monitor.daemon.budget import BudgetMachine, period_start
-from monitor.daemon.config import tracker_settings, tracker_thresholds_for
-from monitor.daemon.consistency import load_consistency
-from monitor.daemon.events import (
+from monitor.daemon.measuring import MeasuringSupervisor, leaves
+from monitor.daemon.stages import PipelineStages, one_blas_thread
+from monitor.daemon.streams import measured_streams
+from monitor.daemon.watchdog import EXIT_DEADLINE_SECONDS as EXIT_DEADLINE_SECONDS
+from monitor.daemon.watchdog import ExitWatchdog as ExitWatchdog
+from monitor.errors import VoxmeterError
+from monitor.events.messages import (
     DaemonEvent,
     DaemonStarted,
     DaemonStopping,
@@ -49,24 +52,21 @@ from monitor.daemon.events import (
     Figures,
     TrackExpired,
 )
-from monitor.daemon.evidence import TrackEvidence, WindowFeatures
-from monitor.daemon.exporters.mqtt import topics_for
-from monitor.daemon.ledger import LedgerWriter, expired_on_restart, restored_track
-from monitor.daemon.measuring import MeasuringSupervisor, leaves
-from monitor.daemon.narrow import NarrowCopies
-from monitor.daemon.received import track_scorer_for
-from monitor.daemon.scorer import Scorer
-from monitor.daemon.settings import Config
-from monitor.daemon.shedding import LoadShedder, measuring_executor
-from monitor.daemon.stages import PipelineStages, one_blas_thread
-from monitor.daemon.streams import measured_streams
-from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
-from monitor.daemon.turns import TurnSplitter
-from monitor.daemon.watchdog import EXIT_DEADLINE_SECONDS as EXIT_DEADLINE_SECONDS
-from monitor.daemon.watchdog import ExitWatchdog as ExitWatchdog
-from monitor.errors import VoxmeterError
+from monitor.exporters.mqtt import topics_for
 from monitor.features.base import Feature
+from monitor.ledger.budget import BudgetMachine, period_start
+from monitor.ledger.writer import LedgerWriter, expired_on_restart, restored_track
+from monitor.load.shedding import LoadShedder, measuring_executor
+from monitor.scoring.evidence import TrackEvidence, WindowFeatures
+from monitor.scoring.received import track_scorer_for
+from monitor.scoring.scorer import Scorer
+from monitor.settings.config import tracker_settings, tracker_thresholds_for
+from monitor.settings.sections import Config
 from monitor.store.database import Store
+from monitor.tracking.consistency import load_consistency
+from monitor.tracking.narrow import NarrowCopies
+from monitor.tracking.tracker import EMBEDDING, SpeakerTracker
+from monitor.tracking.turns import TurnSplitter
 
 logger = logging.getLogger(__name__)
 

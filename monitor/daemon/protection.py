@@ -6,13 +6,13 @@ returns :class:`ProtectionObserver`, an exporter that tells the policy who was s
 whose budget is exceeded (restored states at start, transitions, period resets). The measuring
 side keeps seeing the audio as it came.
 
-With ``relay.socket`` the relay runs in ``voxmeter relay`` (:mod:`monitor.daemon.relay`), which
+With ``relay.socket`` the relay runs in ``voxmeter relay`` (:mod:`monitor.relay.process`), which
 runs the same transform on what it sends upstream and decides each utterance itself, never
 asking this process: :class:`RelayFeed` tells it, over the channel (each source's
-:class:`~monitor.audio.channel.Uplink`), every relaying source's verdict whenever it changes —
+:class:`~monitor.wyoming.channel.Uplink`), every relaying source's verdict whenever it changes —
 only once the ledger's budget states are restored (``DaemonStarted``), so a restarting daemon
 never tells it "nobody is over budget" before it knows. The relay keeps the last verdict it
-heard while this process is gone (:mod:`monitor.daemon.relay_protect` says why).
+heard while this process is gone (:mod:`monitor.relay.protect` says why).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from monitor.audio.channel import Uplink
-from monitor.daemon.events import (
+from monitor.errors import ConfigError
+from monitor.events.messages import (
     DaemonEvent,
     DaemonStarted,
     Exporter,
@@ -32,15 +32,15 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
-from monitor.daemon.exporters.homeassistant import HomeAssistantExporter
-from monitor.daemon.exporters.protection import ProtectionMqtt, protection_entities
-from monitor.daemon.relay_messages import PROTECT
-from monitor.daemon.settings import Config
-from monitor.errors import ConfigError
+from monitor.exporters.homeassistant import HomeAssistantExporter
+from monitor.exporters.protection import ProtectionMqtt, protection_entities
 from monitor.protect import METHODS
 from monitor.protect.mcadams import parse_alpha
 from monitor.protect.policy import ProtectionPolicy
 from monitor.protect.relay import transform_factory
+from monitor.relay.messages import PROTECT
+from monitor.settings.sections import Config
+from monitor.wyoming.channel import Uplink
 
 logger = logging.getLogger(__name__)
 

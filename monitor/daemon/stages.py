@@ -1,6 +1,6 @@
 """The bodies of the daemon's stages: each a thin loop from its inbox queue to its outbox around
-a synchronous core (:mod:`monitor.daemon.evidence`, :mod:`monitor.daemon.tracker`,
-:mod:`monitor.daemon.ledger`, the VAD and windower of :mod:`monitor.audio`). How they are wired —
+a synchronous core (:mod:`monitor.scoring.evidence`, :mod:`monitor.tracking.tracker`,
+:mod:`monitor.ledger.writer`, the VAD and windower of :mod:`monitor.audio`). How they are wired —
 queues, the one TaskGroup, signals, the supervisor — is :mod:`monitor.daemon.pipeline`, whose
 :class:`~monitor.daemon.pipeline.Pipeline` builds the state declared here.
 """
@@ -20,8 +20,9 @@ from threadpoolctl import threadpool_limits
 from monitor.audio.frames import RATE_HZ, AudioFrame, AudioSource
 from monitor.audio.vad import SpeechChunk
 from monitor.audio.windows import SpeechWindow
-from monitor.daemon.budget import period_start
-from monitor.daemon.events import (
+from monitor.daemon.measuring import MeasuringSupervisor
+from monitor.daemon.streams import Streams, StreamState, named_stats
+from monitor.events.messages import (
     ClosedWindow,
     DaemonEvent,
     Exporter,
@@ -32,18 +33,17 @@ from monitor.daemon.events import (
     TrackExpired,
     WindowScored,
 )
-from monitor.daemon.evidence import TrackScorer
-from monitor.daemon.ledger import LedgerWriter
-from monitor.daemon.measuring import MeasuringSupervisor
-from monitor.daemon.received import received_embedding
-from monitor.daemon.scorer import Scorer
-from monitor.daemon.settings import Config
-from monitor.daemon.shedding import LoadShedder
-from monitor.daemon.streams import Streams, StreamState, named_stats
-from monitor.daemon.tracker import EMBEDDING, SpeakerTracker
-from monitor.daemon.turns import TurnSplitter
 from monitor.features.base import Feature
+from monitor.ledger.budget import period_start
+from monitor.ledger.writer import LedgerWriter
+from monitor.load.shedding import LoadShedder
+from monitor.scoring.evidence import TrackScorer
+from monitor.scoring.received import received_embedding
+from monitor.scoring.scorer import Scorer
+from monitor.settings.sections import Config
 from monitor.store.database import Store
+from monitor.tracking.tracker import EMBEDDING, SpeakerTracker
+from monitor.tracking.turns import TurnSplitter
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ At most ``audio.max_streams`` streams are measured at once: a stream beyond it i
 as long as it lasts (one warning line; its seconds counted per source as refused, the relay
 still relays it), so a flood of connections cannot take the measuring side's CPU and memory.
 
-Counters per named source (:class:`~monitor.daemon.events.SourceCounts`) add the live streams
+Counters per named source (:class:`~monitor.events.messages.SourceCounts`) add the live streams
 to those already ended; Prometheus exports them with a ``source`` label.
 """
 
@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from monitor.audio.frames import RATE_HZ, AudioFrame, AudioSource, SourceStats, StreamKey
 from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad
 from monitor.audio.windows import Windower
-from monitor.daemon.config import source_specs
-from monitor.daemon.events import SourceCounts
 from monitor.daemon.incremental import IncrementalWindows
-from monitor.daemon.received_audio import ReceivedAudio
-from monitor.daemon.settings import Config
-from monitor.daemon.shedding import LoadShedder
-from monitor.daemon.turns import TurnSplitter
+from monitor.events.messages import SourceCounts
 from monitor.features.base import Feature
+from monitor.load.shedding import LoadShedder
+from monitor.protect.received_audio import ReceivedAudio
+from monitor.settings.config import source_specs
+from monitor.settings.sections import Config
+from monitor.tracking.turns import TurnSplitter
 
 logger = logging.getLogger(__name__)
 
@@ -251,7 +251,7 @@ def _name(key: StreamKey) -> str:
 
 
 def named_stats(source: AudioSource, default: str) -> dict[str, SourceStats]:
-    """Each named source's own counters: a :class:`~monitor.audio.sources.SourceSet`'s by
+    """Each named source's own counters: a :class:`~monitor.sources.several.SourceSet`'s by
     name, else the one source's under ``default``."""
     named: Mapping[str, AudioSource] | None = getattr(source, "named", None)
     if named is None:

@@ -24,10 +24,10 @@ import numpy as np
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.event import Event
 
-from monitor.audio.wyoming_wire import encode_event
 from monitor.protect.mcadams import McAdamsStream
 from monitor.protect.policy import ProtectionPolicy
 from monitor.vocabulary import PROTECT_KEY
+from monitor.wyoming.wire import encode_event
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The local channel from the relay to the measuring process (monitor/audio/channel.py) over real
+"""The local channel from the relay to the measuring process (monitor/wyoming/channel.py) over real
 Unix sockets: every stream keyed, nothing ever waited for, what cannot be handed over counted."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from wyoming.asr import Transcribe
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.event import Event
 
-from monitor.audio.channel import (
+from monitor.audio.frames import AudioFrame
+from monitor.wyoming.channel import (
     CONTROL_SLACK_BYTES,
     ChannelServer,
     Unmeasured,
@@ -23,9 +24,8 @@ from monitor.audio.channel import (
     read_message,
     receive,
 )
-from monitor.audio.frames import AudioFrame
-from monitor.audio.wyoming_proxy import ProxyEndpoint, WyomingProxySource
-from monitor.audio.wyoming_relay import ProxyServer
+from monitor.wyoming.proxy import ProxyEndpoint, WyomingProxySource
+from monitor.wyoming.relay import ProxyServer
 from tests.audio.wyoming_peers import SAMPLES_PER_CHUNK, conversation, talk
 from tests.realparts.wyoming_upstreams import serve, speech
 

@@ -19,17 +19,17 @@ import soundfile as sf
 from monitor.audio.file import FileSource, read_audio
 from monitor.audio.frames import RATE_HZ, AudioFrame, StreamKey
 from monitor.audio.microphone import MicrophoneSource, SoundDeviceBackend
-from monitor.audio.sources import SourceSet
-from monitor.audio.spec import (
+from monitor.audio.stdin import StdinSource
+from monitor.errors import AudioDeviceError, ConfigError, InputError
+from monitor.settings.config import load_config, source_specs
+from monitor.sources.several import SourceSet
+from monitor.sources.spec import (
     SourceSpec,
     open_source,
     open_sources,
     parse_source,
     parse_sources,
 )
-from monitor.audio.stdin import StdinSource
-from monitor.daemon.config import load_config, source_specs
-from monitor.errors import AudioDeviceError, ConfigError, InputError
 
 
 def tone(rate: int, seconds: float, hz: float, amplitude: float = 0.5) -> np.ndarray:

@@ -20,8 +20,10 @@ from wyoming.info import Describe, Info
 
 from monitor.audio.file import FileSource, read_audio
 from monitor.audio.frames import AudioFrame, SourceStats
-from monitor.audio.spec import open_source
-from monitor.audio.wyoming import (
+from monitor.errors import AudioDeviceError, ConfigError, InputError
+from monitor.settings.config import load_config
+from monitor.sources.spec import open_source
+from monitor.wyoming.source import (
     WyomingDecoder,
     WyomingEndpoint,
     WyomingSource,
@@ -29,9 +31,7 @@ from monitor.audio.wyoming import (
     parse_endpoint,
     pcm_to_float,
 )
-from monitor.audio.wyoming_wire import MAX_PAYLOAD_BYTES, ProtocolError, read_event
-from monitor.daemon.config import load_config
-from monitor.errors import AudioDeviceError, ConfigError, InputError
+from monitor.wyoming.wire import MAX_PAYLOAD_BYTES, ProtocolError, read_event
 from tests.audio.wyoming_peers import microphone_service, stream_to, wav_events
 from tests.realparts.mosquitto import free_port
 

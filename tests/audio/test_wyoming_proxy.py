@@ -19,8 +19,9 @@ from wyoming.info import Describe, Info
 from wyoming.wake import Detect
 
 from monitor.audio.frames import RATE_HZ, AudioFrame
-from monitor.audio.spec import parse_source
-from monitor.audio.wyoming_proxy import (
+from monitor.errors import InputError
+from monitor.sources.spec import parse_source
+from monitor.wyoming.proxy import (
     VIA,
     ProxyEndpoint,
     SideTap,
@@ -29,7 +30,6 @@ from monitor.audio.wyoming_proxy import (
     annotate_info,
     parse_proxy,
 )
-from monitor.errors import InputError
 from tests.audio.wyoming_peers import SAMPLES_PER_CHUNK as CHUNK_SAMPLES
 from tests.audio.wyoming_peers import conversation, talk
 from tests.realparts.mosquitto import free_port
@@ -308,7 +308,7 @@ def test_a_down_upstream_gives_an_error_within_a_second_one_log_line_and_comes_b
                 await server.stop()
         assert source.stats.device_errors == 1
 
-    with caplog.at_level(logging.INFO, logger="monitor.audio.wyoming_relay"):
+    with caplog.at_level(logging.INFO, logger="monitor.wyoming.relay"):
         asyncio.run(main())
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "unreachable (Connection refused)" in warnings[0].getMessage()

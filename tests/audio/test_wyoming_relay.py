@@ -12,8 +12,8 @@ from wyoming.asr import Transcribe
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.event import Event
 
-from monitor.audio.wyoming_relay import ProxyEndpoint, ProxyServer
-from monitor.audio.wyoming_wire import encode_event
+from monitor.wyoming.relay import ProxyEndpoint, ProxyServer
+from monitor.wyoming.wire import encode_event
 from tests.audio.wyoming_peers import talk
 
 

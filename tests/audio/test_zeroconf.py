@@ -12,10 +12,10 @@ import pytest
 from zeroconf import IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from monitor.audio.spec import open_source
-from monitor.audio.wyoming import WyomingSource
-from monitor.audio.wyoming_proxy import WyomingProxySource
-from monitor.audio.zeroconf import (
+from monitor.sources.spec import open_source
+from monitor.wyoming.proxy import WyomingProxySource
+from monitor.wyoming.source import WyomingSource
+from monitor.wyoming.zeroconf import (
     SERVICE_TYPE,
     announced_address,
     instance_name,

@@ -245,7 +245,7 @@ def test_shipped_calibrations_are_package_data() -> None:
         "calibration-ecapa.json",
         "calibration-ge2e.json",
         "calibration.json",  # the default backend's (ecapa-int8)
-        "consistency.json",  # the window-consistency thresholds (monitor.daemon.consistency)
+        "consistency.json",  # the window-consistency thresholds (monitor.tracking.consistency)
         "turns.json",  # the turn splitter's change projection (not per backend)
     ]
     assert DEFAULT_PATH.name in names

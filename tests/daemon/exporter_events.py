@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from monitor.daemon.events import (
+from monitor.events.messages import (
     FEATURES,
     MEASURES,
     CompositionBounds,

@@ -20,13 +20,13 @@ from wyoming.audio import AudioChunk
 from wyoming.client import AsyncTcpClient
 from wyoming.event import Event
 
-from monitor.audio.sources import SourceSet
-from monitor.audio.wyoming_proxy import WyomingProxySource
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
-from monitor.daemon.events import DaemonEvent, WindowScored
 from monitor.daemon.pipeline import Pipeline, RunSummary
+from monitor.events.messages import DaemonEvent, WindowScored
+from monitor.settings.config import load_config
+from monitor.sources.several import SourceSet
 from monitor.store.database import open_store
+from monitor.wyoming.proxy import WyomingProxySource
 
 
 class Recorder:

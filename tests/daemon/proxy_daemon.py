@@ -20,12 +20,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.audio.wyoming_proxy import WyomingProxySource
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
 from monitor.daemon.pipeline import Pipeline, RunSummary
-from monitor.daemon.settings import Config
+from monitor.settings.config import load_config
+from monitor.settings.sections import Config
 from monitor.store.database import open_store
+from monitor.wyoming.proxy import WyomingProxySource
 from tests.realparts import stop_process
 from tests.realparts.mosquitto import free_port, wait_for_port
 

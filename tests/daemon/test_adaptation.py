@@ -1,4 +1,4 @@
-"""Members' profiles that learn the room (monitor/daemon/adaptation.py), bounded: synthetic
+"""Members' profiles that learn the room (monitor/tracking/adaptation.py), bounded: synthetic
 voices for the rules, and ten minutes of a real stranger who must never be absorbed."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from monitor.calibration.tracking import tracker_thresholds
-from monitor.daemon.adaptation import AdaptedProfiles
-from monitor.daemon.events import FeatureWindow
-from monitor.daemon.settings import TrackerSettings
-from monitor.daemon.tracker import SpeakerTracker
+from monitor.events.messages import FeatureWindow
 from monitor.features.base import Observation
+from monitor.settings.sections import TrackerSettings
+from monitor.tracking.adaptation import AdaptedProfiles
+from monitor.tracking.tracker import SpeakerTracker
 from tests.daemon.test_tracker import (
     FakeClock,
     at_cosine,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.daemon.budget import BudgetMachine, period_start
-from monitor.daemon.settings import BudgetSettings
+from monitor.ledger.budget import BudgetMachine, period_start
+from monitor.settings.sections import BudgetSettings
 
 
 def machine(**overrides: float) -> BudgetMachine:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from monitor.daemon.config import documented_defaults, load_config
-from monitor.daemon.settings import Config
 from monitor.errors import ConfigError, InputError
+from monitor.settings.config import documented_defaults, load_config
+from monitor.settings.sections import Config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -133,8 +133,8 @@ def test_a_config_that_is_not_utf8_is_one_line(command: str, tmp_path: Path) -> 
 
 
 def test_tracker_thresholds_follow_the_embedding_backend_unless_set() -> None:
-    from monitor.daemon.config import tracker_settings
-    from monitor.daemon.settings import TRACKER_THRESHOLDS
+    from monitor.settings.config import tracker_settings
+    from monitor.settings.sections import TRACKER_THRESHOLDS
 
     for backend, (profile, cluster) in TRACKER_THRESHOLDS.items():
         settings = tracker_settings(load_config(None, [f"features.embedding={backend}"]))

@@ -16,10 +16,10 @@ from monitor.audio.file import read_audio
 from monitor.audio.frames import RATE_HZ
 from monitor.audio.vad import speech_only
 from monitor.audio.windows import SpeechWindow
-from monitor.daemon.consistency import ConsistencyTest, load_consistency
-from monitor.daemon.settings import TrackerSettings
-from monitor.daemon.turns import TurnSplitter, frames_of, load_change_models
 from monitor.features.change import cepstra
+from monitor.settings.sections import TrackerSettings
+from monitor.tracking.consistency import ConsistencyTest, load_consistency
+from monitor.tracking.turns import TurnSplitter, frames_of, load_change_models
 from tests.daemon.test_tracker import FakeClock, profile, tracker, voices, window
 
 BELOW_DB = 18.0  # the second voice's level under the first (a television's, issue 29)
@@ -93,8 +93,8 @@ def test_one_voice_in_a_reverberant_room_is_one_voice(
     from bench.household import trimmed
     from bench.rooms import daemon_windows, make_room, pink_noise
     from monitor.calibration.buckets import load_default
-    from monitor.daemon.config import load_config, tracker_thresholds_for
     from monitor.features.base import get_feature, set_embedding_backend
+    from monitor.settings.config import load_config, tracker_thresholds_for
 
     set_embedding_backend("ecapa")
     thresholds = tracker_thresholds_for(load_config(None, []), load_default("ecapa"))

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from monitor.cli import app
-from monitor.daemon.exporters.mqtt import topic_level
+from monitor.exporters.mqtt import topic_level
 from monitor.printable import printable
 from monitor.store.database import open_store
 from tests.daemon.test_stdin_runs import retained

@@ -28,8 +28,8 @@ import pytest
 import soundfile
 
 from monitor.calibration.buckets import DEFAULT_PATH as DEFAULT_CALIBRATION
-from monitor.daemon.budget import BudgetMachine
-from monitor.daemon.settings import BudgetSettings
+from monitor.ledger.budget import BudgetMachine
+from monitor.settings.sections import BudgetSettings
 from tests.daemon.conftest import hand_calibration
 from tests.deploy.promql import RULES, dashboard_expressions, rule_expressions, without_threshold
 from tests.realparts import stop_process

@@ -15,8 +15,8 @@ import soundfile as sf
 
 from monitor.audio.file import FileSource
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
 from monitor.daemon.pipeline import Pipeline
+from monitor.settings.config import load_config
 from monitor.store.database import open_store
 from tests.daemon.conftest import PROFILE, DaemonCorpus
 from tests.daemon.test_exporter_homeassistant import configs, render, retained

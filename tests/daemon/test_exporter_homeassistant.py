@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry as Registry
 
-from monitor.daemon.config import load_config
-from monitor.daemon.events import TrackExpired
-from monitor.daemon.exporters import build_exporters
-from monitor.daemon.exporters.homeassistant import HomeAssistantExporter, safe_id
-from monitor.daemon.exporters.mqtt import MqttExporter
-from monitor.daemon.settings import HomeAssistantSettings
 from monitor.errors import ConfigError
+from monitor.events.messages import TrackExpired
+from monitor.exporters import build_exporters
+from monitor.exporters.homeassistant import HomeAssistantExporter, safe_id
+from monitor.exporters.mqtt import MqttExporter
 from monitor.features.base import Observation
+from monitor.settings.config import load_config
+from monitor.settings.sections import HomeAssistantSettings
 from monitor.store.database import Store, open_store
 from monitor.vocabulary import BUDGET_STATES
 from tests.daemon.exporter_events import N_TEMPLATES, scored, started

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from monitor.daemon.events import TrackExpired
-from monitor.daemon.exporters.log import LogExporter
+from monitor.events.messages import TrackExpired
+from monitor.exporters.log import LogExporter
 from tests.daemon.exporter_events import scored
 
 

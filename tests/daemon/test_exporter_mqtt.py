@@ -21,9 +21,9 @@ from typing import Any
 import aiomqtt
 import pytest
 
-from monitor.daemon.events import TrackExpired
-from monitor.daemon.exporters.mqtt import MqttExporter, Topics, speaker_state_payload, topic_level
-from monitor.daemon.settings import MqttSettings
+from monitor.events.messages import TrackExpired
+from monitor.exporters.mqtt import MqttExporter, Topics, speaker_state_payload, topic_level
+from monitor.settings.sections import MqttSettings
 from monitor.store.database import open_store
 from tests.daemon.exporter_events import changed, scored, started
 from tests.realparts.mosquitto import MosquittoBroker
@@ -313,8 +313,8 @@ def test_alerts_left_by_a_previous_run_are_delivered_first(
 
 EXPORTER_PROCESS = """
 import asyncio, sys
-from monitor.daemon.settings import MqttSettings
-from monitor.daemon.exporters.mqtt import MqttExporter
+from monitor.settings.sections import MqttSettings
+from monitor.exporters.mqtt import MqttExporter
 from monitor.store.database import open_store
 
 async def main():

@@ -17,7 +17,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from monitor.audio.frames import StreamKey
-from monitor.daemon.events import (
+from monitor.errors import ConfigError
+from monitor.events.messages import (
     BOUNDS,
     FEATURES,
     MEASURES,
@@ -25,9 +26,8 @@ from monitor.daemon.events import (
     SourceCounts,
     TrackExpired,
 )
-from monitor.daemon.exporters.prometheus import PrometheusExporter
-from monitor.daemon.settings import PrometheusSettings
-from monitor.errors import ConfigError
+from monitor.exporters.prometheus import PrometheusExporter
+from monitor.settings.sections import PrometheusSettings
 from monitor.store.database import open_store
 from tests.daemon.exporter_events import CEILING_BITS, changed, scored, started, stats
 
@@ -368,8 +368,8 @@ def _families(registry: CollectorRegistry) -> list[str]:
 def test_build_exporters_wires_the_mqtt_connection_into_prometheus(tmp_path: Path) -> None:
     import dataclasses
 
-    from monitor.daemon.exporters import build_exporters
-    from monitor.daemon.settings import Config, MqttSettings
+    from monitor.exporters import build_exporters
+    from monitor.settings.sections import Config, MqttSettings
 
     config = dataclasses.replace(
         Config(), mqtt=MqttSettings(enabled=True), prometheus=PrometheusSettings(port=0)

@@ -12,17 +12,17 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from monitor.daemon.exporters.homeassistant import HomeAssistantExporter
-from monitor.daemon.exporters.protection import (
+from monitor.daemon.protection import ProtectionObserver
+from monitor.exporters.homeassistant import HomeAssistantExporter
+from monitor.exporters.protection import (
     ProtectionMqtt,
     command_topic,
     protection_entities,
     state_topic,
 )
-from monitor.daemon.protection import ProtectionObserver
-from monitor.daemon.settings import HomeAssistantSettings
 from monitor.protect.mcadams import Alpha
 from monitor.protect.policy import ProtectionPolicy
+from monitor.settings.sections import HomeAssistantSettings
 from tests.daemon.exporter_events import scored, started
 from tests.daemon.test_exporter_homeassistant import configs, household, render, retained
 from tests.daemon.test_exporter_mqtt import DEVICE, TOPICS, settings_for, subscribed

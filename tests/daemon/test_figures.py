@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from monitor.cli import app
-from monitor.daemon.budget import BudgetMachine
-from monitor.daemon.events import (
+from monitor.errors import StoreError
+from monitor.events.messages import (
     FEATURES,
     MEASURES,
     Disclosure,
@@ -24,11 +24,11 @@ from monitor.daemon.events import (
     StateChanged,
     WindowScored,
 )
-from monitor.daemon.exporters.mqtt import MqttExporter, speaker_state_payload
-from monitor.daemon.ledger import LedgerWriter, alert_figures, restored_track, stored_figures
-from monitor.daemon.settings import BudgetSettings
-from monitor.daemon.status import current_status
-from monitor.errors import StoreError
+from monitor.exporters.mqtt import MqttExporter, speaker_state_payload
+from monitor.ledger.budget import BudgetMachine
+from monitor.ledger.status import current_status
+from monitor.ledger.writer import LedgerWriter, alert_figures, restored_track, stored_figures
+from monitor.settings.sections import BudgetSettings
 from monitor.store.base import dumps
 from monitor.store.database import open_store
 from monitor.store.ledger import WindowRecord

@@ -29,7 +29,7 @@ def test_home_assistant_transcribes_through_the_protecting_proxy(
 ) -> None:
     from wyoming.audio import AudioChunk
 
-    from monitor.audio.wyoming_wire import read_event
+    from monitor.wyoming.wire import read_event
     from tests.realparts.wyoming_upstreams import serve, speech
 
     if shutil.which("espeak-ng") is None:

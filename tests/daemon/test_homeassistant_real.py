@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from monitor.daemon.events import TrackExpired
+from monitor.events.messages import TrackExpired
 from tests.daemon.exporter_events import N_TEMPLATES, scored, started
 from tests.daemon.test_exporter_homeassistant import exporters, handle, household
 from tests.daemon.test_exporter_mqtt import run

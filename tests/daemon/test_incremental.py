@@ -12,11 +12,11 @@ import pytest
 from monitor.audio.file import read_audio
 from monitor.audio.vad import SpeechChunk
 from monitor.audio.windows import SpeechWindow, Windower
-from monitor.daemon.evidence import WindowFeatures
 from monitor.daemon.incremental import IncrementalWindows
-from monitor.daemon.turns import TurnSplitter, frames_of
 from monitor.features.base import get_feature, open_stream
 from monitor.features.embedding import EmbeddingStream
+from monitor.scoring.evidence import WindowFeatures
+from monitor.tracking.turns import TurnSplitter, frames_of
 
 NAMES = ("f0", "phone", "embedding")
 

@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.daemon.budget import BudgetMachine
-from monitor.daemon.events import (
+from monitor.events.messages import (
     FEATURES,
     MEASURES,
     CompositionBounds,
@@ -19,11 +18,12 @@ from monitor.daemon.events import (
     TrackedWindow,
     WindowScored,
 )
-from monitor.daemon.evidence import ScoredWindow, TrackEvidence
-from monitor.daemon.ledger import LedgerWriter
-from monitor.daemon.scorer import TrackScore
-from monitor.daemon.settings import BudgetSettings
 from monitor.features.base import Observation
+from monitor.ledger.budget import BudgetMachine
+from monitor.ledger.writer import LedgerWriter
+from monitor.scoring.evidence import ScoredWindow, TrackEvidence
+from monitor.scoring.scorer import TrackScore
+from monitor.settings.sections import BudgetSettings
 from monitor.store.database import open_store
 from monitor.vocabulary import FigureKey
 

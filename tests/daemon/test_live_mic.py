@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
+from monitor.settings.config import load_config
 from monitor.store.database import open_store
 from tests.daemon.test_pipeline import Recorder
 

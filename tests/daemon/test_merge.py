@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.daemon.budget import BudgetMachine
-from monitor.daemon.events import TrackExpired
-from monitor.daemon.evidence import TrackEvidence, TrackScorer
-from monitor.daemon.ledger import LedgerWriter
-from monitor.daemon.settings import BudgetSettings
+from monitor.events.messages import TrackExpired
 from monitor.features.base import Observation, get_feature
+from monitor.ledger.budget import BudgetMachine
+from monitor.ledger.writer import LedgerWriter
+from monitor.scoring.evidence import TrackEvidence, TrackScorer
+from monitor.settings.sections import BudgetSettings
 from monitor.store.database import open_store
 from tests.daemon.exporter_events import scored, started
 from tests.daemon.test_exporter_homeassistant import (

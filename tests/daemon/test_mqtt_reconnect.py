@@ -1,4 +1,4 @@
-"""Reconnecting after a broker outage (monitor/daemon/exporters/connection.py, one policy for every
+"""Reconnecting after a broker outage (monitor/exporters/connection.py, one policy for every
 MQTT connection): random capped backoff while the broker refuses us, and back within about a
 second of the broker's return (its port probed after every 1 s step), or of an alert written to
 the outbox, however long the outage grew the backoff. The schedule is checked with an injected
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from monitor.daemon.exporters.connection import RETRY_STEP_SECONDS
-from monitor.daemon.exporters.homeassistant import HomeAssistantExporter
-from monitor.daemon.exporters.mqtt import MqttExporter
-from monitor.daemon.settings import MqttSettings
+from monitor.exporters.connection import RETRY_STEP_SECONDS
+from monitor.exporters.homeassistant import HomeAssistantExporter
+from monitor.exporters.mqtt import MqttExporter
+from monitor.settings.sections import MqttSettings
 from monitor.store.database import open_store
 from tests.daemon.exporter_events import changed
 from tests.daemon.test_exporter_mqtt import (
@@ -230,7 +230,7 @@ def test_both_connections_return_soon_after_a_killed_broker_restarts(
     sleeps = {"mqtt": CountedSleep(), "ha": CountedSleep()}
 
     async def scenario() -> None:
-        from monitor.daemon.settings import HomeAssistantSettings
+        from monitor.settings.sections import HomeAssistantSettings
 
         with household(tmp_path / "v.db") as store:
             plain = MqttExporter(

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from monitor.daemon.config import load_config
-from monitor.daemon.exporters.connection import tls_context
-from monitor.daemon.exporters.homeassistant import HomeAssistantExporter
-from monitor.daemon.exporters.mqtt import MqttExporter
-from monitor.daemon.settings import HomeAssistantSettings, MqttSettings
 from monitor.errors import ConfigError
+from monitor.exporters.connection import tls_context
+from monitor.exporters.homeassistant import HomeAssistantExporter
+from monitor.exporters.mqtt import MqttExporter
+from monitor.settings.config import load_config
+from monitor.settings.sections import HomeAssistantSettings, MqttSettings
 from monitor.store.database import open_store
 from tests.daemon.exporter_events import changed
 from tests.daemon.test_exporter_mqtt import (
@@ -125,7 +125,7 @@ def refusal(
                 assert not exporter.connected
             assert store.pending_count() == 1  # nothing lost: delivered once trusted
 
-    with caplog.at_level(logging.INFO, logger="monitor.daemon.exporters.mqtt"):
+    with caplog.at_level(logging.INFO, logger="monitor.exporters.mqtt"):
         run(scenario)
     lines = [r for r in caplog.records if "TLS" in r.getMessage()]
     assert all(r.levelno == logging.WARNING for r in lines)

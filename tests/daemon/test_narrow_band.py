@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from monitor.audio.band import NARROW_RATE_HZ, band_limit, band_of
-from monitor.daemon.narrow import NarrowCopies
-from monitor.daemon.settings import TrackerSettings
-from monitor.daemon.tracker import SpeakerTracker
 from monitor.features.base import Observation
+from monitor.settings.sections import TrackerSettings
+from monitor.tracking.narrow import NarrowCopies
+from monitor.tracking.tracker import SpeakerTracker
 from tests.daemon.test_tracker import FakeClock, fitted, profile, unit, voices, window
 
 

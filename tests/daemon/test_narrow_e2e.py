@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 from monitor.audio.file import read_audio
 from monitor.cli import app
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
-from monitor.daemon.events import FeatureWindow
+from monitor.events.messages import FeatureWindow
+from monitor.settings.config import load_config
 from monitor.store.database import open_store
 from monitor.store.variants import narrow_name, room_name
 

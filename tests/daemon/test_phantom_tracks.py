@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry as Registry
 
-from monitor.daemon.config import load_config
-from monitor.daemon.events import TrackExpired
-from monitor.daemon.exporters import build_exporters
 from monitor.errors import ConfigError
+from monitor.events.messages import TrackExpired
+from monitor.exporters import build_exporters
+from monitor.settings.config import load_config
 from tests.daemon.exporter_events import scored, started
 from tests.daemon.test_exporter_homeassistant import PREFIX, configs, household, retained
 from tests.daemon.test_exporter_mqtt import DEVICE, TOPICS, run, subscribed

@@ -13,8 +13,8 @@ import pytest
 from monitor.audio.file import read_audio
 from monitor.audio.microphone import MicrophoneSource
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
-from monitor.daemon.events import (
+from monitor.errors import AudioDeviceError
+from monitor.events.messages import (
     FEATURES,
     MEASURES,
     DaemonEvent,
@@ -24,7 +24,7 @@ from monitor.daemon.events import (
     TrackRestored,
     WindowScored,
 )
-from monitor.errors import AudioDeviceError
+from monitor.settings.config import load_config
 from monitor.store.database import open_store
 
 pytestmark = pytest.mark.corpus

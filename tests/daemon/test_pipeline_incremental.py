@@ -14,7 +14,7 @@ from threadpoolctl import threadpool_info
 
 from monitor.calibration.buckets import default_path
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
+from monitor.settings.config import load_config
 from monitor.store.database import open_store
 
 pytestmark = pytest.mark.corpus

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.daemon.budget import period_start
+from monitor.ledger.budget import period_start
 from monitor.store.database import open_store
 
 pytestmark = pytest.mark.corpus

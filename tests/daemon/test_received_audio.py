@@ -14,13 +14,13 @@ from monitor.audio.file import read_audio
 from monitor.audio.frames import AudioFrame, SourceStats
 from monitor.audio.vad import SpeechChunk, WebRtcVad
 from monitor.audio.windows import Windower
-from monitor.audio.wyoming import FrameDecoder
-from monitor.audio.wyoming_wire import encode_event
-from monitor.daemon.received_audio import ReceivedAudio
 from monitor.protect.mcadams import Alpha
 from monitor.protect.policy import ProtectionPolicy
+from monitor.protect.received_audio import ReceivedAudio
 from monitor.protect.relay import UpstreamAnonymiser
 from monitor.vocabulary import PROTECT_KEY
+from monitor.wyoming.source import FrameDecoder
+from monitor.wyoming.wire import encode_event
 from tests.audio.wyoming_peers import conversation
 from tests.daemon.conftest import DaemonCorpus
 from tests.protect.test_policy_relay import _decode

@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 from prometheus_client import CollectorRegistry
 
-from monitor.daemon.events import Disclosure, TrackExpired
-from monitor.daemon.exporters.prometheus import PrometheusExporter
-from monitor.daemon.figures import Figures, ReceivedFigures
-from monitor.daemon.settings import PrometheusSettings
+from monitor.events.figures import Figures, ReceivedFigures
+from monitor.events.messages import Disclosure, TrackExpired
+from monitor.exporters.prometheus import PrometheusExporter
+from monitor.settings.sections import PrometheusSettings
 from monitor.vocabulary import FEATURES, MEASURES, FigureKey
 from tests.daemon.exporter_events import scored
 

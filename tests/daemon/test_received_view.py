@@ -21,13 +21,13 @@ from wyoming.asr import Transcribe
 
 from monitor.audio.file import read_audio
 from monitor.corpus import scan_corpus
-from monitor.daemon.budget import period_start
-from monitor.daemon.exporters.prometheus import PrometheusExporter
 from monitor.daemon.pipeline import Pipeline
 from monitor.daemon.protection import ProtectionObserver
-from monitor.daemon.settings import PrometheusSettings
+from monitor.exporters.prometheus import PrometheusExporter
 from monitor.features.base import FEATURE_NAMES
+from monitor.ledger.budget import period_start
 from monitor.protect.mcadams import Alpha
+from monitor.settings.sections import PrometheusSettings
 from monitor.store.database import open_store
 from monitor.store.lazy import lazy_name, lazy_templates
 from monitor.store.templates import Enrolment, current_model

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from monitor.daemon.relay import load_relay_config
 from monitor.errors import ConfigError
+from monitor.relay.process import load_relay_config
 from tests.realparts.mosquitto import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ MEASURING = ("numpy", "onnxruntime", "torch", "pocketsphinx", "soxr", "scipy", "
 SERVE_AND_LIST_MODULES = """
 import asyncio, json, sys
 import monitor.cli  # the entry point `voxmeter relay` goes through
-from monitor.daemon.relay import RelayProcess, load_relay_config
+from monitor.relay.process import RelayProcess, load_relay_config
 
 config = load_relay_config(None, sys.argv[1:])
 
@@ -58,7 +58,7 @@ def test_the_relay_process_imports_nothing_that_measures(tmp_path: Path, zerocon
     )
     assert result.returncode == 0, result.stderr
     modules = json.loads(result.stdout.splitlines()[-1])
-    assert "monitor.audio.wyoming_relay" in modules and "monitor.audio.channel" in modules
+    assert "monitor.wyoming.relay" in modules and "monitor.wyoming.channel" in modules
     assert [m for m in modules if m.split(".")[0] in MEASURING] == []
 
 
@@ -74,9 +74,7 @@ def test_the_relay_process_loads_the_anonymiser_only_when_protecting(tmp_path: P
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     modules = json.loads(result.stdout.splitlines()[-1])
-    assert {"numpy", "scipy", "monitor.protect.mcadams", "monitor.daemon.relay_protect"} <= set(
-        modules
-    )
+    assert {"numpy", "scipy", "monitor.protect.mcadams", "monitor.relay.protect"} <= set(modules)
     loaded = {m.split(".")[0] for m in modules if m.split(".")[0] in MEASURING}
     assert loaded == {"numpy", "scipy"}
 
@@ -146,8 +144,8 @@ def test_a_socket_left_by_a_killed_relay_is_replaced_and_a_live_one_is_refused(
     import asyncio
     import socket
 
-    from monitor.audio.channel import ChannelServer
     from monitor.errors import AudioDeviceError
+    from monitor.wyoming.channel import ChannelServer
 
     path = tmp_path / "relay.sock"
     stale = socket.socket(socket.AF_UNIX)

@@ -24,17 +24,17 @@ import pytest
 from wyoming.asr import Transcribe
 from wyoming.audio import AudioChunk
 
-from monitor.audio.channel import Uplink
-from monitor.audio.wyoming_proxy import WyomingProxySource
-from monitor.audio.wyoming_relay import parse_proxy
-from monitor.audio.wyoming_wire import read_event
-from monitor.daemon.config import load_config
-from monitor.daemon.events import DaemonStarted, StateChanged
 from monitor.daemon.protection import ProtectionObserver, RelayFeed, protection_for
-from monitor.daemon.relay_protect import RelayedPolicy
+from monitor.events.messages import DaemonStarted, StateChanged
 from monitor.protect.mcadams import Alpha, McAdamsStream
 from monitor.protect.policy import ProtectionPolicy
+from monitor.relay.protect import RelayedPolicy
+from monitor.settings.config import load_config
 from monitor.vocabulary import PROTECT_KEY
+from monitor.wyoming.channel import Uplink
+from monitor.wyoming.proxy import WyomingProxySource
+from monitor.wyoming.relay import parse_proxy
+from monitor.wyoming.wire import read_event
 from tests.audio.wyoming_peers import conversation, talk
 from tests.daemon.conftest import DaemonCorpus
 from tests.realparts import stop_process
@@ -270,7 +270,7 @@ def test_the_relay_keeps_protecting_when_the_measuring_process_is_sigkilled(
     """``voxmeter relay`` and ``voxmeter run`` as their units start them, ``exceeded`` mode, a
     budget of 1 bit: commands of the enrolled speaker pass clear until the budget is crossed,
     then anonymised; the measuring process is SIGKILLed and the relay keeps protecting every
-    command (the last verdict stands: module docstring of monitor/daemon/relay_protect.py),
+    command (the last verdict stands: module docstring of monitor/relay/protect.py),
     each still transcribed by the real upstream; started again, the measuring process restores
     the exceeded budget from the ledger and the relay goes on protecting."""
     from tests.daemon.relay_drill import SUBSCRIBED, _Processes

@@ -15,10 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.audio.stdin import StdinSource
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
-from monitor.daemon.events import Disclosure, TrackRestored, WindowScored
-from monitor.daemon.exporters.prometheus import PrometheusExporter
-from monitor.daemon.settings import PrometheusSettings
+from monitor.events.messages import Disclosure, TrackRestored, WindowScored
+from monitor.exporters.prometheus import PrometheusExporter
+from monitor.settings.config import load_config
+from monitor.settings.sections import PrometheusSettings
 from monitor.store.database import open_store
 from tests.daemon.test_pipeline import Recorder
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from monitor.daemon.budget import period_start
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
-from monitor.daemon.events import TrackExpired, TrackRestored
-from monitor.daemon.exporters.mqtt import MqttExporter
-from monitor.daemon.ledger import expired_on_restart
+from monitor.events.messages import TrackExpired, TrackRestored
+from monitor.exporters.mqtt import MqttExporter
+from monitor.ledger.budget import period_start
+from monitor.ledger.writer import expired_on_restart
+from monitor.settings.config import load_config
 from monitor.store.database import open_store
 from monitor.store.ledger import TrackPeriod
 from tests.daemon.conftest import DaemonCorpus

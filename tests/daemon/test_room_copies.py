@@ -15,8 +15,8 @@ from scipy.signal import fftconvolve
 
 from monitor.audio.reverb import in_a_room, synthetic_rir
 from monitor.calibration.tracking import tracker_thresholds
-from monitor.daemon.adaptation import AdaptedProfiles
-from monitor.daemon.settings import TrackerSettings
+from monitor.settings.sections import TrackerSettings
+from monitor.tracking.adaptation import AdaptedProfiles
 from tests.daemon.test_adaptation import WINDOW_SECONDS, _speech, _windows
 from tests.daemon.test_tracker import unit
 

@@ -9,11 +9,11 @@ import pytest
 
 from monitor.calibration.buckets import COMBINED
 from monitor.calibration.fusion import fuse_scores
-from monitor.daemon.scorer import PreparedTemplates, Scorer, score_track
 from monitor.disclosure.composition import basic, kairouz_advanced, optimal
 from monitor.disclosure.lid import lid_per_trial, lid_posteriors
 from monitor.disclosure.srd import betabinom_pmf, identity_posterior
 from monitor.features.base import FEATURE_NAMES, Observation, TemplateBatch, get_feature
+from monitor.scoring.scorer import PreparedTemplates, Scorer, score_track
 from tests.daemon.conftest import hand_calibration
 
 N = 40

@@ -17,9 +17,9 @@ from wyoming.asr import Transcribe
 from wyoming.wake import Detect
 
 from monitor.audio.file import read_audio
-from monitor.daemon.budget import period_start
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
+from monitor.ledger.budget import period_start
+from monitor.settings.config import load_config
 from monitor.store.database import open_store
 from tests.audio.wyoming_peers import conversation
 from tests.daemon.conftest import DaemonCorpus

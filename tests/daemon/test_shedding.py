@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
-from monitor.daemon.events import FeatureWindow, WindowScored
-from monitor.daemon.exporters.prometheus import PrometheusExporter
-from monitor.daemon.settings import LoadSettings
-from monitor.daemon.shedding import LoadShedder, measuring_executor
+from monitor.events.messages import FeatureWindow, WindowScored
+from monitor.exporters.prometheus import PrometheusExporter
 from monitor.features.embedding import EmbeddingStream
 from monitor.features.phone import PhoneStream
+from monitor.load.shedding import LoadShedder, measuring_executor
+from monitor.settings.config import load_config
+from monitor.settings.sections import LoadSettings
 from monitor.store.database import open_store
 from tests.daemon.test_pipeline import Recorder
 
@@ -41,7 +41,7 @@ def test_shedding_follows_the_lag_in_order_with_hysteresis(
 ) -> None:
     clock = Clock()
     shedder = LoadShedder(LoadSettings(shed_lag_seconds=1.0), clock=clock)
-    caplog.set_level(logging.WARNING, logger="monitor.daemon.shedding")
+    caplog.set_level(logging.WARNING, logger="monitor.load.shedding")
     shedder.submitted()  # audio handed to the feeder, not yet done
     clock.now += 0.9
     assert shedder.update() == 0 and not shedder.sheds("phone")
@@ -182,7 +182,7 @@ def test_a_slowed_phone_decoder_is_shed_and_the_lag_stays_bounded(
     (a busy spell): without shedding the feeder would end that spell ~4 s behind and fall
     further behind with every window; with it, phone decoding stops while the lag is above
     2 s, resumes once it is below 1 s, and every shed second is counted."""
-    caplog.set_level(logging.WARNING, logger="monitor.daemon.shedding")
+    caplog.set_level(logging.WARNING, logger="monitor.load.shedding")
     config = load_config(
         None,
         [

@@ -18,15 +18,15 @@ import pytest
 import soundfile as sf
 
 from monitor.audio.stdin import StdinSource
-from monitor.daemon.budget import period_start
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
-from monitor.daemon.events import StateChanged, WindowScored
-from monitor.daemon.evidence import WindowFeatures
-from monitor.daemon.exporters.prometheus import PrometheusExporter, is_loopback
-from monitor.daemon.settings import PrometheusSettings
 from monitor.errors import ConfigError
+from monitor.events.messages import StateChanged, WindowScored
+from monitor.exporters.prometheus import PrometheusExporter, is_loopback
 from monitor.features.base import get_feature
+from monitor.ledger.budget import period_start
+from monitor.scoring.evidence import WindowFeatures
+from monitor.settings.config import load_config
+from monitor.settings.sections import PrometheusSettings
 from monitor.store.database import open_store
 from tests.daemon.test_pipeline import Recorder
 from tests.daemon.test_stdin_runs import pcm, pipe_with

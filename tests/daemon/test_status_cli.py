@@ -9,9 +9,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from monitor.cli import app
-from monitor.daemon.budget import BudgetMachine
-from monitor.daemon.ledger import LedgerWriter
-from monitor.daemon.settings import BudgetSettings
+from monitor.ledger.budget import BudgetMachine
+from monitor.ledger.writer import LedgerWriter
+from monitor.settings.sections import BudgetSettings
 from monitor.store.database import open_store
 from monitor.vocabulary import FigureKey
 from tests.daemon.test_ledger_writer import scored

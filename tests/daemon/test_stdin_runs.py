@@ -27,7 +27,7 @@ import soundfile as sf
 
 from monitor.audio.stdin import StdinSource
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
+from monitor.settings.config import load_config
 from monitor.store.database import open_store
 from tests.realparts import stop_process
 from tests.realparts.mosquitto import MosquittoBroker

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from monitor.calibration.tracking import TrackerThresholds
-from monitor.daemon.events import FeatureWindow
-from monitor.daemon.settings import TrackerSettings
-from monitor.daemon.tracker import SpeakerTracker
+from monitor.events.messages import FeatureWindow
 from monitor.features.base import Observation
+from monitor.settings.sections import TrackerSettings
 from monitor.store.templates import LocalProfile
+from monitor.tracking.tracker import SpeakerTracker
 
 D = 16
 

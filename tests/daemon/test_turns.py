@@ -16,15 +16,15 @@ from monitor.audio.file import read_audio
 from monitor.audio.frames import RATE_HZ
 from monitor.audio.vad import speech_only
 from monitor.audio.windows import SpeechWindow
-from monitor.daemon.turns import (
+from monitor.features.change import cepstra, mean_shift_scores
+from monitor.features.fbank import ecapa_db
+from monitor.tracking.turns import (
     ChangeModel,
     TurnSplitter,
     WindowFrames,
     frames_of,
     load_change_models,
 )
-from monitor.features.change import cepstra, mean_shift_scores
-from monitor.features.fbank import ecapa_db
 
 
 def voice(f0: float, seconds: float, rng: np.random.Generator) -> np.ndarray:
@@ -159,8 +159,8 @@ def splitter() -> Iterator[TurnSplitter]:
     the choice records it, so it is restored here: a session fixture enrolled later (the
     daemon corpus) would otherwise take ECAPA instead of the default backend."""
     from monitor.calibration.buckets import load_default
-    from monitor.daemon.config import load_config, tracker_thresholds_for
     from monitor.features.base import EMBEDDING_ENV, get_feature, set_embedding_backend
+    from monitor.settings.config import load_config, tracker_thresholds_for
 
     before = os.environ.get(EMBEDDING_ENV)
     set_embedding_backend("ecapa")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from monitor.audio.frames import StreamKey
-from monitor.daemon.events import SourceCounts
+from monitor.events.messages import SourceCounts
 from tests.daemon.exporter_events import stats
 from tests.daemon.test_exporter_prometheus import make_exporter
 from tests.daemon.test_tracker import at_cosine, fitted_tracker, profile, voices, window

@@ -17,12 +17,12 @@ import soxr
 from wyoming.asr import Transcribe
 
 from monitor.audio.file import read_audio
-from monitor.audio.wyoming import WyomingSource
-from monitor.daemon.budget import period_start
 from monitor.daemon.build import build_pipeline
-from monitor.daemon.config import load_config
 from monitor.daemon.pipeline import Pipeline
+from monitor.ledger.budget import period_start
+from monitor.settings.config import load_config
 from monitor.store.database import open_store
+from monitor.wyoming.source import WyomingSource
 from tests.audio.wyoming_peers import conversation, stream_to, talk
 from tests.daemon.conftest import DaemonCorpus
 from tests.daemon.proxy_daemon import proxied_daemon

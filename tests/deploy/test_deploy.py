@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.daemon.config import load_config
+from monitor.settings.config import load_config
 from tests.deploy.promql import (
     DASHBOARD,
     DEPLOY,
@@ -318,7 +318,7 @@ def test_the_relay_unit_restarts_within_a_second_and_the_measuring_side_is_cappe
         "RuntimeDirectoryPreserve=yes",
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
-        "ExecStart=/opt/voxmeter/.venv/bin/python -m monitor.daemon.relay "
+        "ExecStart=/opt/voxmeter/.venv/bin/python -m monitor.relay.process "
         "--config /etc/voxmeter/config.toml",
     ):
         assert re.search(rf"^{re.escape(line)}$", relay, re.MULTILINE), line

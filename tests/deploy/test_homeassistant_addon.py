@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from monitor.daemon.config import load_config
-from monitor.daemon.relay import load_relay_config
 from monitor.errors import ConfigError
+from monitor.relay.process import load_relay_config
+from monitor.settings.config import load_config
 from tests.deploy.promql import DEPLOY
 
 ADDON = DEPLOY / "homeassistant-addon" / "voxmeter"

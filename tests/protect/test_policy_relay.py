@@ -11,14 +11,14 @@ import pytest
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.event import Event
 
-from monitor.audio.wyoming_wire import encode_event, read_event
-from monitor.daemon.config import load_config
-from monitor.daemon.events import DaemonStarted, StateChanged
 from monitor.daemon.protection import ProtectionObserver
 from monitor.errors import ConfigError
+from monitor.events.messages import DaemonStarted, StateChanged
 from monitor.protect.mcadams import Alpha, McAdamsStream
 from monitor.protect.policy import ProtectionPolicy
 from monitor.protect.relay import UpstreamAnonymiser
+from monitor.settings.config import load_config
+from monitor.wyoming.wire import encode_event, read_event
 from tests.protect.test_mcadams import voiced
 
 PROXY = "wyoming-proxy://127.0.0.1:0?upstream=tcp://127.0.0.1:10300"

@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 from monitor.calibration.buckets import BucketCalibration, CalibrationSet
 from monitor.cli import app
 from monitor.daemon.build import check_template_model, load_calibration
-from monitor.daemon.config import load_config
 from monitor.errors import ConfigError, InputError, StoreError
 from monitor.features.base import (
     EMBEDDING_ENV,
@@ -25,6 +24,7 @@ from monitor.features.base import (
     set_embedding_backend,
 )
 from monitor.features.embedding import EcapaEmbedding, GE2EEmbedding
+from monitor.settings.config import load_config
 from monitor.store import Store, open_store
 from monitor.store.database import connect, migrate
 from monitor.store.templates import Enrolment

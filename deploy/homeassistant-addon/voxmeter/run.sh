@@ -54,7 +54,7 @@ keep_running() {
 
 # The relay comes back 0.2 s after it ends, whatever ended it; the measuring process 1 s after a
 # SIGKILL, a crash or the OOM killer, while the relay goes on and counts what it relays unmeasured.
-keep_running relay 0.2 10 "${venv}/python" -m monitor.daemon.relay --config /data/config.toml &
+keep_running relay 0.2 10 "${venv}/python" -m monitor.relay.process --config /data/config.toml &
 relay=$!
 keep_running "measuring process" 1 60 "${venv}/voxmeter" run --config /data/config.toml &
 measuring=$!

@@ -1,7 +1,0 @@
-"""The kinds of message the measuring process sends the relay process over the channel
-(:class:`monitor.audio.channel.Uplink`), numpy-free: both processes import it."""
-
-PROTECT = "protect"
-"""A source's protection verdict (:class:`monitor.daemon.protection.RelayFeed`): ``{"kind",
-"protect": bool, "speaker": alias or null, "mode", "method", "alpha", "enabled"}``; the relay
-process follows it (:mod:`monitor.daemon.relay_protect`)."""

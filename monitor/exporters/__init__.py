@@ -1,0 +1,72 @@
+"""Exporters: Prometheus metrics, MQTT alerts and Home Assistant discovery (DESIGN §15).
+
+:func:`build_exporters` builds the enabled ones from the config and wires them together
+(``voxmeter_mqtt_connected`` is a Prometheus instrument fed by the MQTT connection).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry
+
+from monitor.events.messages import Exporter
+from monitor.exporters.homeassistant import HomeAssistantExporter, Profiles
+from monitor.exporters.mqtt import MqttExporter, Outbox, Topics, topic_level, topics_for
+from monitor.exporters.prometheus import Metrics, PrometheusExporter
+from monitor.settings.sections import Config
+
+__all__ = [
+    "HomeAssistantExporter",
+    "Metrics",
+    "MqttExporter",
+    "PrometheusExporter",
+    "Topics",
+    "build_exporters",
+    "topic_level",
+    "topics_for",
+]
+
+
+class ExporterStore(Outbox, Profiles, Protocol):
+    """What the exporters read from the store: the alert outbox and the household."""
+
+
+def build_exporters(
+    config: Config,
+    *,
+    store: ExporterStore,
+    db_path: Path,
+    device_id: str,
+    registry: CollectorRegistry | None = None,
+) -> list[Exporter]:
+    """The exporters ``config`` enables, Prometheus first; the MQTT one reports its connection."""
+    exporters: list[Exporter] = []
+    prometheus: PrometheusExporter | None = None
+    if config.prometheus.enabled:
+        prometheus = PrometheusExporter(config.prometheus, db_path=db_path, registry=registry)
+        prometheus.set_mqtt_enabled(config.mqtt.enabled)
+        exporters.append(prometheus)
+    if config.mqtt.enabled:
+        exporters.append(
+            MqttExporter(
+                config.mqtt,
+                store=store,
+                device_id=device_id,
+                on_connection=prometheus.set_mqtt_connected if prometheus else None,
+                clear_expired=not config.homeassistant.discovery,
+            )
+        )
+    if config.mqtt.enabled and config.homeassistant.discovery:
+        exporters.append(
+            HomeAssistantExporter(
+                config.homeassistant,
+                config.mqtt,
+                store=store,
+                device_id=device_id,
+                show_seconds=config.tracker.show_seconds,
+                show_windows=config.tracker.show_windows,
+            )
+        )
+    return exporters

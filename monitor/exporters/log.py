@@ -1,0 +1,111 @@
+"""The log exporter: every daemon event as one structured line (formatting: daemon/logs.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from monitor.events.messages import (
+    DaemonEvent,
+    DaemonStarted,
+    DaemonStopping,
+    Figures,
+    PipelineStats,
+    StateChanged,
+    TrackExpired,
+    TrackRestored,
+    WindowScored,
+)
+
+
+class LogExporter:
+    """Every daemon event as one structured log line."""
+
+    name = "log"
+
+    def __init__(self, log: logging.Logger | None = None) -> None:
+        self.log = log or logging.getLogger("monitor.events.messages")
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+    async def handle(self, event: DaemonEvent) -> None:
+        match event:
+            case WindowScored():
+                fields = {**_figure_fields(event.figures), "window": event.figures.window_index}
+                fields["latency_s"] = round(event.latency_seconds, 3)
+                # where the window lies in the file or stream, beside the wall clock
+                fields["stream_start_s"] = round(event.window_start_seconds, 2)
+                fields["stream_end_s"] = round(event.window_end_seconds, 2)
+                if event.stream.source:  # which source (room) heard it, which of its clients
+                    fields["source"] = event.stream.source
+                if event.stream.connection:
+                    fields["connection"] = event.stream.connection
+                self.log.info("window", extra={"fields": fields})
+            case StateChanged():
+                self.log.warning(
+                    "budget",
+                    extra={
+                        "fields": {
+                            "track": event.track,
+                            "from": event.from_state,
+                            "to": event.to_state,
+                            "bits": round(event.bits, 3),
+                            "budget": event.budget_bits,
+                            "seq": event.seq,
+                            "reason": event.reason,
+                        }
+                    },
+                )
+            case TrackExpired(merged_into=None):
+                self.log.info("expired", extra={"fields": {"track": event.track}})
+            case TrackExpired():
+                fields = {"track": event.track, "into": event.merged_into}
+                self.log.info("merged", extra={"fields": fields})
+            case TrackRestored():
+                self.log.info("restored", extra={"fields": _figure_fields(event.figures)})
+            case PipelineStats():
+                self.log.debug(
+                    "stats",
+                    extra={
+                        "fields": {
+                            "frames": event.frames_total,
+                            "speech": event.frames_speech,
+                            "dropped_seconds": round(event.dropped_seconds, 3),
+                            "device_errors": event.audio_device_errors,
+                            "rtf": round(event.realtime_factor, 4),
+                            "tracks": event.tracks,
+                        }
+                    },
+                )
+            case DaemonStarted():
+                self.log.info(
+                    "started",
+                    extra={
+                        "fields": {
+                            "device": event.device_id,
+                            "version": event.version,
+                            "templates": max(event.templates.values(), default=0),
+                            "restored": len(event.states),
+                        }
+                    },
+                )
+            case DaemonStopping():
+                self.log.info("stopping", extra={"fields": {"reason": event.reason}})
+
+
+def _figure_fields(figures: Figures) -> dict[str, Any]:
+    """The log fields of a track's figures (a window, or a track restored from the ledger)."""
+    fields: dict[str, Any] = {
+        "track": figures.track,
+        "kind": figures.kind,
+        "windows": figures.windows,
+        "speech_s": round(figures.pooled_speech_seconds, 2),
+        "bits": round(figures.budget_figure_bits, 3),
+        "state": figures.state,
+    }
+    if figures.kind == "unknown":
+        fields["gain_bits"] = round(figures.information_gain_bits or 0.0, 3)
+        fields["top"] = figures.top_candidate
+    return fields

@@ -1,0 +1,360 @@
+"""Budget alerts, per-speaker state and daemon status over MQTT (DESIGN §15), via aiomqtt 2.x.
+
+Topics under ``<prefix>`` (default ``voxmeter/<device_id>``):
+
+- ``<prefix>/status`` (retained): ``{"state": "online"|"offline", "version", "started"}``; the
+  broker's last will publishes ``offline`` if the daemon vanishes without saying goodbye.
+- ``<prefix>/speakers/<alias>/state`` (retained): the speaker's latest figures; cleared (empty
+  retained message) when an ``unknown-N`` track expires — by the Home Assistant exporter when
+  discovery is on (``clear_expired=False`` here), after the entities reading it are gone.
+  ``<alias>`` is percent-encoded by :func:`topic_level` (UTF-8, every character but
+  ``A-Z a-z 0-9 - . _ ~``), so an alias with ``#``, ``+``, ``/``, a control character or a
+  non-ASCII letter is one valid topic level;
+  ``urllib.parse.unquote`` gives the alias back (the payload's ``alias`` holds it as is).
+- ``<prefix>/alerts``: one JSON object per budget transition, read from the store's outbox.
+
+Alerts are never held only in memory: the budget stage writes each to the outbox in the same
+transaction as the state change, and this exporter deletes it (``ack``) only after the broker's
+PUBACK (QoS ≥ 1). Across broker outages and daemon restarts every alert is therefore delivered
+at least once and in ``seq`` order. The connection is kept by
+:class:`~monitor.exporters.connection.Reconnect`, the one reconnect policy of every MQTT
+client of the daemon; here its wait also ends within a second when an alert waits in the outbox.
+
+With ``mqtt.tls`` the connection is TLS (``connection.tls_context``: the broker's certificate
+checked against ``mqtt.cafile`` or the system's CAs, its host name against ``mqtt.host`` unless
+``mqtt.verify_hostname = false``; a client certificate when ``mqtt.certfile`` is set).
+``connection.client_options`` gives both MQTT clients (this one and Home Assistant's) the same
+broker, credentials and TLS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import random
+import time
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import aiomqtt
+
+from monitor import __version__
+from monitor.errors import StoreError
+from monitor.events.messages import (
+    BOUNDS,
+    DaemonEvent,
+    DaemonStarted,
+    DaemonStopping,
+    Figures,
+    PipelineStats,
+    StateChanged,
+    TrackExpired,
+    TrackRestored,
+    WindowScored,
+)
+from monitor.exporters.connection import (
+    PUBLISH_TIMEOUT_SECONDS,
+    Reconnect,
+    client_options,
+    tls_context,
+)
+from monitor.settings.config import is_loopback
+from monitor.settings.sections import MqttSettings
+from monitor.store.outbox import OutboxMessage
+
+logger = logging.getLogger(__name__)
+
+OFFLINE_TIMEOUT_SECONDS = 1.0
+"""Longest wait for the ``offline`` status on a clean stop (SIGTERM must end us within 2 s)."""
+
+OUTBOX_BATCH = 100
+
+
+class Outbox(Protocol):
+    """The part of :class:`monitor.store.Store` this exporter uses (monitor/store/outbox.py)."""
+
+    def pending(self, limit: int = 100) -> list[OutboxMessage]: ...
+
+    def ack(self, seq: int) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Every topic of one device."""
+
+    prefix: str
+
+    @property
+    def status(self) -> str:
+        return f"{self.prefix}/status"
+
+    @property
+    def alerts(self) -> str:
+        return f"{self.prefix}/alerts"
+
+    def speaker_state(self, alias: str) -> str:
+        return f"{self.prefix}/speakers/{topic_level(alias)}/state"
+
+
+def topic_level(name: str) -> str:
+    """``name`` as one MQTT topic level: percent-encoding (RFC 3986) of its UTF-8 bytes except
+    the unreserved ``A-Z a-z 0-9 - . _ ~``; reversible with ``urllib.parse.unquote``.
+
+    Use it for every alias in a topic: ``#`` and ``+`` are wildcards paho refuses to publish to,
+    ``/`` would add levels, and control characters make brokers drop the connection.
+    """
+    return urllib.parse.quote(name, safe="")
+
+
+def topics_for(settings: MqttSettings, device_id: str) -> Topics:
+    """``settings.prefix``, or ``voxmeter/<device_id>`` when it is empty."""
+    return Topics((settings.prefix or f"voxmeter/{device_id}").rstrip("/"))
+
+
+def iso_utc(unix: float) -> str:
+    """Wall-clock seconds → ISO 8601 UTC with milliseconds (what every payload uses)."""
+    return datetime.fromtimestamp(unix, UTC).isoformat(timespec="milliseconds")
+
+
+def speaker_state_payload(figures: Figures, *, updated_unix: float) -> dict[str, Any]:
+    """The retained state of one speaker after a window: the record's ``to_json()`` as
+    ``figures``, and the flat keys dashboards and Home Assistant read (renamings of that JSON:
+    cumulative bits; ``features {feature: {measure: bits}}``)."""
+    data = figures.to_json()
+    features: dict[str, dict[str, float]] = {}
+    for key, values in data["disclosures"].items():
+        feature, _, measure = key.partition(".")
+        features.setdefault(feature, {})[measure] = values[0]
+    payload: dict[str, Any] = {
+        "alias": data["track"],
+        "kind": data["kind"],
+        "state": data["state"],
+        "bits": data["budget_figure_bits"],
+        "budget": data["budget_bits"],
+        "measure": data["budget_measure"],
+        "features": features,
+        "bounds": {bound: data["bounds"][bound] for bound in BOUNDS},
+        "ceiling": data["ceiling_bits"],
+        "windows": data["windows"],
+        "speech_seconds": data["pooled_speech_seconds"],
+        "period_start": iso_utc(data["period_start_unix"]),
+        "updated": iso_utc(updated_unix),
+    }
+    if data["information_gain_bits"] is not None:
+        payload["information_gain"] = data["information_gain_bits"]
+        payload["top_candidate"] = data["top_candidate"]
+        payload["top_candidate_bits"] = data["top_candidate_bits"]
+    payload["figures"] = data
+    return payload
+
+
+class MqttExporter:
+    """Publishes status, speaker states and the outbox; see the module docstring.
+
+    ``handle`` only updates memory and wakes ``run``; ``run`` owns the connection. Clock and
+    random source and sleep (the reconnect's) are arguments so tests control time and backoff.
+    """
+
+    name = "mqtt"
+
+    def __init__(
+        self,
+        settings: MqttSettings,
+        *,
+        store: Outbox,
+        device_id: str,
+        on_connection: Callable[[bool], None] | None = None,
+        clear_expired: bool = True,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.settings = settings
+        self._tls = tls_context(settings)
+        if settings.password and not settings.tls and not is_loopback(settings.host):
+            logger.warning(  # allowed by mqtt.allow_plaintext_password (config checks)
+                "mqtt.allow_plaintext_password: the MQTT password crosses the network to %s "
+                "in clear text",
+                settings.host,
+            )
+        self.topics = topics_for(settings, device_id)
+        self.client_id = settings.client_id or f"voxmeter-{device_id}"
+        self._outbox = store
+        self._on_connection = on_connection
+        self._clear_expired = clear_expired
+        self._clock = clock
+        self._reconnect = Reconnect(
+            settings,
+            logger=logger,
+            rng=rng,
+            sleep=sleep,
+            urgent=self._alerts_waiting,  # a waiting alert ends the backoff within a second
+            on_connection=self._set_connected,
+            log_connected=True,
+        )
+        self._version = __version__
+        self._started_unix = clock()
+        self._states: dict[str, dict[str, Any]] = {}  # alias → latest retained payload
+        self._dirty: dict[str, dict[str, Any] | None] = {}  # to publish; None clears
+        self._status_dirty = True
+        self._wake = asyncio.Event()
+        self.connected = False
+
+    # ---- events (no network) -------------------------------------------------------------
+
+    async def handle(self, event: DaemonEvent) -> None:
+        match event:
+            case DaemonStarted():
+                self._version = event.version
+                self._started_unix = event.started_unix
+                self._status_dirty = True
+            case WindowScored():
+                self._set_state(speaker_state_payload(event.figures, updated_unix=self._clock()))
+            case TrackRestored():  # a restart: figures of its last window, as they were
+                figures = event.figures
+                self._set_state(
+                    speaker_state_payload(figures, updated_unix=figures.window_end_unix)
+                )
+            case StateChanged():
+                pass  # the alert is already in the outbox: just wake the drain
+            case TrackExpired():
+                self._states.pop(event.track, None)
+                if self._clear_expired:
+                    self._dirty[event.track] = None
+                else:  # Home Assistant's exporter clears it, after the configs that read it
+                    self._dirty.pop(event.track, None)
+            case PipelineStats() | DaemonStopping():
+                return
+        self._wake.set()
+
+    def _set_state(self, payload: dict[str, Any]) -> None:
+        self._states[payload["alias"]] = payload
+        self._dirty[payload["alias"]] = payload
+
+    # ---- connection ------------------------------------------------------------------------
+
+    def status_payload(self, state: str) -> bytes:
+        return json.dumps(
+            {"state": state, "version": self._version, "started": iso_utc(self._started_unix)}
+        ).encode()
+
+    def _client(self) -> aiomqtt.Client:
+        return aiomqtt.Client(
+            **client_options(self.settings, self._tls),
+            identifier=self.client_id,
+            will=aiomqtt.Will(
+                self.topics.status, self.status_payload("offline"), qos=1, retain=True
+            ),
+        )
+
+    def _set_connected(self, connected: bool) -> None:
+        if connected == self.connected:
+            return
+        self.connected = connected
+        if self._on_connection is not None:
+            self._on_connection(connected)
+
+    async def run(self) -> None:
+        """Connect, publish, and reconnect (connection.Reconnect) until cancelled."""
+        await self._reconnect.run(self._client, self._session)
+
+    def _alerts_waiting(self) -> bool:
+        try:
+            return bool(self._outbox.pending(1))
+        except StoreError:
+            return False  # the next session's drain reports it
+
+    async def _session(self, client: aiomqtt.Client) -> None:
+        """One connection's life: a watcher for disconnection and the publisher, together."""
+        self._status_dirty = True
+        self._dirty.update(self._states)  # a restarted broker has forgotten retained messages
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(_watch(client), name="voxmeter.exporter.mqtt.watch")
+                tasks.create_task(self._publisher(client), name="voxmeter.exporter.mqtt.publish")
+        except asyncio.CancelledError:
+            await self._say_offline(client)
+            raise
+        except ExceptionGroup as group:  # the first failure decides: broker, store, or a bug
+            raise group.exceptions[0] from group
+
+    async def _say_offline(self, client: aiomqtt.Client) -> None:
+        """On a clean stop the broker sends no will: publish ``offline`` ourselves."""
+        try:
+            await publish(
+                client,
+                self.topics.status,
+                self.status_payload("offline"),
+                qos=1,
+                retain=True,
+                timeout_seconds=OFFLINE_TIMEOUT_SECONDS,
+            )
+        except aiomqtt.MqttError as error:
+            logger.info("could not publish offline status: %s", error)
+
+    async def _publisher(self, client: aiomqtt.Client) -> None:
+        while True:
+            self._wake.clear()
+            if self._status_dirty:
+                self._status_dirty = False
+                await publish(
+                    client, self.topics.status, self.status_payload("online"), qos=1, retain=True
+                )
+            await self._drain_outbox(client)
+            await self._publish_states(client)
+            await self._wake.wait()
+
+    async def _drain_outbox(self, client: aiomqtt.Client) -> None:
+        """Publish pending alerts in seq order; ack each only after its PUBACK."""
+        qos = max(1, self.settings.qos)  # at-least-once needs an acknowledgement
+        while messages := self._outbox.pending(OUTBOX_BATCH):
+            for message in messages:
+                payload = {**message.payload, "seq": message.seq, "sent": iso_utc(self._clock())}
+                await publish(client, message.topic, json.dumps(payload).encode(), qos=qos)
+                self._outbox.ack(message.seq)
+
+    async def _publish_states(self, client: aiomqtt.Client) -> None:
+        for alias in list(self._dirty):
+            payload = self._dirty[alias]
+            body = b"" if payload is None else json.dumps(payload).encode()
+            await publish(
+                client, self.topics.speaker_state(alias), body, qos=self.settings.qos, retain=True
+            )
+            if self._dirty.get(alias, ...) is payload:  # unchanged while we published
+                del self._dirty[alias]
+
+
+async def publish(
+    client: aiomqtt.Client,
+    topic: str,
+    payload: bytes,
+    *,
+    qos: int,
+    retain: bool = False,
+    timeout_seconds: float = PUBLISH_TIMEOUT_SECONDS,
+) -> None:
+    """``client.publish`` under our own deadline (MqttError when no PUBACK comes in time).
+
+    aiomqtt's ``timeout=`` runs through ``asyncio.wait_for``, which on Python 3.11 swallows a
+    cancellation that arrives in the same loop turn as the PUBACK (cpython gh-86296): the
+    publisher then went back to waiting for work, the pipeline's TaskGroup waited for it for
+    ever, and ``voxmeter run`` hung at end of input (about one run in ten). ``asyncio.timeout``
+    keeps the cancellation.
+    """
+    try:
+        async with asyncio.timeout(timeout_seconds):
+            await client.publish(topic, payload, qos=qos, retain=retain, timeout=math.inf)
+    except TimeoutError as exc:
+        raise aiomqtt.MqttError(f"no acknowledgement within {timeout_seconds:g} s") from exc
+
+
+async def _watch(client: aiomqtt.Client) -> None:
+    """Return never; raise MqttError when the connection drops (aiomqtt's public signal)."""
+    async for _message in client.messages:
+        pass
+    raise aiomqtt.MqttError("message stream ended")
