@@ -21,6 +21,7 @@ cores are shared; the load and the CPU model are recorded beside the figures.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -240,29 +241,43 @@ def bench_settings() -> list[dict[str, Any]]:
 
 
 def choose_default(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """The default embedding by measurement: the lowest corpus EER among the graphs whose CPU
-    per speech second (one 3 s window's network run, as the daemon makes it) fits the
-    embedding's share of the edge budget; ties go to the cheaper.
+    """The default embedding by measurement: the strongest attacker that fits. Among the
+    graphs whose CPU per speech second (one 3 s window's network run, as the daemon makes it)
+    fits the embedding's share of the edge budget (all of them if none does), those whose
+    corpus EER is within :data:`EER_TOLERANCE` of the lowest are equally strong; the cheapest
+    of them is the default.
 
     The share is a third of the 0.03 of a core per speech second the whole daemon may take
     (:data:`EMBEDDING_SHARE`): the phone decoder, the VAD and the loop take the rest.
     """
     rows = [
         {
-            "graph": name,
             **row[label],
+            "graph": name,
+            "file": row[label]["graph"],
             "cpu_per_speech_second": round(row[label]["cpu_ms_per_3s_window"] / 3000, 4),
         }
         for row in results
         for label, name in (("float32", row["backend"]), ("int8", f"{row['backend']}-int8"))
     ]
     fits = [r for r in rows if r["cpu_per_speech_second"] <= EMBEDDING_SHARE] or rows
-    best = min(fits, key=lambda r: (r["eer_rocch_percent"], r["cpu_per_speech_second"]))
-    return {"graphs": rows, "share": EMBEDDING_SHARE, "default": best["graph"]}
+    lowest = min(r["eer_rocch_percent"] for r in fits)
+    strong = [r for r in fits if r["eer_rocch_percent"] <= lowest + EER_TOLERANCE]
+    best = min(strong, key=lambda r: (r["cpu_per_speech_second"], r["eer_rocch_percent"]))
+    return {
+        "graphs": rows,
+        "share": EMBEDDING_SHARE,
+        "eer_tolerance_points": EER_TOLERANCE,
+        "default": best["graph"],
+    }
 
 
 EMBEDDING_SHARE = 0.01
 """CPU per audio second the embedding network may take: a third of the edge target."""
+EER_TOLERANCE = 0.25
+"""EER points within which two graphs are equally strong: the corpus's sampling error (about
+80 misses among the 5,625 same-speaker pairs of the test split at 1.4 %: ±0.16 points, more
+with speakers' pairs correlated)."""
 PREVIOUS_DEFAULT = "ecapa-int8"
 """The default before this measurement: the new default's EER may be no worse than its."""
 
@@ -286,7 +301,12 @@ def main() -> None:
     from monitor.features.base import DEFAULT_EMBEDDING
 
     run = Run("edge-int8-shipped", command="make models && python -m bench.bench_int8")
-    results = [bench_backend(b) for b in BACKENDS]
+    if sys.argv[1:] == ["choose"]:  # the choice again from the figures already measured
+        measured = json.loads((RESULTS_DIR / "edge-int8-shipped.json").read_text())
+        run.date, run.load_start = measured["date"], measured["load_average"]["start"]
+        results = measured["figures"]["backends"]
+    else:
+        results = [bench_backend(b) for b in BACKENDS]
     choice = choose_default(results)
     run.figures.update({"backends": results, "choice": choice})
     chosen = next(g for g in choice["graphs"] if g["graph"] == choice["default"])
@@ -314,7 +334,16 @@ def main() -> None:
             previous["eer_rocch_percent"],
             note=f"{DEFAULT_EMBEDDING}'s corpus EER against {PREVIOUS_DEFAULT}'s",
         )
-    print(f"int8 bench: wrote {run.write()}", flush=True)
+    path = run.write()
+    if sys.argv[1:] == ["choose"]:  # the measurement's own commit and load, not today's
+        document = json.loads(path.read_text())
+        document.update(
+            commit=measured["commit"],
+            load_average=measured["load_average"],
+            chosen_by="python -m bench.bench_int8 choose",
+        )
+        write_results(path, document)
+    print(f"int8 bench: wrote {path}", flush=True)
 
 
 if __name__ == "__main__":
