@@ -56,6 +56,7 @@ from monitor.exporters.mqtt import topics_for
 from monitor.features.base import Feature
 from monitor.ledger.budget import BudgetMachine, period_start
 from monitor.ledger.writer import LedgerWriter, expired_on_restart, restored_track
+from monitor.load.cpu import StageCpu
 from monitor.load.shedding import LoadShedder, measuring_executor
 from monitor.scoring.evidence import TrackEvidence, WindowFeatures
 from monitor.scoring.received import track_scorer_for
@@ -182,6 +183,7 @@ class Pipeline(PipelineStages):
         self._windows = 0
         self.period_speech_seconds = 0.0  # restored from the ledger at start (DaemonStarted)
         self._busy: dict[str, float] = {"features": 0.0, "scorer": 0.0, "ledger": 0.0}
+        self.cpu = StageCpu()  # the daemon's own CPU per stage (monitor.daemon.cpu)
         self.audio_seconds = 0.0
         self.last: dict[str, Figures] = {}
         self._alerts = 0
@@ -344,6 +346,7 @@ class Pipeline(PipelineStages):
         self._check_budget()
         await loop.run_in_executor(executor, self.window_features.warm_up)
         await loop.run_in_executor(feeder, self.streams.parts()[2].warm_up)
+        self.cpu.start()
         startup = self.restore()
         opening = DaemonStarted(
             device_id=self.device_id,

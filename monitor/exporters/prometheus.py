@@ -36,6 +36,7 @@ from monitor.events.messages import (
     WindowScored,
 )
 from monitor.exporters.prometheus_received import ReceivedMetrics
+from monitor.load.cpu import STAGES
 from monitor.load.shedding import SHED_ORDER
 from monitor.settings.config import is_loopback
 from monitor.settings.sections import PrometheusSettings
@@ -182,6 +183,16 @@ class Metrics:
             "embedding).",
             ("feature",),
         )
+        self.cpu_seconds = counter(
+            "voxmeter_cpu_seconds",
+            "The daemon's own CPU seconds per stage (thread CPU time since start): vad (the "
+            "frame VAD), loop (the rest of the event-loop thread: framing, windows, tracker, "
+            "ledger, exporters), feeder (features while a window fills, turn changes), workers "
+            "(features at a window's end, scoring).",
+            ("stage",),
+        )
+        for stage in STAGES:  # every stage from the first scrape, 0 until it spends
+            self.cpu_seconds.labels(stage)
         self.measuring_lag = gauge(
             "voxmeter_measuring_lag_seconds",
             "How far the measuring side is behind live audio now (shedding starts at "
@@ -424,6 +435,9 @@ class PrometheusExporter:
         shed_before = last.shed_seconds if last else {}
         for feature, seconds in event.shed_seconds.items():
             m.shed_seconds.labels(feature).inc(max(0.0, seconds - shed_before.get(feature, 0.0)))
+        cpu_before = last.cpu_seconds if last else {}
+        for stage, seconds in event.cpu_seconds.items():
+            m.cpu_seconds.labels(stage).inc(max(0.0, seconds - cpu_before.get(stage, 0.0)))
         m.measuring_lag.set(event.lag_seconds)
         m.realtime_factor.set(event.realtime_factor)
         _set_all(m.queue_depth, event.queue_depths)
