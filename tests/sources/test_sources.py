@@ -246,6 +246,26 @@ def test_file_source_realtime_paces_to_the_clock(tmp_path: Path) -> None:
     assert sum(clock.sleeps) == pytest.approx(0.9)
 
 
+def test_file_source_realtime_releases_frames_in_groups(tmp_path: Path) -> None:
+    """30 ms frames paced in groups of 120 ms: one wake-up per four frames, each frame left
+    no earlier than its start and at most three frames after it."""
+    path = tmp_path / "tone.wav"
+    sf.write(path, tone(16000, 1.2, 300.0), 16000)
+    clock = FakeClock()
+    source = FileSource(path, realtime=True, frame_ms=30, clock=clock, sleep=clock.sleep)
+    frames: list[tuple[float, float]] = []
+
+    async def run() -> None:
+        async for frame in source.frames():
+            frames.append((clock.now - 100.0, frame.start_seconds))
+
+    asyncio.run(run())
+    assert len(frames) == 40 and source.group_frames == 4
+    assert len(clock.sleeps) == 10  # the first frame leaves at once, then one sleep per group
+    for now, start in frames:
+        assert start - 1e-9 <= now <= start + 0.09 + 1e-9
+
+
 def test_file_source_close_stops_early(tmp_path: Path) -> None:
     path = tmp_path / "tone.wav"
     sf.write(path, tone(16000, 2.0, 300.0), 16000)
