@@ -414,6 +414,8 @@ PHONE_DECODERS: dict[str, dict[str, Any]] = {
     "beams 1e-15": {"beam": 1e-15, "pbeam": 1e-15},
     "topn 2": {"topn": 2},
     "topn 3": {"topn": 3},
+    "ds=2 + topn 2": {"ds": 2, "topn": 2},
+    "ds=3 + topn 2": {"ds": 3, "topn": 2},
 }
 """Candidate all-phone decoders: pocketsphinx options over today's (``phone._new_decoder``)."""
 
@@ -612,7 +614,7 @@ def main() -> None:
         })  # fmt: skip
         return
     if sys.argv[1:] == ["phone"]:
-        name = (
+        name = os.environ.get("VOXMETER_BENCH_PHONE_OUT") or (
             "edge-phone.json"
             if not os.environ.get("VOXMETER_BENCH_PHONE_DECODERS")
             else ("edge-phone-more.json")
