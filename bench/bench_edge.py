@@ -223,10 +223,11 @@ def _long_stream(stream: Path, seconds: float, folder: Path, *, name: str = "lon
     return target
 
 
-def _old_tree(folder: Path) -> Path:
+def _old_tree(folder: Path, rev: str = OLD) -> Path:
+    """The release ``rev`` as a detached worktree, with this checkout's model files."""
     tree = folder / "old"
     subprocess.run(
-        ["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet", str(tree), OLD],
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet", str(tree), rev],
         check=True,
     )
     # the same ONNX graphs and checkpoints (not in git): else ``auto`` would fall back to torch

@@ -128,26 +128,16 @@ def room_noise(folder: Path) -> Path:
     return target
 
 
-def old_tree(folder: Path) -> Path:
-    """The previous release as a detached worktree, with this checkout's model files."""
-    tree = folder / "old"
-    subprocess.run(
-        ["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet", str(tree), OLD],
-        check=True,
-    )
-    (tree / "models" / "weights").symlink_to((REPO / "models" / "weights").resolve())
-    return tree
-
-
 def main() -> None:
     from bench.bench_daemon import _speech
+    from bench.bench_edge import _old_tree
     from monitor.features.base import DEFAULT_EMBEDDING
 
     run = Run("edge-side", command="python -m bench edge_side")
     folder = Path(tempfile.mkdtemp(prefix="voxmeter-bench-edge-side-"))
     stream, kind = _speech(folder)
     noise = room_noise(folder)
-    old = old_tree(folder)
+    old = _old_tree(folder, OLD)
     releases = {"old": (old, OLD_DEFAULT), "new": (REPO, DEFAULT_EMBEDDING)}
     try:
         raw: dict[str, dict[str, Any]] = {}
