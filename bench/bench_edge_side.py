@@ -130,7 +130,7 @@ def room_noise(folder: Path) -> Path:
 
 def main() -> None:
     from bench.bench_daemon import _speech
-    from bench.bench_edge import _old_tree
+    from bench.edge_child import _old_tree
     from monitor.features.base import DEFAULT_EMBEDDING
 
     run = Run("edge-side", command="python -m bench edge_side")
