@@ -52,11 +52,21 @@ def household(corpus: Path) -> tuple[list[str], list[str], str]:
     return reference, members, stranger
 
 
-def link_folder(target: Path, speaker_dir: Path, files: list[Path]) -> None:
+def link_folder(target: Path, files: list[Path]) -> None:
     """A speaker folder of symlinks: enrolment reads the corpus in place (no audio copied)."""
     target.mkdir(parents=True, exist_ok=True)
     for path in files:
         (target / path.name).symlink_to(path)
+
+
+def build_household(corpus: Path, work: Path) -> tuple[list[str], str]:
+    """Link the reference population and the members into ``work``; (members, stranger)."""
+    reference, members, stranger = household(corpus)
+    for speaker in reference:
+        link_folder(work / "reference" / speaker, sorted((corpus / speaker).glob("*.flac")))
+    for alias, speaker in zip(("member-a", "member-b"), members, strict=True):
+        link_folder(work / "household" / alias, sorted((corpus / speaker).glob("*.flac"))[:4])
+    return members, stranger
 
 
 def write_stream(corpus: Path, members: list[str], stranger: str, out: Path) -> None:
@@ -115,43 +125,39 @@ def plot(series: Series, ceiling_bits: float, out: Path) -> None:
     right.axhline(BUDGET_BITS, color="tab:red", linestyle="--", linewidth=1, label="budget")
     right.set_title(f"every voice heard, {MEASURE}", fontsize=10)
     right.set_xlabel("minutes into the stream")
-    for ax in (left, right):
+    for ax, where in ((left, (0.02, 0.6)), (right, (0.45, 0.05))):
         ax.axhline(ceiling_bits, color="grey", linestyle=":", linewidth=1, label="ceiling log2 N")
         ax.set_ylabel("disclosure (bits)")
         ax.set_ylim(0, ceiling_bits + 0.4)
-        ax.legend(loc="lower right", fontsize=7, ncols=2)
+        ax.legend(loc="lower left", bbox_to_anchor=where, fontsize=7, ncols=2)
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, pil_kwargs={"optimize": True})
 
 
+def measure(corpus: Path, work: Path) -> tuple[Series, int]:
+    """Enrol, run the daemon on the stream, and read the ledger back."""
+    members, stranger = build_household(corpus, work)
+    write_stream(corpus, members, stranger, work / "stream.wav")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    db = str(work / "figure.db")
+    run(["enroll", str(work / "reference"), "--db", db, "--utterances", "3"], env)
+    run(["enroll", str(work / "household"), "--db", db, "--utterances", "4", "--local"], env)
+    settings = ["--set", "prometheus.enabled=false", "--set", f"budget.bits={BUDGET_BITS}"]
+    source = f"file:{work / 'stream.wav'}"
+    run(["run", "--config", str(REPO / "config.toml"), "--db", db, "--source", source, "--fast",
+         *settings], env)  # fmt: skip
+    return ledger_records(work / "figure.db")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("corpus", nargs="?", type=Path,
-                        default=REPO.parent / "shared" / "data" / "speechocean762")
+    corpus = REPO.parent / "shared" / "data" / "speechocean762"
+    parser.add_argument("corpus", nargs="?", type=Path, default=corpus)
     parser.add_argument("--out", type=Path, default=REPO / "docs/images/disclosure-over-time.png")
     options = parser.parse_args()
-    corpus = options.corpus.resolve()
-    reference, members, stranger = household(corpus)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
     with tempfile.TemporaryDirectory(prefix="voxmeter-figure-") as tmp:
-        work = Path(tmp)
-        for speaker in reference:
-            link_folder(work / "reference" / speaker, corpus / speaker,
-                        sorted((corpus / speaker).glob("*.flac")))
-        for alias, speaker in zip(("member-a", "member-b"), members, strict=True):
-            link_folder(work / "household" / alias, corpus / speaker,
-                        sorted((corpus / speaker).glob("*.flac"))[:4])
-        write_stream(corpus, members, stranger, work / "stream.wav")
-        db = work / "figure.db"
-        run(["enroll", str(work / "reference"), "--db", str(db), "--utterances", "3"], env)
-        run(["enroll", str(work / "household"), "--db", str(db), "--utterances", "4", "--local"],
-            env)
-        run(["run", "--config", str(REPO / "config.toml"), "--db", str(db),
-             "--source", f"file:{work / 'stream.wav'}", "--fast",
-             "--set", "prometheus.enabled=false", "--set", f"budget.bits={BUDGET_BITS}"], env)
-        series, n_templates = ledger_records(db)
-    n = n_templates or REFERENCE_SPEAKERS + len(members)
+        series, n = measure(options.corpus.resolve(), Path(tmp))
     options.out.parent.mkdir(parents=True, exist_ok=True)
     plot(series, float(np.log2(n)), options.out)
     print(f"{options.out}: {len(series)} tracks, N = {n}, {options.out.stat().st_size} bytes")
