@@ -34,7 +34,7 @@ from monitor.daemon.build import build_pipeline
 from monitor.features.base import get_feature
 from monitor.settings.config import load_config
 from monitor.store.database import open_store
-from tests.audio.wyoming_peers import conversation
+from tests.wyoming.wyoming_peers import conversation
 from tests.daemon.household_daemon import Recorder, paced_talk
 
 RESULTS = RESULTS_DIR / "streams.json"

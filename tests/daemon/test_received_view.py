@@ -31,11 +31,11 @@ from monitor.settings.sections import PrometheusSettings
 from monitor.store.database import open_store
 from monitor.store.lazy import lazy_name, lazy_templates
 from monitor.store.templates import Enrolment, current_model
-from tests.audio.wyoming_peers import conversation, talk
-from tests.daemon.conftest import TEMPLATE_UTTERANCES, DaemonCorpus
 from tests.daemon.proxy_daemon import proxied_daemon
+from tests.daemon_corpus import TEMPLATE_UTTERANCES, DaemonCorpus
 from tests.deploy.promql import dashboard_expressions
 from tests.realparts.wyoming_upstreams import serve
+from tests.wyoming.wyoming_peers import conversation, talk
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow]
 

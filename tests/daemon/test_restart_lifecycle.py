@@ -19,10 +19,17 @@ from monitor.ledger.writer import expired_on_restart
 from monitor.settings.config import load_config
 from monitor.store.database import open_store
 from monitor.store.ledger import TrackPeriod
-from tests.daemon.conftest import DaemonCorpus
-from tests.daemon.exporter_events import scored, started
-from tests.daemon.test_exporter_homeassistant import exporters, handle, household, retained
-from tests.daemon.test_exporter_mqtt import DEVICE, TOPICS, run, running, settings_for, subscribed
+from tests.daemon_corpus import DaemonCorpus
+from tests.exporters.exporter_events import scored, started
+from tests.exporters.test_exporter_homeassistant import exporters, handle, household, retained
+from tests.exporters.test_exporter_mqtt import (
+    DEVICE,
+    TOPICS,
+    run,
+    running,
+    settings_for,
+    subscribed,
+)
 from tests.realparts.mosquitto import MosquittoBroker
 
 NOW = 1_800_000_000.0
