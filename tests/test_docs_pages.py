@@ -1,5 +1,7 @@
-"""The architecture page draws the import layers that tests/test_import_rules.py enforces.
+"""What the site's build cannot check: the README and the architecture page's layer picture.
 
+``mkdocs build --strict`` (part of ``make test``) checks every page and link under docs/. The
+README lives outside it: it stays a landing page (at most 250 lines) whose links resolve.
 docs/architecture.md's first code block lists the packages layer by layer, highest first
 (``evaluate | daemon   corpus audit | voxmeter run``: the names before the description); it must
 be LAYERS read from the top, so a reader never learns a layering the code does not have.
@@ -12,7 +14,10 @@ from pathlib import Path
 
 from tests.test_import_rules import LAYERS
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "architecture.md"
+README = ROOT / "README.md"
+README_MAX_LINES = 250
 
 
 def drawn_layers(text: str) -> list[set[str]]:
@@ -35,3 +40,16 @@ def test_a_wrong_drawing_is_caught() -> None:
     wrong = "```\ncli   commands\ndaemon | evaluate | tracking   the rest\n```\n"
     assert drawn_layers(wrong) == [{"cli"}, {"daemon", "evaluate", "tracking"}]
     assert drawn_layers(wrong) != [set(layer) for layer in reversed(LAYERS)]
+
+
+def test_the_readme_is_a_landing_page() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines: move detail to docs/"
+
+
+def test_every_readme_link_resolves() -> None:
+    text = README.read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert targets, "the README links into the documentation"
+    missing = [t for t in targets if "://" not in t and not (ROOT / t).exists()]
+    assert missing == []
