@@ -70,25 +70,24 @@ SOURCE_COUNTERS = {
 """``voxmeter_source_<field>_total{source}``: a field of ``SourceCounts`` each."""
 
 
-def _gauge(registry: CollectorRegistry, name: str, doc: str, labels: Iterable[str] = ()) -> Gauge:
-    return Gauge(name, doc, list(labels), registry=registry)
+def _instrument(kind: Any, registry: Any, name: str, doc: str, labels: Any = ()) -> Any:
+    """A ``kind`` (Gauge, Counter) on ``registry``: the one way every instrument is declared."""
+    return kind(name, doc, list(labels), registry=registry)
 
 
-def _counter(
-    registry: CollectorRegistry, name: str, doc: str, labels: Iterable[str] = ()
-) -> Counter:
-    return Counter(name, doc, list(labels), registry=registry)
+_Make = Callable[..., Any]  # declares one instrument on the metrics' registry
 
 
 class Metrics:
     """The instruments of DESIGN §15 except those read at scrape time (see OutboxCollector)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        # Declared family by family, in this order: the exposition lists them as registered.
-        self._declare_disclosure(partial(_gauge, registry))
-        self._declare_audio(partial(_gauge, registry), partial(_counter, registry), registry)
-        self._declare_health(partial(_gauge, registry), partial(_counter, registry))
-        self._declare_sources(partial(_gauge, registry), partial(_counter, registry))
+        # family by family, in this order: the exposition lists them as registered
+        gauge = partial(_instrument, Gauge, registry)
+        counter = partial(_instrument, Counter, registry)
+        self._declare_disclosure(gauge)
+        self._declare_audio(gauge, counter, registry)
+        self._declare_health(gauge, counter)
         for kind in ("total", "speech"):
             self.frames.labels(kind)  # export 0 before the first stats, so rate() works
         for shed in SHED_ORDER:
@@ -96,7 +95,7 @@ class Metrics:
         for state in BUDGET_STATES:
             self.alerts.labels(state)
 
-    def _declare_disclosure(self, gauge: Callable[..., Gauge]) -> None:
+    def _declare_disclosure(self, gauge: _Make) -> None:
         """What a speaker disclosed, its bounds and budget: the figures the product is for."""
         self.disclosure_bits = gauge(
             "voxmeter_disclosure_bits",
@@ -133,12 +132,7 @@ class Metrics:
             ("track", "top_candidate"),
         )
 
-    def _declare_audio(
-        self,
-        gauge: Callable[..., Gauge],
-        counter: Callable[..., Counter],
-        registry: CollectorRegistry,
-    ) -> None:
+    def _declare_audio(self, gauge: _Make, counter: _Make, registry: CollectorRegistry) -> None:
         """The audio heard and how fast the stages got through it."""
         self.speech_seconds = counter(
             "voxmeter_speech_seconds",
@@ -184,8 +178,9 @@ class Metrics:
             ("feature",),
         )
 
-    def _declare_health(self, gauge: Callable[..., Gauge], counter: Callable[..., Counter]) -> None:
-        """Alerts, the broker, the device and the measuring side's failures and lag."""
+    def _declare_health(self, gauge: _Make, counter: _Make) -> None:
+        """Alerts, the broker, the device, the measuring side's failures and lag; then per named
+        source (audio.sources; a daemon of one source has one), from PipelineStats."""
         self.alerts = counter(
             "voxmeter_alerts", "Budget alerts raised, by the state entered.", ("state",)
         )
@@ -216,11 +211,6 @@ class Metrics:
             "How far the measuring side is behind live audio now (shedding starts at "
             "load.shed_lag_seconds).",
         )
-
-    def _declare_sources(
-        self, gauge: Callable[..., Gauge], counter: Callable[..., Counter]
-    ) -> None:
-        """Per named source (audio.sources; a daemon of one source has one), from PipelineStats."""
         self.source_counters = {
             field: counter(f"voxmeter_source_{field}", doc, ("source",))
             for field, doc in SOURCE_COUNTERS.items()
