@@ -26,6 +26,14 @@ from pathlib import Path
 STAGES: tuple[str, ...] = ("vad", "loop", "feeder", "workers")
 """Every ``stage`` label, in the order the module docstring explains them."""
 
+HELP = (
+    "The daemon's own CPU seconds per stage (thread CPU time since start): vad (the frame VAD), "
+    "loop (the rest of the event-loop thread: framing, windows, tracker, ledger, exporters), "
+    "feeder (features while a window fills, turn changes), workers (features at a window's "
+    "end, scoring)."
+)
+"""``voxmeter_cpu_seconds_total{stage}``'s help text."""
+
 THREAD_PREFIXES: Mapping[str, str] = {"feeder": "voxmeter-feed", "workers": "voxmeter-work"}
 """The pool threads of each stage by name prefix (the pools' ``thread_name_prefix``)."""
 
