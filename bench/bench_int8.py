@@ -70,6 +70,21 @@ def test_utterances(backend: str) -> tuple[list[np.ndarray], list[int]]:
     return feats, labels
 
 
+def int8_against_float32(unit: dict[str, np.ndarray], measured: dict[str, Any]) -> dict[str, Any]:
+    """How far each int8 embedding is from its float32 one (cosine), and the EER's change."""
+    cosine = np.sum(unit["float32"] * unit["int8"], axis=1)
+    return {
+        "cosine_int8_to_float32": {
+            "min": round(float(cosine.min()), 5),
+            "p1": round(float(np.percentile(cosine, 1)), 5),
+            "mean": round(float(cosine.mean()), 5),
+        },
+        "eer_change_points": round(
+            measured["int8"]["eer_rocch_percent"] - measured["float32"]["eer_rocch_percent"], 2
+        ),
+    }
+
+
 def bench_backend(backend: str) -> dict[str, Any]:
     """float32 against the shipped int8 graph of ``backend`` (see the module docstring)."""
     from monitor.disclosure.baselines import eer_rocch
@@ -108,15 +123,7 @@ def bench_backend(backend: str) -> dict[str, Any]:
         print(f"int8 bench {backend} {label}: {out[label]}", flush=True)
     out["int8"]["sha256"] = sha256(graph_path(f"{backend}-int8"))
     out["int8"]["ranges_sha256"] = ranges_digest(f"{backend}-int8")
-    cosine = np.sum(unit["float32"] * unit["int8"], axis=1)
-    out["cosine_int8_to_float32"] = {
-        "min": round(float(cosine.min()), 5),
-        "p1": round(float(np.percentile(cosine, 1)), 5),
-        "mean": round(float(cosine.mean()), 5),
-    }
-    out["eer_change_points"] = round(
-        out["int8"]["eer_rocch_percent"] - out["float32"]["eer_rocch_percent"], 2
-    )
+    out.update(int8_against_float32(unit, out))
     out["speedup"] = round(
         out["float32"]["cpu_ms_per_3s_window"] / out["int8"]["cpu_ms_per_3s_window"], 2
     )

@@ -107,9 +107,9 @@ def bench_int8(backend: str = "ecapa") -> dict[str, Any]:
     )
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    from bench.bench_int8 import int8_against_float32, test_utterances
     from bench.common import CORPUS
     from monitor.audio.file import read_audio
-    from monitor.audio.vad import speech_only
     from monitor.corpus import scan_corpus
     from monitor.disclosure.baselines import eer_rocch
     from monitor.features.embedding_onnx import OnnxNetwork, graph_path
@@ -130,14 +130,7 @@ def bench_int8(backend: str = "ecapa") -> dict[str, Any]:
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.items, None)
 
-    test = scan_corpus(CORPUS, split="test")
-    feats, labels = [], []
-    for index, speaker in enumerate(test.speakers):
-        for utterance in test.utterances_of(speaker):
-            speech = speech_only(read_audio(utterance.path)[0], 16000)
-            if len(speech) >= 1600:
-                feats.append(fbank(speech))
-                labels.append(index)
+    feats, labels = test_utterances(backend)
     out: dict[str, Any] = {"backend": backend, "variant": INT8_VARIANT, "utterances": len(feats)}
     source = graph_path(backend).resolve()
     with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):
@@ -174,15 +167,7 @@ def bench_int8(backend: str = "ecapa") -> dict[str, Any]:
                 ),
             }
             print(f"int8 bench {backend} {label}: {out[label]}", flush=True)
-    cosine = np.sum(unit["float32"] * unit["int8"], axis=1)
-    out["cosine_int8_to_float32"] = {
-        "min": round(float(cosine.min()), 5),
-        "p1": round(float(np.percentile(cosine, 1)), 5),
-        "mean": round(float(cosine.mean()), 5),
-    }
-    out["eer_change_points"] = round(
-        out["int8"]["eer_rocch_percent"] - out["float32"]["eer_rocch_percent"], 2
-    )
+    out.update(int8_against_float32(unit, out))
     out["audio_seconds"] = round(seconds, 1)
     print(f"int8 bench {backend}: {out}", flush=True)
     return out
