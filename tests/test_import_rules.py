@@ -24,7 +24,16 @@ ROOT = Path(__file__).resolve().parent.parent / "monitor"
 #: layers; two packages on one layer do not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
-    ("vocabulary", "jsonsafe", "printable", "numerals", "userfiles", "outputs", "blocks"),
+    (
+        "vocabulary",
+        "references",
+        "jsonsafe",
+        "printable",
+        "numerals",
+        "userfiles",
+        "outputs",
+        "blocks",
+    ),
     ("disclosure",),
     ("logs",),
     ("audio",),

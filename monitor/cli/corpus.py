@@ -125,7 +125,9 @@ def enroll_command(
                     narrow=narrow,
                     room=room and local,
                 )
+        references = max(store.template_counts().values(), default=0)
     _print_enrolment(report, path, utterances, seconds)
+    _print_reference_set(references)
 
 
 def _enrolment_features(
@@ -179,6 +181,15 @@ def _print_enrolment(
         + (f"; {len(report.local_profiles)} local profiles" if report.local_profiles else ""),
         **out,
     )
+
+
+def _print_reference_set(references: int) -> None:
+    """The reference set now, and a warning when it is too small (monitor.references)."""
+    from monitor.references import advice, summary
+
+    if (too_few := advice(references)) is not None:
+        err_console.print(f"voxmeter: {too_few}", markup=False, highlight=False, soft_wrap=True)
+    console.print(summary(references), markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_drops_per_speaker(files: Sequence[str]) -> None:
