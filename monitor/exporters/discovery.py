@@ -144,6 +144,7 @@ class Discovery:
         return {
             "name": name,
             "unique_id": f"voxmeter_{self.node_id}_{object_id}",
+            "object_id": f"voxmeter_{self.node_id}_{object_id}",  # a predictable entity id
             "device": self._device(),
             "origin": self._origin(),
             "availability": [
@@ -194,13 +195,13 @@ class Discovery:
         ]
 
     def _speech(self, object_id: str, state_topic: str) -> dict[str, Any]:
-        """Seconds of speech scored this budget period, shown as a duration."""
+        """Speech scored this budget period, a duration in minutes (Home Assistant converts
+        it to the unit a user picks)."""
         return {
             **self._common(object_id, "Speech heard this period"),
             "state_topic": state_topic,
-            "value_template": "{{ value_json.speech_seconds }}",
-            "unit_of_measurement": "s",
-            "suggested_unit_of_measurement": "min",
+            "value_template": "{{ (value_json.speech_seconds / 60) | round(3) }}",
+            "unit_of_measurement": "min",
             "suggested_display_precision": 1,
             "device_class": "duration",
             "state_class": "total_increasing",

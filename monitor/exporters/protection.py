@@ -173,6 +173,7 @@ class ProtectionMqtt:
         policy = self.policy
         switch = self._switched if policy.enabled else "Switched off in Home Assistant"
         reason = self.reason()
+        status = f"{switch}; {reason[:1].lower()}{reason[1:]}" if policy.enabled else switch
         return json.dumps(
             {
                 "enabled": ON if policy.enabled else OFF,
@@ -181,7 +182,7 @@ class ProtectionMqtt:
                 "mode": policy.mode,
                 "reason": reason,
                 "switch": switch,
-                "status": f"{switch}; {reason[:1].lower()}{reason[1:]}"[:255],
+                "status": status,
             }
         ).encode()
 

@@ -223,7 +223,7 @@ def test_entities_carry_the_figures_and_vanish_with_their_speaker(
                     "online": "online",
                     "templates": str(N_TEMPLATES),
                     "reference_set": "OFF",  # no window reached log2 250
-                    "speech_seconds": "9.0",  # three windows of 3 s of speech
+                    "speech_seconds": "0.15",  # three windows of 3 s of speech, in minutes
                     **speaker_shown("member-a", "4.2", "14", "84.0", "Nearly used"),
                     **speaker_shown("member_2eb", "1.5", "88", "30.0", "OK"),
                     **speaker_shown("unknown-3", "5.6", "5", "112.0", "OK"),
