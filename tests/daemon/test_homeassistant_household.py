@@ -108,12 +108,17 @@ async def until_state(ha: HomeAssistant, entity_id: str, wanted: str, timeout: f
     await blocking(wait_until, shown, timeout, f"{entity_id} = {wanted}")
 
 
-async def heard(run_: Daemon) -> None:
-    """The daemon starts and hears the household; the relay asks about its next utterance."""
+async def heard(run_: Daemon, ha: HomeAssistant) -> None:
+    """The daemon starts and hears the household; the relay asks about its next utterance;
+    Home Assistant shows all of it."""
     await run_.handle(started())
     for window in WINDOWS:
         await run_.handle(window)
     run_.policy.decide("living-room")  # its last voice is over budget: anonymised
+    await until_state(ha, f"binary_sensor.{NODE}_protecting", "on")
+    await until_state(ha, f"sensor.{NODE}_source_kitchen_last_voice", "Unrecognised")
+    await until_state(ha, f"binary_sensor.{NODE}_reference_set", "on")
+    await until_state(ha, f"sensor.{NODE}_member_2eb_budget", "OK")
 
 
 def registries(ha: HomeAssistant) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
@@ -209,10 +214,7 @@ def test_the_registry_states_and_protection_as_a_household_reads_them(
     async def scenario() -> None:
         with household(tmp_path / "v.db") as store:
             async with daemon(mosquitto, store) as first:
-                await heard(first)
-                await until_state(ha, f"binary_sensor.{NODE}_protecting", "on")
-                await until_state(ha, f"sensor.{NODE}_source_kitchen_last_voice", "Unrecognised")
-                await until_state(ha, f"binary_sensor.{NODE}_reference_set", "on")
+                await heard(first, ha)
                 await blocking(check_registry, ha)
                 await blocking(check_states, ha)
                 await blocking(
@@ -287,9 +289,7 @@ def test_the_device_page_and_the_shipped_dashboard_in_a_browser(
     async def scenario() -> None:
         with household(tmp_path / "v.db") as store:
             async with daemon(mosquitto, store) as first:
-                await heard(first)
-                await until_state(ha, f"binary_sensor.{NODE}_protecting", "on")
-                await until_state(ha, f"sensor.{NODE}_member_2eb_budget", "OK")
+                await heard(first, ha)
                 await blocking(screens, first.pair[1].discovery)
 
     run(scenario)
