@@ -130,15 +130,7 @@ class HomeAssistantExporter:
         self._configs: dict[str, bytes] = {}  # config topic → payload wanted on the broker
         self._dirty: dict[str, bytes] = {}  # config topic → payload to publish (b"" clears)
         self._cleared: dict[str, None] = {}  # speaker state topics to clear, after the configs
-        self._device: dict[str, Any] = {
-            "templates": 0,
-            "speech_seconds": 0.0,
-            "saturated": False,
-            "reference_set": {},
-        }
-        self._rooms: dict[str, dict[str, Any]] = {
-            name: {"speech_seconds": 0.0, "last_voice": "nobody yet"} for name in self.sources
-        }
+        self._device, self._rooms = self._figures()
         self._rooms_dirty: set[str] = set(self._rooms)
         self._device_dirty = False
         self._period_start_unix: float | None = None
@@ -146,6 +138,13 @@ class HomeAssistantExporter:
         self._wake = asyncio.Event()
         self.connected = False
         self.extra_entities: Callable[[Discovery], list[Entity]] | None = None  # protection's
+
+    def _figures(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """The figures this exporter publishes itself, as they start: the device's, each
+        room's."""
+        device = {"templates": 0, "speech_seconds": 0.0, "saturated": False}
+        rooms = {name: {"speech_seconds": 0.0, "last_voice": "nobody yet"} for name in self.sources}
+        return device, rooms
 
     # ---- what should exist (no network) ----------------------------------------------------
 
@@ -200,7 +199,7 @@ class HomeAssistantExporter:
         window_bits = figures.bits(key.feature, key.measure, cumulative=False)
         if saturated(window_bits, figures.ceiling_bits):
             self._device["saturated"] = True  # for the rest of the run: said once, kept
-        self._device["reference_set"] = {
+        self._device["reference_set"] = {  # the problem sensor's attributes
             "Reference voices": figures.templates,
             "Needed for a meaningful figure": MEANINGFUL_REFERENCES,
             "Most a figure can reach": f"{figures.ceiling_bits:.2f} bits",
