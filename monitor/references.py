@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Final
 
 MEANINGFUL_REFERENCES: Final = 650
-"""References (N) from which the median 3-second window stays below log2 N − SATURATION_MARGIN_BITS."""
+"""References (N) from which the median 3-second window stays below the ceiling log2 N."""
 
 SATURATION_MARGIN_BITS: Final = 0.05
 """A window this close to the ceiling log2 N has reached it: the set cannot tell more."""
