@@ -49,21 +49,27 @@ from monitor.audio.frames import (
     check_frame_ms,
 )
 from monitor.errors import AudioDeviceError, InputError
+from monitor.logs import PeerWarnings
+from monitor.wyoming.formats import MAX_CHANNELS, WIDTHS
 from monitor.wyoming.wire import (
     BROKEN_EVENT,
+    RefusedAudioError,
     audio_seconds,
     broken,
+    let_go,
+    peer_name,
     protected_alpha,
     read_event,
     reason,
+    refusal,
     serving,
 )
 
 logger = logging.getLogger(__name__)
+warnings = PeerWarnings(logger)
+"""Warnings clients can trigger, rate-limited per client host and kind."""
 
 SCHEMES = ("wyoming", "wyoming-listen")
-WIDTHS = (1, 2, 3, 4)
-"""Sample widths in bytes: signed little-endian PCM, as the wyoming package's audioop reads it."""
 
 
 @dataclass(frozen=True)
@@ -107,8 +113,8 @@ def pcm_to_float(audio: bytes, *, width: int, channels: int) -> np.ndarray:
     """Signed little-endian PCM → float32 (n, channels) in [-1, 1); a partial last frame is cut."""
     if width not in WIDTHS:
         raise ValueError(f"sample width {width} bytes not supported (1, 2, 3 or 4)")
-    if not 1 <= channels <= 64:
-        raise ValueError(f"channel count {channels} not supported (1..64)")
+    if not 1 <= channels <= MAX_CHANNELS:
+        raise ValueError(f"channel count {channels} not supported (1..{MAX_CHANNELS})")
     usable = len(audio) - len(audio) % (width * channels)
     raw = np.frombuffer(audio, dtype=np.uint8, count=usable)
     if width == 3:  # 24-bit: assemble, then sign-extend from bit 23
@@ -318,14 +324,21 @@ class _Listener(AsyncEventHandler):
         """The package's loop with :func:`read_event`: a client that breaks the protocol is
         dropped with one warning (its audio so far is kept), never a traceback, and the source
         goes on listening."""
+        name, peer = self.source.name, peer_name(self.writer)
         try:
-            while (event := await read_event(self.reader)) is not None:
+            while (event := await read_event(self.reader, peer=True)) is not None:
                 if not await self.handle_event(event):
                     break
+        except RefusedAudioError as error:  # outside monitor/wyoming/formats.py: told why
+            self.source.stats.dropped_seconds += error.seconds
+            warnings.warn(peer, "refused", "%s: client %s refused: %s", name, peer, error)
+            with contextlib.suppress(OSError, RuntimeError):
+                self.writer.write(refusal(str(error)))
+            await let_go(self.reader, self.writer)
         except BROKEN_EVENT as error:
-            logger.warning("%s: client dropped: %s", self.source.name, broken(error))
+            warnings.warn(peer, "malformed", "%s: client %s dropped: %s", name, peer, broken(error))
         except OSError as error:  # reset by the peer
-            logger.warning("%s: client lost: %s", self.source.name, reason(error))
+            warnings.warn(peer, "lost", "%s: client %s lost: %s", name, peer, reason(error))
         finally:
             await self.disconnect()
             self.writer.close()
@@ -430,7 +443,7 @@ class WyomingSource:
         """The next event; TimeoutError after ``idle_seconds`` of nothing: a microphone service
         streams all the time, and one whose host lost power leaves a connection that never
         closes (no FIN), so silence is the only sign that it is gone."""
-        return await asyncio.wait_for(read_event(reader), self.idle_seconds)
+        return await asyncio.wait_for(read_event(reader, peer=True), self.idle_seconds)
 
     # ---- wyoming-listen:// — a server clients stream to --------------------------------------
 
