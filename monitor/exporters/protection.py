@@ -10,6 +10,13 @@ the retained state ``<prefix>/protection`` = ``{"enabled", "protecting", "speake
 or ``OFF``) up to date. When the policy starts protecting because a person is over budget,
 ``{"alias", "event": "protection", "protecting": true, "device", "sent"}`` goes to the alerts
 topic (QoS 1; not through the outbox: the budget alert that caused it already did).
+
+A command is an act of now: a *retained* one (Home Assistant never retains commands; one left on
+the broker is a misconfiguration or an attack) is ignored with one warning and cleared, so the
+switch is ON at each start, as documented. A command that changes the switch goes to the log
+and, as ``{"event": "protection-switched", "enabled", "device", "sent"}``, to the alerts topic:
+protection never goes off unnoticed. Junk commands are one warning, then a count a minute
+(:class:`~monitor.logs.PeerWarnings`).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import aiomqtt
 from monitor.events.messages import DaemonEvent, DaemonStarted
 from monitor.exporters.connection import Reconnect, client_options, tls_context
 from monitor.exporters.mqtt import publish, topics_for
+from monitor.logs import PeerWarnings
 from monitor.protect.policy import ProtectionPolicy
 from monitor.settings.sections import MqttSettings
 
@@ -109,6 +117,7 @@ class ProtectionMqtt:
         self._alerts: list[dict[str, Any]] = []
         self._speaker: str | None = None
         self._started = asyncio.Event()
+        self._warnings = PeerWarnings(logger)
         self.connected = False
 
     def changed(self, protecting: bool, speaker: str | None) -> None:
@@ -165,15 +174,44 @@ class ProtectionMqtt:
             raise lost.exceptions[0] from group
 
     async def _commands(self, client: aiomqtt.Client) -> None:
+        topic = command_topic(self.topics.prefix)
         async for message in client.messages:
-            command = bytes(message.payload or b"").decode(errors="replace").strip().upper()
-            if command not in (ON, OFF):
-                logger.warning("protection switch: ignored command %r (ON or OFF)", command[:20])
+            payload = bytes(message.payload or b"")
+            if message.retain:  # stale: a command is an act of now, never a standing order
+                if payload:
+                    self._warnings.warn(
+                        topic, "retained", "protection switch: ignored the retained command %r "
+                        "on %s and cleared it (commands are never retained; protection starts "
+                        "ON)", payload[:20].decode(errors="replace"), topic,
+                    )  # fmt: skip
+                    await client.publish(topic, b"", qos=1, retain=True)
                 continue
-            self.policy.switch(command == ON)
-            logger.info("protection switched %s from Home Assistant", command)
-            self._wake.set()
+            if not payload:  # a retained command being cleared (ours or anyone's)
+                continue
+            command = payload.decode(errors="replace").strip().upper()
+            if command not in (ON, OFF):
+                self._warnings.warn(
+                    topic, "command", "protection switch: ignored command %r (ON or OFF)",
+                    command[:20],
+                )  # fmt: skip
+                continue
+            self._switched(command == ON)
         raise aiomqtt.MqttError("message stream ended")
+
+    def _switched(self, on: bool) -> None:
+        """A command from Home Assistant: applied, logged, and a change an alert (turning
+        protection off must never go unnoticed)."""
+        changed = self.policy.enabled != on
+        self.policy.switch(on)
+        if on:
+            logger.info("protection switched ON from Home Assistant")
+        else:
+            logger.warning("protection switched OFF from Home Assistant: audio passes clear")
+        if changed:
+            self._alerts.append(
+                {"event": "protection-switched", "enabled": on, "device": self.device_id}
+            )
+        self._wake.set()
 
     async def _publisher(self, client: aiomqtt.Client) -> None:
         qos = max(1, self.mqtt.qos)

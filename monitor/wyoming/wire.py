@@ -36,7 +36,7 @@ def audio_seconds(event: Event) -> float:
 
 
 def payload_seconds(data: dict[str, Any], payload_bytes: int) -> float:
-    """Seconds of ``payload_bytes`` of audio in the format of ``data`` (see :func:`audio_seconds`)."""
+    """Seconds of ``payload_bytes`` of audio in the format of ``data`` (:func:`audio_seconds`)."""
     try:
         per_second = int(data["rate"]) * int(data["width"]) * int(data["channels"])
     except (KeyError, TypeError, ValueError):

@@ -257,17 +257,19 @@ def test_the_relay_process_refuses_hostile_audio_within_its_memory_limit() -> No
     events = command_events()
 
     async def scenario() -> tuple[dict[str, list[Event]], int, str]:
-        async with asr_upstream() as upstream_port:
-            async with relay_process(upstream_port, "protect.mode=always") as relay:
-                await talk(relay.port, events)  # warm
-                attacks = [hostile_client(relay.port, attack) for attack in HOSTILE.values()]
-                answered, *heard = await asyncio.gather(
-                    talk(relay.port, events), hostile_client(relay.port, heavy_stream()), *attacks
-                )
-                assert [r.type for r in answered] == ["transcript"]
-                peak = _peak_kib(str(relay.process.pid))
-                assert relay.process.poll() is None  # alive
-                return dict(zip(HOSTILE, heard[1:], strict=True)), peak, relay.log.read_text()
+        async with (
+            asr_upstream() as upstream_port,
+            relay_process(upstream_port, "protect.mode=always") as relay,
+        ):
+            await talk(relay.port, events)  # warm
+            attacks = [hostile_client(relay.port, attack) for attack in HOSTILE.values()]
+            answered, *heard = await asyncio.gather(
+                talk(relay.port, events), hostile_client(relay.port, heavy_stream()), *attacks
+            )
+            assert [r.type for r in answered] == ["transcript"]
+            peak = _peak_kib(str(relay.process.pid))
+            assert relay.process.poll() is None  # alive
+            return dict(zip(HOSTILE, heard[1:], strict=True)), peak, relay.log.read_text()
 
     heard, peak, log = asyncio.run(scenario())
     print(f"relay peak RSS {peak / 1024:.1f} MiB")
