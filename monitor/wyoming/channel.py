@@ -45,7 +45,6 @@ import json
 import logging
 import os
 import random
-import stat
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -56,6 +55,7 @@ from wyoming.event import Event
 
 from monitor.audio.retry import backoff_seconds
 from monitor.errors import AudioDeviceError
+from monitor.userfiles import socket_problem
 from monitor.wyoming.wire import MAX_DATA_BYTES, MAX_PAYLOAD_BYTES, audio_seconds
 
 logger = logging.getLogger(__name__)
@@ -157,24 +157,26 @@ class ChannelServer:
 
     async def start(self) -> None:
         """Listen; a live relay on the path already is one :class:`AudioDeviceError`, a stale
-        socket file (a relay that was killed) is replaced."""
+        socket file (a relay that was killed) is replaced; every other problem with the path
+        (:func:`~monitor.userfiles.socket_problem`) is one line, and nothing is touched."""
         path = self.path
-        if path.exists() or path.is_symlink():
-            if not stat.S_ISSOCK(path.lstat().st_mode):
-                raise AudioDeviceError(f"relay.socket {path}: exists and is not a socket")
-            try:
-                _, writer = await asyncio.open_unix_connection(str(path))
-            except OSError:
-                path.unlink()  # nobody listens: left by a relay that was killed
-            else:
-                writer.close()
-                raise AudioDeviceError(f"relay.socket {path}: another relay is listening there")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if (problem := socket_problem(path, listening=True)) is not None:
+            raise AudioDeviceError(f"relay.socket {path}: {problem}")
         try:
+            if path.is_symlink() or path.exists():
+                try:
+                    _, writer = await asyncio.open_unix_connection(str(path))
+                except OSError:
+                    path.unlink()  # nobody listens: left by a relay that was killed
+                else:
+                    writer.close()
+                    raise AudioDeviceError(f"relay.socket {path}: another relay is listening there")
+            path.parent.mkdir(parents=True, exist_ok=True)
             self._server = await asyncio.start_unix_server(self._subscribe, str(path))
+            path.chmod(0o660)  # the measuring process runs as the same user (or group)
         except OSError as error:
-            raise AudioDeviceError(f"relay.socket {path}: cannot listen ({error})") from error
-        path.chmod(0o660)  # the measuring process runs as the same user (or group)
+            why = os.strerror(error.errno) if error.errno else str(error)
+            raise AudioDeviceError(f"relay.socket {path}: cannot listen ({why})") from error
         logger.info("relay channel listening on %s", path)
 
     async def stop(self) -> None:
