@@ -62,7 +62,7 @@ def relay(socket_path: Path | str, user: int | None = None) -> subprocess.Popen[
 def refused(process: subprocess.Popen[str]) -> str:
     """The one line a refusing command printed (it must exit 2 at once, without a traceback)."""
     try:
-        stdout, stderr = process.communicate(timeout=60)
+        _, stderr = process.communicate(timeout=60)
     finally:
         process.kill()
     assert process.returncode == 2, stderr
