@@ -28,6 +28,9 @@ process's anonymiser, see :mod:`monitor.relay.protect`). The relay hands each to
 (re)subscription, so a restarted relay learns the state at once. Neither side waits on the other
 for them: they are written to the socket like everything else.
 
+Every message read is checked against one schema (:mod:`monitor.wyoming.channel_schema`) by
+both ends: one that does not fit is one warning and is ignored.
+
 Wire format: per message an 8-byte header (big-endian lengths of the JSON header and of the
 payload), the JSON header, the payload (PCM samples, for chunks). Measuring side: :func:`receive`
 reads it, reconnecting with random capped backoff, and hands events to the same tap the in-process
@@ -55,10 +58,15 @@ from wyoming.event import Event
 
 from monitor.audio.retry import backoff_seconds
 from monitor.errors import AudioDeviceError
+from monitor.logs import PeerWarnings
 from monitor.userfiles import socket_problem
+from monitor.wyoming.channel_schema import message_problem
 from monitor.wyoming.wire import MAX_DATA_BYTES, MAX_PAYLOAD_BYTES, audio_seconds
 
 logger = logging.getLogger(__name__)
+warnings = PeerWarnings(logger)
+"""Warnings the other end can trigger, rate-limited per end and kind."""
+MEASURING = "the measuring process"
 
 CAPACITY_BYTES = 1 << 20
 """Default bound of what waits for the measuring process: 1 MiB, 33 s of 16 kHz 16-bit mono."""
@@ -201,7 +209,9 @@ class ChannelServer:
             message = await asyncio.wait_for(read_message(reader), 10.0)
             if message is None or message[0].get("kind") != "subscribe":
                 raise ValueError("the first message is not a subscription")
-            names = [n for n in message[0].get("sources", []) if n in self.unmeasured]
+            if (problem := message_problem(*message)) is not None:
+                raise ValueError(problem)
+            names = [n for n in message[0]["sources"] if n in self.unmeasured]
             subscriber = _Subscriber(writer, self.capacity_bytes)
             for name in names:
                 old = self.subscribers.get(name)
@@ -212,9 +222,13 @@ class ChannelServer:
             writer.write(encode(hello))
             logger.info("measuring process subscribed to %s", ", ".join(names) or "nothing")
             while (message := await read_message(reader)) is not None:  # until its end
+                if (problem := message_problem(*message)) is not None:
+                    warnings.warn(MEASURING, "malformed", "relay channel: ignored %s", problem)
+                    continue
                 self._heard(names, message[0])
         except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError) as error:
-            logger.warning("relay channel: a subscriber was dropped (%s)", error)
+            why = error
+            warnings.warn(MEASURING, "dropped", "relay channel: a subscriber was dropped (%s)", why)
         finally:
             for name in names:
                 mine = self.subscribers.get(name)
@@ -236,7 +250,10 @@ class ChannelServer:
                 self.on_message(name, header)
             except (KeyError, TypeError, ValueError) as error:  # a peer's mistake, not ours
                 kind = header["kind"]
-                logger.warning("relay channel: a %s message was ignored (%s)", kind, error)
+                warnings.warn(
+                    MEASURING, "malformed", "relay channel: a %s message was ignored (%s)",
+                    kind, error,
+                )  # fmt: skip
 
 
 @dataclass
@@ -392,23 +409,27 @@ async def receive(
             logger.info("measuring %s through the relay channel %s", source, path)
             while (message := await read_message(reader)) is not None:
                 header, payload = message
+                if (problem := message_problem(header, len(payload))) is not None:
+                    warnings.warn(str(path), "malformed", "relay channel: ignored %s", problem)
+                    continue
                 kind = header["kind"]
                 if kind == "hello":
-                    relay = str(header.get("relay", ""))
+                    relay = header["relay"]
                     on_connected(True)
-                    seconds = float(header.get("unmeasured", {}).get(source, 0.0))
+                    seconds = float(header["unmeasured"].get(source, 0.0))
                 elif kind == "left":
-                    key = keys.pop(str(header.get("stream")), None)
+                    key = keys.pop(header["stream"], None)
                     if key is not None:
                         tap.left(key)
-                    seconds = float(header.get("unmeasured", 0.0))
-                else:
-                    key = keys.setdefault(str(header.get("stream")), str(header.get("stream")))
-                    event = Event(
-                        str(header.get("type")), header.get("data") or {}, payload or None
-                    )
+                    seconds = float(header["unmeasured"])
+                elif kind == "event":
+                    key = keys.setdefault(header["stream"], header["stream"])
+                    event = Event(header["type"], header["data"], payload or None)
                     tap.offer(key, event, gap=bool(header.get("gap")))
-                    seconds = float(header.get("unmeasured", 0.0))
+                    seconds = float(header["unmeasured"])
+                else:  # not a kind the relay sends this measuring side: not its business
+                    logger.debug("relay channel: ignored a %s message", kind)
+                    continue
                 if (new := unmeasured.update(relay, seconds)) > 0:
                     on_unmeasured(new)
             problem = "the relay closed the channel"
