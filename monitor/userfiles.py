@@ -165,3 +165,14 @@ def socket_problem(path: Path, *, listening: bool) -> str | None:
             "left as it is; remove it or choose another path"
         )
     return None
+
+
+def not_utf8(text: str) -> str | None:
+    """Why a name taken from the command line or a directory listing is not UTF-8 (Python
+    carries such a byte as a lone surrogate, ``\\udcXX``), naming the byte: config.toml, JSON,
+    the log and soundfile take UTF-8 only. None when it is UTF-8."""
+    for position, char in enumerate(text):
+        if "\udc80" <= char <= "\udcff":
+            byte = ord(char) - 0xDC00
+            return f"not UTF-8 (byte 0x{byte:02X} at character {position}); rename it"
+    return None

@@ -76,9 +76,15 @@ def run_command(
 ) -> None:
     """Run the live monitor: per-speaker disclosure, budgets, metrics and alerts."""
     from monitor.daemon.build import run_daemon
+    from monitor.errors import InputError
     from monitor.settings.config import load_config
+    from monitor.userfiles import not_utf8
 
     overrides = list(set_ or [])
+    for option, value in [("--db", str(db or "")), *(("--source", s) for s in source or [])]:
+        if (problem := not_utf8(value)) is not None:  # TOML and JSON could not carry it
+            shown = value.encode(errors="replace").decode()
+            raise InputError(option, f"{shown!r}: {problem}")
     if db is not None:
         overrides.append(f"daemon.db={json.dumps(str(db))}")
     if source:  # one: daemon.source, as always; several: audio.sources

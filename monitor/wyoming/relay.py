@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
 import json
@@ -411,8 +412,9 @@ class ProxyServer:
         host, port = self.endpoint.host, self.endpoint.port
         handler = functools.partial(Relay, self)
         async with serving(self.name, host, port, handler, zeroconf=self.zeroconf) as bound:
-            self.port = bound
-            logger.info("relaying Wyoming %s → %s", self.name, self.endpoint.upstream)
+            self.port = bound  # the log names the port bound (the one the OS chose for 0)
+            listening = dataclasses.replace(self.endpoint, port=bound)
+            logger.info("relaying Wyoming %s → %s", listening, self.endpoint.upstream)
             try:
                 yield
             finally:

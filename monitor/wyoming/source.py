@@ -25,7 +25,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -452,8 +452,9 @@ class WyomingSource:
         host, port = self.endpoint.host, self.endpoint.port
         handler = functools.partial(_Listener, self)
         async with serving(self.name, host, port, handler, zeroconf=self.zeroconf) as bound:
-            self.port = bound
-            logger.info("listening for Wyoming audio on %s", self.name)
+            self.port = bound  # the log names the port bound (the one the OS chose for 0)
+            listening = replace(self.endpoint, port=bound)
+            logger.info("listening for Wyoming audio on %s", listening)
             while (item := await self._queue.get()) is not _END:
                 yield item  # type: ignore[misc]
 
