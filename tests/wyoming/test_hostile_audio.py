@@ -278,3 +278,51 @@ def test_the_relay_process_refuses_hostile_audio_within_its_memory_limit() -> No
     assert peak < 256 << 10
     assert "Traceback" not in log
     assert log.count("refused") <= 2  # one line, the rest counted (one peer: this host)
+
+
+@pytest.mark.slow
+@pytest.mark.corpus
+def test_voxmeter_run_refuses_hostile_audio_within_its_memory_limit(
+    daemon_db: Path, tmp_path: Path
+) -> None:
+    """``voxmeter run`` as its unit runs it, serving the protecting proxy itself (no
+    ``relay.socket``) with its enrolled database: every hostile case gets a Wyoming ``error``,
+    a satellite's command is answered, and the daemon's peak resident memory stays under the
+    unit's MemoryMax (768 MiB; a rate of 10⁹ once took it to 3.8 GB)."""
+    from tests.realparts.mosquitto import free_port, wait_for_port
+    from tests.relay.relay_drill import _Processes
+
+    events = command_events()
+
+    async def scenario() -> tuple[dict[str, list[Event]], int, str]:
+        async with asr_upstream() as upstream_port:
+            port = free_port()
+            config = tmp_path / "config.toml"
+            config.write_text(
+                f'[daemon]\nsource = "wyoming-proxy://127.0.0.1:{port}?upstream=tcp://'
+                f'127.0.0.1:{upstream_port}"\ndb = "{daemon_db}"\ndevice_id = "hostile"\n'
+                "[wyoming]\nzeroconf = false\n[prometheus]\nenabled = false\n"
+                '[mqtt]\nenabled = false\n[protect]\nmode = "always"\nalpha = "0.8"\n'
+            )
+            processes = _Processes(tmp_path, config)
+            try:
+                processes.start_measuring()
+                await asyncio.to_thread(wait_for_port, port, timeout_seconds=240)
+                await talk(port, events)  # warm
+                attacks = [hostile_client(port, attack) for attack in HOSTILE.values()]
+                answered, *heard = await asyncio.gather(
+                    talk(port, events), hostile_client(port, heavy_stream()), *attacks
+                )
+                assert [r.type for r in answered] == ["transcript"]
+                assert processes.measuring is not None and processes.measuring.poll() is None
+                peak = _peak_kib(str(processes.measuring.pid))
+            finally:
+                processes.stop()
+            return dict(zip(HOSTILE, heard[1:], strict=True)), peak, processes.measuring_log()
+
+    heard, peak, log = asyncio.run(scenario())
+    print(f"voxmeter run peak RSS {peak / 1024:.1f} MiB")
+    for case, replies in heard.items():
+        assert [(r.type, r.data.get("code")) for r in replies] == [("error", REFUSED_CODE)], case
+    assert peak < 768 << 10
+    assert "Traceback" not in log
