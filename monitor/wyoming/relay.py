@@ -50,11 +50,10 @@ from monitor.wyoming.wire import (
     RefusedAudioError,
     broken,
     encode_event,
-    let_go,
     peer_name,
     read_event_bytes,
     reason,
-    refusal,
+    refuse,
     serving,
 )
 
@@ -332,9 +331,7 @@ class Relay(AsyncEventHandler):
         if self.upstream is not None:  # its request is cut: the upstream must not wait on it
             self.upstream.close()
             self.upstream = None
-        with contextlib.suppress(OSError, RuntimeError):  # RuntimeError: already told why
-            self.writer.write(refusal(problem))
-        await let_go(self.reader, self.writer, seconds=LINGER_SECONDS)
+        await refuse(self.reader, self.writer, problem, seconds=LINGER_SECONDS)
 
     async def _pump_back(self, upstream: asyncio.StreamReader) -> None:
         """Upstream → client: each event's bytes as they came (``info`` annotated); when the

@@ -50,18 +50,17 @@ from monitor.audio.frames import (
 )
 from monitor.errors import AudioDeviceError, InputError
 from monitor.logs import PeerWarnings
-from monitor.wyoming.formats import MAX_CHANNELS, WIDTHS
+from monitor.wyoming.formats import MAX_CHANNELS, WIDTHS, audio_format
 from monitor.wyoming.wire import (
     BROKEN_EVENT,
     RefusedAudioError,
     audio_seconds,
     broken,
-    let_go,
     peer_name,
     protected_alpha,
     read_event,
     reason,
-    refusal,
+    refuse,
     serving,
 )
 
@@ -127,20 +126,6 @@ def pcm_to_float(audio: bytes, *, width: int, channels: int) -> np.ndarray:
     return (values.astype(np.float32) / scale).reshape(-1, channels)
 
 
-def _chunk_format(event: Event) -> tuple[int, int, int]:
-    """(rate Hz, width bytes, channels) of an audio-chunk; ValueError when a field is missing
-    or not a whole number (a peer's bad event must not end the source)."""
-    data = event.data if isinstance(event.data, dict) else {}
-    values = []
-    for key in ("rate", "width", "channels"):
-        value = data.get(key)
-        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-        if isinstance(value, bool) or not whole:
-            raise ValueError(f"audio-chunk field {key!r} is {value!r}, not a whole number")
-        values.append(int(value))  # type: ignore[arg-type]
-    return values[0], values[1], values[2]
-
-
 class WyomingDecoder:
     """Audio events → 16 kHz mono int16, one streaming resampler per audio format.
 
@@ -167,7 +152,8 @@ class WyomingDecoder:
             return self.flush()
         if not AudioChunk.is_type(event.type):
             return np.zeros(0, dtype=np.int16)
-        fmt = _chunk_format(event)
+        chunk = audio_format(event.data if isinstance(event.data, dict) else {})
+        fmt = (chunk.rate_hz, chunk.width_bytes, chunk.channels)  # ValueError: not whole
         if not MIN_RATE_HZ <= fmt[0] <= MAX_RATE_HZ:
             raise ValueError(
                 f"sample rate {fmt[0]} Hz not supported ({MIN_RATE_HZ}..{MAX_RATE_HZ})"
@@ -332,9 +318,7 @@ class _Listener(AsyncEventHandler):
         except RefusedAudioError as error:  # outside monitor/wyoming/formats.py: told why
             self.source.stats.dropped_seconds += error.seconds
             warnings.warn(peer, "refused", "%s: client %s refused: %s", name, peer, error)
-            with contextlib.suppress(OSError, RuntimeError):
-                self.writer.write(refusal(str(error)))
-            await let_go(self.reader, self.writer)
+            await refuse(self.reader, self.writer, str(error))
         except BROKEN_EVENT as error:
             warnings.warn(peer, "malformed", "%s: client %s dropped: %s", name, peer, broken(error))
         except OSError as error:  # reset by the peer

@@ -198,6 +198,19 @@ async def let_go(
                 pass
 
 
+async def refuse(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    problem: str,
+    *,
+    seconds: float = 5.0,
+) -> None:
+    """Tell a peer why its audio was refused (:func:`refusal`), then let it go (:func:`let_go`)."""
+    with contextlib.suppress(OSError, RuntimeError):  # RuntimeError: already told why (EOF sent)
+        writer.write(refusal(problem))
+    await let_go(reader, writer, seconds=seconds)
+
+
 def peer_name(writer: asyncio.StreamWriter) -> str:
     """A peer's host (not its port: one host opening many connections is one peer)."""
     address = writer.get_extra_info("peername")
