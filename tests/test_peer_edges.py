@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,22 @@ def one_line(done: subprocess.CompletedProcess[str]) -> str:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("voxmeter: error: "), done.stderr
     return lines[0]
+
+
+@contextlib.asynccontextmanager
+async def listening(source: WyomingSource) -> AsyncIterator[None]:
+    """The ``wyoming-listen`` source serving (its port bound) for the block."""
+    frames = source.frames()
+    waiting = asyncio.create_task(anext(frames))
+    async with asyncio.timeout(10):
+        while not source.port:
+            await asyncio.sleep(0.01)
+    try:
+        yield
+    finally:
+        source.close()
+        with contextlib.suppress(StopAsyncIteration):
+            await waiting
 
 
 # ---- a port of 0 -----------------------------------------------------------------------------
@@ -77,14 +94,8 @@ def test_a_listener_on_port_0_logs_the_port_it_bound(caplog: pytest.LogCaptureFi
     source = WyomingSource(parse_endpoint("wyoming-listen://127.0.0.1:0"))
 
     async def scenario() -> None:
-        frames = source.frames()
-        waiting = asyncio.create_task(anext(frames))
-        async with asyncio.timeout(10):
-            while not source.port:
-                await asyncio.sleep(0.01)
-        source.close()
-        with contextlib.suppress(StopAsyncIteration):
-            await waiting
+        async with listening(source):
+            pass
 
     with caplog.at_level(logging.INFO):
         asyncio.run(scenario())
@@ -161,21 +172,14 @@ def test_a_listener_flooded_with_junk_logs_two_lines_not_fifty(
     module.warnings._tallies.clear()
 
     async def scenario() -> None:
-        frames = source.frames()
-        waiting = asyncio.create_task(anext(frames))
-        async with asyncio.timeout(10):
-            while not source.port:
-                await asyncio.sleep(0.01)
-        for _ in range(50):
-            reader, writer = await asyncio.open_connection("127.0.0.1", source.port)
-            writer.write(b"GET / HTTP/1.1\r\n\r\n")
-            await writer.drain()
-            await reader.read()  # dropped: the listener hangs up
-            writer.close()
-        await asyncio.sleep(0.8)  # the window ends: the count is logged
-        source.close()
-        with contextlib.suppress(StopAsyncIteration):
-            await waiting
+        async with listening(source):
+            for _ in range(50):
+                reader, writer = await asyncio.open_connection("127.0.0.1", source.port)
+                writer.write(b"GET / HTTP/1.1\r\n\r\n")
+                await writer.drain()
+                await reader.read()  # dropped: the listener hangs up
+                writer.close()
+            await asyncio.sleep(0.8)  # the window ends: the count is logged
 
     try:
         with caplog.at_level(logging.WARNING, "monitor.wyoming.source"):

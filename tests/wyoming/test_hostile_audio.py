@@ -123,6 +123,12 @@ async def hostile_client(port: int, attack: bytes) -> list[Event]:
     return heard
 
 
+def assert_refused(heard: dict[str, list[Event]]) -> None:
+    """Each hostile client heard one Wyoming ``error`` (``unsupported-audio``), then the end."""
+    for case, replies in heard.items():
+        assert [(r.type, r.data.get("code")) for r in replies] == [("error", REFUSED_CODE)], case
+
+
 class LoopProbe:
     """A task that sleeps 10 ms again and again and notes how late it woke and how much CPU this
     thread (the event loop's) spent meanwhile. A stall is the loop's own work when the two agree:
@@ -240,8 +246,7 @@ def test_hostile_clients_get_an_error_and_never_stall_the_protecting_proxy() -> 
         f"{max(probe.stalls) * 1000:.1f} ms (lateness {max(probe.lateness) * 1000:.0f} ms, "
         f"{len(probe.stalls)} ticks); grew {grown / 1024:.1f} MiB"
     )
-    for case, replies in heard.items():
-        assert [(r.type, r.data.get("code")) for r in replies] == [("error", REFUSED_CODE)], case
+    assert_refused(heard)
     assert latency < baseline + 15.0  # answered: the attack freezes nothing (it took 17 s)
     assert max(probe.stalls) <= 0.050
     assert grown < 128 << 10  # KiB: 768 MiB is voxmeter run's MemoryMax, it holds ~450 MiB
@@ -273,8 +278,7 @@ def test_the_relay_process_refuses_hostile_audio_within_its_memory_limit() -> No
 
     heard, peak, log = asyncio.run(scenario())
     print(f"relay peak RSS {peak / 1024:.1f} MiB")
-    for case, replies in heard.items():
-        assert [(r.type, r.data.get("code")) for r in replies] == [("error", REFUSED_CODE)], case
+    assert_refused(heard)
     assert peak < 256 << 10
     assert "Traceback" not in log
     assert log.count("refused") <= 2  # one line, the rest counted (one peer: this host)
@@ -322,7 +326,6 @@ def test_voxmeter_run_refuses_hostile_audio_within_its_memory_limit(
 
     heard, peak, log = asyncio.run(scenario())
     print(f"voxmeter run peak RSS {peak / 1024:.1f} MiB")
-    for case, replies in heard.items():
-        assert [(r.type, r.data.get("code")) for r in replies] == [("error", REFUSED_CODE)], case
+    assert_refused(heard)
     assert peak < 768 << 10
     assert "Traceback" not in log
