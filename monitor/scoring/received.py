@@ -1,4 +1,4 @@
-"""The received view (issue 30 item 2): what a protected upstream received, measured live.
+"""The received view: what a protected upstream received, measured live.
 
 The relay's transform marks a protected utterance's ``audio-start`` with its McAdams α
 (:data:`~monitor.vocabulary.PROTECT_KEY`, read into :attr:`AudioFrame.protect_alpha`). McAdams
