@@ -83,7 +83,7 @@ def test_the_table_accepts_what_satellites_and_home_assistant_send() -> None:
 def test_the_anonymisers_work_per_chunk_is_bounded_by_the_chunk() -> None:
     """The largest chunk accepted, at the rate that costs the anonymiser most per byte (8 kHz,
     the most LPC frames per byte): what comes out is at most that chunk's samples and one frame,
-    and the loop thread's CPU for it (CPU time: what 8 engineers sharing 2 cores do not
+    and the loop thread's CPU for it (CPU time: what other processes sharing the cores do not
     inflate) is well under the 50 ms budget."""
     policy = ProtectionPolicy("always", Alpha.fixed(0.8))
     anonymiser = UpstreamAnonymiser(policy)
