@@ -83,7 +83,9 @@ def encode(header: dict[str, Any], payload: bytes = b"") -> bytes:
 
 
 async def read_message(reader: asyncio.StreamReader) -> tuple[dict[str, Any], bytes] | None:
-    """The next message, or None at the end of the stream; ValueError for a malformed one."""
+    """The next message, or None at the end of the stream; ValueError for a frame over the
+    limits or cut short. A header that is not a JSON object reads as ``{"kind": None}``, which
+    :func:`~monitor.wyoming.channel_schema.message_problem` refuses."""
     try:
         lengths = await reader.readexactly(_LENGTHS.size)
     except asyncio.IncompleteReadError as error:
@@ -93,10 +95,14 @@ async def read_message(reader: asyncio.StreamReader) -> tuple[dict[str, Any], by
     size, payload_size = _LENGTHS.unpack(lengths)
     if size > MAX_DATA_BYTES or payload_size > MAX_PAYLOAD_BYTES:
         raise ValueError(f"channel message of {size} + {payload_size} bytes is over the limits")
-    header = json.loads(await reader.readexactly(size))
-    if not isinstance(header, dict) or not isinstance(header.get("kind"), str):
-        raise ValueError("channel message without a kind")
+    text = await reader.readexactly(size)
     payload = await reader.readexactly(payload_size) if payload_size else b""
+    try:
+        header = json.loads(text)
+    except ValueError:  # the frame was whole: the next message is read as usual
+        header = None
+    if not isinstance(header, dict):  # the schema's to refuse (monitor/wyoming/channel_schema.py)
+        return {"kind": None}, payload
     return header, payload
 
 

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import struct
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ MALFORMED_AFTER_SUBSCRIBING = [
     {"kind": "protect", "protect": True, "speaker": ["x"]},
     {"kind": "protect", "protect": True, "alpha": {"low": 1}},
     {"kind": 7},
+    {"kind": None},
 ]
 
 MALFORMED_FROM_RELAY = [
@@ -75,7 +77,9 @@ def test_the_relay_process_warns_once_per_malformed_message_and_serves_on() -> N
     from tests.relay.test_relay_protect import relay_process
 
     async def scenario() -> str:
-        async with relay_process(free_port()) as relay:
+        upstream = free_port()
+        async with relay_process(upstream) as relay:
+            spec = f"wyoming-proxy://127.0.0.1:{relay.port}?upstream=tcp://127.0.0.1:{upstream}"
             for header in MALFORMED_FROM_MEASURING.values():
                 for _ in range(3):  # the same mistake again: counted, not logged again
                     reader, writer = await asyncio.open_unix_connection(str(relay.socket))
@@ -83,14 +87,18 @@ def test_the_relay_process_warns_once_per_malformed_message_and_serves_on() -> N
                     assert await read_message(reader) is None  # let go, no hello
                     writer.close()
             reader, writer = await asyncio.open_unix_connection(str(relay.socket))
-            writer.write(encode({"kind": "subscribe", "sources": [f"{SOURCE}"]}))
+            writer.write(encode({"kind": "subscribe", "sources": [spec]}))
             hello = await read_message(reader)
             assert hello is not None and hello[0]["kind"] == "hello"
             for header in MALFORMED_AFTER_SUBSCRIBING * 3:
                 writer.write(encode(header))
+            writer.write(struct.pack(">II", 5, 0) + b"nope!")  # a whole frame, not JSON
+            writer.write(encode({"kind": "protect", "protect": True}))  # still heard after all
             await writer.drain()
+            async with asyncio.timeout(30):
+                while "the measuring process protects" not in relay.log.read_text():
+                    await asyncio.sleep(0.05)
             writer.close()
-            await asyncio.sleep(0.5)
             assert relay.process.poll() is None
             return relay.log.read_text()
 
@@ -98,6 +106,7 @@ def test_the_relay_process_warns_once_per_malformed_message_and_serves_on() -> N
     assert "Traceback" not in log and "exception" not in log.lower()
     dropped = log.count("subscriber was dropped")
     assert 1 <= dropped <= 2, log  # 12 bad subscriptions: the first, then a count at most
+    assert 1 <= log.count("relay channel: ignored") <= 2, log  # 20 bad messages, one connection
 
 
 def test_the_measuring_side_ignores_each_malformed_message_and_keeps_the_channel(
