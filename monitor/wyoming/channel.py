@@ -423,16 +423,8 @@ async def receive(
                     relay = header["relay"]
                     on_connected(True)
                     seconds = float(header["unmeasured"].get(source, 0.0))
-                elif kind == "left":
-                    key = keys.pop(header["stream"], None)
-                    if key is not None:
-                        tap.left(key)
-                    seconds = float(header["unmeasured"])
-                elif kind == "event":
-                    key = keys.setdefault(header["stream"], header["stream"])
-                    event = Event(header["type"], header["data"], payload or None)
-                    tap.offer(key, event, gap=bool(header.get("gap")))
-                    seconds = float(header["unmeasured"])
+                elif kind in ("left", "event"):
+                    seconds = _stream_message(header, payload, keys, tap)
                 else:  # not a kind the relay sends this measuring side: not its business
                     logger.debug("relay channel: ignored a %s message", kind)
                     continue
@@ -442,12 +434,40 @@ async def receive(
         except (OSError, ValueError) as error:
             problem = f"channel broken ({error})"
         finally:
-            if uplink is not None:
-                uplink.attach(None)
-            writer.close()
-            on_connected(False)
-            for key in keys.values():
-                tap.left(key)
+            _channel_lost(writer, uplink, on_connected, keys, tap)
         logger.warning("relay channel %s: %s; reconnecting", path, problem)
         attempt = 0
         await sleep(backoff_seconds(rng, 1, initial_seconds, max_seconds))
+
+
+def _stream_message(
+    header: dict[str, Any], payload: bytes | None, keys: dict[str, str], tap: Inbox
+) -> float:
+    """A stream's event (or its end) handed to the tap under its key; the seconds the relay
+    says it could not hand over so far. ``header`` fits the schema (checked already)."""
+    if header["kind"] == "left":
+        key = keys.pop(header["stream"], None)
+        if key is not None:
+            tap.left(key)
+        return float(header["unmeasured"])
+    key = keys.setdefault(header["stream"], header["stream"])
+    event = Event(header["type"], header["data"], payload or None)
+    tap.offer(key, event, gap=bool(header.get("gap")))
+    return float(header["unmeasured"])
+
+
+def _channel_lost(
+    writer: asyncio.StreamWriter,
+    uplink: Uplink | None,
+    on_connected: Callable[[bool], None],
+    keys: dict[str, str],
+    tap: Inbox,
+) -> None:
+    """The channel is gone: the uplink detached, the socket closed, every stream open on it
+    ended (the relay cannot resume them on the next connection)."""
+    if uplink is not None:
+        uplink.attach(None)
+    writer.close()
+    on_connected(False)
+    for key in keys.values():
+        tap.left(key)
