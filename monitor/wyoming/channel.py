@@ -423,11 +423,8 @@ async def receive(
                     relay = header["relay"]
                     on_connected(True)
                     seconds = float(header["unmeasured"].get(source, 0.0))
-                elif kind in ("left", "event"):
+                else:
                     seconds = _stream_message(header, payload, keys, tap)
-                else:  # not a kind the relay sends this measuring side: not its business
-                    logger.debug("relay channel: ignored a %s message", kind)
-                    continue
                 if (new := unmeasured.update(relay, seconds)) > 0:
                     on_unmeasured(new)
             problem = "the relay closed the channel"
@@ -444,7 +441,11 @@ def _stream_message(
     header: dict[str, Any], payload: bytes | None, keys: dict[str, str], tap: Inbox
 ) -> float:
     """A stream's event (or its end) handed to the tap under its key; the seconds the relay
-    says it could not hand over so far. ``header`` fits the schema (checked already)."""
+    says it could not hand over so far (0 for a kind not meant for this side: ignored).
+    ``header`` fits the schema (checked already)."""
+    if header["kind"] not in ("left", "event"):
+        logger.debug("relay channel: ignored a %s message", header["kind"])
+        return 0.0
     if header["kind"] == "left":
         key = keys.pop(header["stream"], None)
         if key is not None:
