@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import RESULTS_DIR, write_results
+from bench.common import Run
 
 BACKENDS = os.environ.get("VOXMETER_BENCH_INT8_BACKENDS", "ecapa,campplus").split(",")
 
@@ -263,32 +263,14 @@ def bench_settings() -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    common = {
-        "cpu": cpu_model(),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
     if sys.argv[1:] == ["settings"]:
-        write_results(
-            RESULTS_DIR / "edge-ort-settings.json",
-            {
-                "benchmark": "ONNX Runtime session settings, CPU ms per 3 s window (issue 27)",
-                "command": "python -m bench.bench_int8 settings",
-                **common,
-                "results": bench_settings(),
-                "load_average": [round(x, 2) for x in os.getloadavg()],
-            },
-        )
+        record = Run("edge-ort-settings", command="python -m bench.bench_int8 settings")
+        record.figures["results"] = bench_settings()
+        record.write()
         return
-    write_results(
-        RESULTS_DIR / "edge-int8-shipped.json",
-        {
-            "benchmark": "shipped static int8 embedding networks against float32 (issue 27)",
-            "command": "make models && python -m bench.bench_int8",
-            **common,
-            "results": [bench_backend(b) for b in BACKENDS],
-            "load_average": [round(x, 2) for x in os.getloadavg()],
-        },
-    )
+    record = Run("edge-int8-shipped", command="make models && python -m bench.bench_int8")
+    record.figures["results"] = [bench_backend(b) for b in BACKENDS]
+    record.write()
 
 
 if __name__ == "__main__":
