@@ -57,6 +57,7 @@ from monitor.events.messages import (
 )
 from monitor.exporters.connection import Reconnect, client_options, tls_context
 from monitor.exporters.mqtt import Topics, iso_utc, publish, topics_for
+from monitor.exporters.topics import TOPICS
 from monitor.settings.sections import HomeAssistantSettings, MqttSettings
 from monitor.store.templates import LocalProfile
 from monitor.vocabulary import BUDGET_STATES as STATES
@@ -92,7 +93,7 @@ def safe_id(text: str) -> str:
 
 def device_state_topic(topics: Topics) -> str:
     """Retained device figures (templates, speech seconds) under the device's prefix."""
-    return f"{topics.prefix}/device"
+    return topics.device
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,9 @@ class Discovery:
 
     def config_topic(self, component: str, object_id: str) -> str:
         prefix = self.settings.discovery_prefix.rstrip("/")
-        return f"{prefix}/{component}/{self.node_id}/{object_id}/config"
+        return TOPICS["discovery_config"].pattern.format(
+            discovery_prefix=prefix, component=component, node_id=self.node_id, object_id=object_id
+        )
 
     @property
     def subscription(self) -> str:

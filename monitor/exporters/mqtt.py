@@ -63,6 +63,7 @@ from monitor.exporters.connection import (
     client_options,
     tls_context,
 )
+from monitor.exporters.topics import TOPICS
 from monitor.settings.config import is_loopback
 from monitor.settings.sections import MqttSettings
 from monitor.store.outbox import OutboxMessage
@@ -91,14 +92,27 @@ class Topics:
 
     @property
     def status(self) -> str:
-        return f"{self.prefix}/status"
+        return TOPICS["status"].pattern.format(prefix=self.prefix)
 
     @property
     def alerts(self) -> str:
-        return f"{self.prefix}/alerts"
+        return TOPICS["alerts"].pattern.format(prefix=self.prefix)
+
+    @property
+    def device(self) -> str:
+        return TOPICS["device_state"].pattern.format(prefix=self.prefix)
+
+    @property
+    def protection(self) -> str:
+        return TOPICS["protection_state"].pattern.format(prefix=self.prefix)
+
+    @property
+    def protection_set(self) -> str:
+        return TOPICS["protection_set"].pattern.format(prefix=self.prefix)
 
     def speaker_state(self, alias: str) -> str:
-        return f"{self.prefix}/speakers/{topic_level(alias)}/state"
+        pattern = TOPICS["speaker_state"].pattern
+        return pattern.format(prefix=self.prefix, alias=topic_level(alias))
 
 
 def topic_level(name: str) -> str:
