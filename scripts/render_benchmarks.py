@@ -222,17 +222,38 @@ def figures_section(figures: dict[str, Any], skip: tuple[str, ...]) -> list[str]
     lines: list[str] = []
     scalars = [(k, v) for k, v in flatten({k: v for k, v in figures.items() if is_scalar(v)})]
     if scalars:
-        lines += table(["figure", "value"], [[f"`{k}`", number(v)] for k, v in scalars])
+        lines += table(["figure", "value"], _rows(scalars))
     for key, value in figures.items():
-        if is_scalar(value) or key in skip:
-            continue
-        body = subtable(value)
-        if body:
-            lines += [f"**{key.replace('_', ' ')}**", "", *body]
+        if not is_scalar(value) and key not in skip:
+            lines += section(key.replace("_", " "), value, depth=0)
     left = [k for k in figures if k in skip]
     if left:
         lines += [f"Also in the results file: {', '.join(f'`{k}`' for k in left)}.", ""]
     return lines
+
+
+def section(path: str, value: Any, *, depth: int) -> list[str]:
+    """A nested figure under a bold ``path``: a record of records as one grid; a record that
+    mixes figures and records as a table of its figures, then each record in turn (up to two
+    levels; deeper ones are flattened into dotted names)."""
+    records = isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values())
+    if isinstance(value, list) or records or depth >= 2:
+        body = subtable(value)
+        return [f"**{path}**", "", *body] if body else []
+    nested = {k: v for k, v in value.items() if isinstance(v, dict) or _records(v)}
+    pairs = list(flatten({k: v for k, v in value.items() if k not in nested}))
+    lines = [f"**{path}**", "", *table(["figure", "value"], _rows(pairs))] if pairs else []
+    for key, inner in nested.items():
+        lines += section(f"{path} › {key}", inner, depth=depth + 1)
+    return lines
+
+
+def _records(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _rows(pairs: list[tuple[str, Any]]) -> list[list[str]]:
+    return [[f"`{k}`", number(v)] for k, v in pairs]
 
 
 def subtable(value: Any) -> list[str]:
@@ -244,8 +265,7 @@ def subtable(value: Any) -> list[str]:
         return [f"{len(value)} entries, in the results file.", ""]
     if all(isinstance(v, dict) for v in value.values()):
         return grid(value)
-    pairs = list(flatten(value))
-    return table(["figure", "value"], [[f"`{k}`", number(v)] for k, v in pairs[:MAX_ROWS]])
+    return table(["figure", "value"], _rows(list(flatten(value))))
 
 
 def _label(record: dict[str, Any], index: int) -> Any:
@@ -278,7 +298,7 @@ def run_line(run: dict[str, Any]) -> list[str]:
         f"load average at start {shown(load['start'])}, at end {shown(load['end'])}.",
         "",
         "```sh",
-        run["command"],
+        run["command"].replace("; ", "\n"),
         "```",
         "",
     ]
