@@ -77,3 +77,17 @@ def test_the_pages_speak_of_the_product() -> None:
         text = page.read_text()
         assert not HASH.search(text), (page.name, HASH.search(text))
         assert not re.search(r"\bissues? \d", text, re.IGNORECASE), page.name
+
+
+def test_a_run_writes_the_common_schema(tmp_path: Path) -> None:
+    """What a benchmark writes through bench.common.Run is what the pages read."""
+    from bench.common import Run
+
+    run = Run("example", command="python -m bench example")
+    run.figures["cpu_per_audio_second"] = 0.12
+    assert run.target("cpu_per_audio_second", 0.12, "<=", 0.03) is False
+    assert run.target("member_right", 0.97, ">=", 0.95) is True
+    record = json.loads(run.write(path=tmp_path / "example.json").read_text())
+    assert set(record) == SCHEMA_KEYS
+    assert [t["met"] for t in record["targets"]] == [False, True]
+    assert len(record["load_average"]["start"]) == 3 and record["cores"] >= 1
