@@ -90,29 +90,32 @@ class Topics:
 
     prefix: str
 
+    def at(self, name: str, **levels: str) -> str:
+        """The topic declared as ``name`` in :data:`~monitor.exporters.topics.TOPICS`."""
+        return TOPICS[name].pattern.format(prefix=self.prefix, **levels)
+
     @property
     def status(self) -> str:
-        return TOPICS["status"].pattern.format(prefix=self.prefix)
+        return self.at("status")
 
     @property
     def alerts(self) -> str:
-        return TOPICS["alerts"].pattern.format(prefix=self.prefix)
+        return self.at("alerts")
 
     @property
     def device(self) -> str:
-        return TOPICS["device_state"].pattern.format(prefix=self.prefix)
+        return self.at("device_state")
 
     @property
     def protection(self) -> str:
-        return TOPICS["protection_state"].pattern.format(prefix=self.prefix)
+        return self.at("protection_state")
 
     @property
     def protection_set(self) -> str:
-        return TOPICS["protection_set"].pattern.format(prefix=self.prefix)
+        return self.at("protection_set")
 
     def speaker_state(self, alias: str) -> str:
-        pattern = TOPICS["speaker_state"].pattern
-        return pattern.format(prefix=self.prefix, alias=topic_level(alias))
+        return self.at("speaker_state", alias=topic_level(alias))
 
 
 def topic_level(name: str) -> str:
