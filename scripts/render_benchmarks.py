@@ -112,14 +112,21 @@ PAGES = (
                     "CPU per protected audio second of reproducing and scoring the received "
                     "audio."),
          )),
-    Page("features", "Audio and features",
-         "The front end on corpus speech, one thread, CPU time.", (
+    Page("features", "Audio, features and the reference set",
+         "The front end on corpus speech, one thread, CPU time; and how many reference voices "
+         "a disclosure figure needs: with N voices a figure is at most log2 N bits, and with "
+         "too few one window of speech reaches that ceiling.", (
              Result("features", "The front end", "Read, VAD, F0, phones and embedding on 60 s "
                     "of corpus speech; our F0 against its peers."),
              Result("audio", "Voice activity detection", "VAD alone, real-time factor."),
              Result("embedding", "Embedding backends",
                     "Speed on 3 s windows and same- against different-speaker separation on "
                     "the test speakers (cosine)."),
+             Result("reference-set", "Windows at the ceiling by the size of the reference set",
+                    "One held-out window of each member of sets of 4 to 250 corpus speakers, "
+                    "scored for the budget's figure; the shares at every size are also "
+                    "predicted from the largest set, which checks the extrapolation beyond the "
+                    "corpus."),
          )),
     Page("streams", "Several sources, the Wyoming proxy and the relay",
          "Several audio sources in one daemon, and the delay the daemon adds between a "
@@ -269,7 +276,17 @@ def subtable(value: Any) -> list[str]:
 
 
 def _label(record: dict[str, Any], index: int) -> Any:
-    for key in ("row", "backend", "decoder", "graph", "alpha", "streams", "identities", "format"):
+    for key in (
+        "row",
+        "backend",
+        "decoder",
+        "graph",
+        "alpha",
+        "streams",
+        "identities",
+        "format",
+        "references",
+    ):
         if key in record:
             extra = record.get("setting") or record.get("variant")
             return f"{record[key]}: {extra}" if extra else record[key]

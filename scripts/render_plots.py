@@ -81,9 +81,30 @@ def protection_alphas(run: dict[str, Any], path: Path) -> None:
     _save(figure, path)
 
 
+def reference_set(run: dict[str, Any], path: Path) -> None:
+    """Share of windows at the ceiling against the number of reference voices, measured and
+    predicted, with the meaningful size marked."""
+    figures = run["figures"]
+    sizes = figures["sizes"]
+    references = [s["references"] for s in sizes]
+    figure, axes = plt.subplots(figsize=SIZE_INCHES)
+    axes.plot(references, [s["saturated_share"] for s in sizes], "o-", label="measured")
+    axes.plot(references, [s["predicted_saturated_share"] for s in sizes], "s--",
+              label="predicted from the largest set")  # fmt: skip
+    axes.axhline(figures["max_saturated_share"], color="grey", linestyle=":", linewidth=1)
+    axes.axvline(figures["meaningful_references"], color="grey", linestyle="--", linewidth=1)
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("reference voices N")
+    axes.set_ylabel("windows at the ceiling")
+    axes.set_ylim(0, 1.05)
+    axes.legend(fontsize=7)
+    _save(figure, path)
+
+
 #: results file → its plot (docs/benchmarks/images/<name>.png).
 PLOTS: dict[str, Callable[[dict[str, Any], Path], None]] = {
     "edge-profile": cpu_per_stage,
     "rooms": rooms_conditions,
     "protect-alphas": protection_alphas,
+    "reference-set": reference_set,
 }

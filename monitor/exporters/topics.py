@@ -3,7 +3,8 @@
 The exporters build their topics from these patterns (``pattern.format(prefix=...)``), and the
 metrics reference (docs/reference/metrics.md) is rendered from the same table, so a topic is
 never spelled in two places. ``{prefix}`` is ``mqtt.prefix``, else ``voxmeter/<device_id>``;
-``{alias}`` is one percent-encoded topic level (:func:`monitor.exporters.mqtt.topic_level`).
+``{alias}`` and ``{source}`` are one percent-encoded topic level each
+(:func:`monitor.exporters.mqtt.topic_level`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,15 @@ TOPICS: dict[str, TopicDecl] = {
         retained=True,
         direction="publish",
         exporter="homeassistant",
-        payload="JSON: the device's figures (templates, speech seconds)",
+        payload="JSON: the device's figures (templates, speech seconds, saturated, the "
+        "reference set)",
+    ),
+    "source_state": TopicDecl(
+        "{prefix}/sources/{source}/state",
+        retained=True,
+        direction="publish",
+        exporter="homeassistant",
+        payload="JSON: one named source's figures (speech_seconds this period, last_voice)",
     ),
     "protection_state": TopicDecl(
         "{prefix}/protection",
