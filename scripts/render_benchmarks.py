@@ -56,6 +56,11 @@ PAGES = (
                     "Both releases replay the same 80.8 s of paced corpus speech, interleaved, "
                     "N = 10³ templates; this release with every feature measured at normal "
                     "priority so that both do the same work."),
+             Result("edge-side", "CPU per second of speech and of silence",
+                    "The previous release and this one replay the same corpus speech (80.8 s, "
+                    "72.8 s of it speech) and 60 s of room noise, paced, N = 10³ templates: "
+                    "process CPU per second of speech and of silence, and the event-loop "
+                    "thread's own, with the default attacker of each release."),
              Result("edge-quota", "A quarter of one core",
                     "Both releases at once, each in a cgroup capped at 25 % of a core, 600 s "
                     "of paced speech: embedding lag, audio dropped, speech shed."),
@@ -75,6 +80,10 @@ PAGES = (
                     "MeanD at 3 s on the 125 test speakers and decoder CPU per audio second "
                     "for the shipped decoder and cheaper candidates (rule: under-report by at "
                     "most 0.05 bits)."),
+             Result("edge-phone-ds-topn", "Cheaper all-phone decoders",
+                    "Frame downsampling with two Gaussians per frame: MeanD at 3 s on the 125 "
+                    "test speakers against the shipped decoder's, and decoder CPU per audio "
+                    "second."),
              Result("daemon", "Scoring and end-to-end latency",
                     "Scoring one window against N templates, and a paced corpus replay through "
                     "the whole daemon (VAD, three features, tracking, scoring, ledger, "
