@@ -3,6 +3,7 @@ LID weights come from, and ``--protect`` (checked, and its summary line)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -12,7 +13,6 @@ from monitor.errors import VoxmeterError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from pathlib import Path
 
     from monitor.calibration.buckets import CalibrationSet
     from monitor.evaluate.protection import ProtectRequest
@@ -53,6 +53,14 @@ RoomOption = Annotated[
 ProtectAlphaOption = Annotated[
     str, typer.Option("--protect-alpha", help="McAdams α: fixed (0.8) or drawn per utterance.")
 ]
+AttackerOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--attacker",
+        help="Semi-informed attacker's back-end (.npz of scripts/train_semi_informed.py; "
+        "default: the one shipped for the embedding network).",
+    ),
+]
 WerUtterancesOption = Annotated[
     int, typer.Option("--wer-utterances", help="Utterances the word error rate decodes (0: none).")
 ]
@@ -85,7 +93,9 @@ def lazy_template_alpha(method: str | None, alpha: str) -> Alpha | None:
     return None if request is None else request.alpha
 
 
-def protect_request(method: str | None, alpha: str, wer_utterances: int) -> ProtectRequest | None:
+def protect_request(
+    method: str | None, alpha: str, wer_utterances: int, attacker: Path | None = None
+) -> ProtectRequest | None:
     """The ``--protect`` options checked (one line naming the option when wrong)."""
     from monitor.evaluate.protection import ProtectRequest, check_method
     from monitor.protect.mcadams import parse_alpha
@@ -102,7 +112,9 @@ def protect_request(method: str | None, alpha: str, wer_utterances: int) -> Prot
         raise VoxmeterError(f"--protect-alpha {error}") from None
     if wer_utterances < 0:
         raise VoxmeterError(f"--wer-utterances {wer_utterances}: expected 0 or more")
-    return ProtectRequest(method, parsed, wer_utterances=wer_utterances)
+    if attacker is not None and not attacker.is_file():
+        raise VoxmeterError(f"--attacker {attacker}: no such file")
+    return ProtectRequest(method, parsed, wer_utterances=wer_utterances, attacker=attacker)
 
 
 def audit_calibration(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from monitor.cli.audit_options import (
+    AttackerOption,
     EnrolProtectOption,
     NarrowOption,
     ProtectAlphaOption,
@@ -408,6 +409,7 @@ def evaluate_command(
     protect: ProtectOption = None,
     protect_alpha: ProtectAlphaOption = "0.5,0.9",
     wer_utterances: WerUtterancesOption = 200,
+    attacker: AttackerOption = None,
     loss: Annotated[
         str, typer.Option("--loss", help="Loss of the reported model: ll, ms, wms, rwms, cll.")
     ] = "ll",
@@ -447,7 +449,7 @@ def evaluate_command(
     check_output_folder(out, "--out")
     if protected is not None and not protected.is_dir():
         raise InputError(str(protected), "--protected: not a corpus folder")
-    request = protect_request(protect, protect_alpha, wer_utterances)
+    request = protect_request(protect, protect_alpha, wer_utterances, attacker)
     with (
         _LazyBar("extracting") as extraction_progress,
         shared_scheduler(jobs, scheduler) as address,  # one cluster for both corpora
