@@ -14,8 +14,7 @@ anonymised tests), each pooled embedding mapped by the back-end before the cosin
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -73,27 +72,6 @@ def choose_dimension(
         figures[dimension] = float(np.mean(eers))
     best = min(figures, key=figures.__getitem__)
     return best, figures
-
-
-def train_backend(
-    root: Path,
-    alpha: Alpha,
-    *,
-    seed: int = TRAIN_SEED,
-    split: str = "train",
-    jobs: int = 1,
-    progress: Callable[[int, int, str], None] | None = None,
-) -> tuple[Backend, dict[str, Any]]:
-    """The back-end fitted on ``split`` of the corpus at ``root`` anonymised with ``alpha``,
-    and the training figures (speakers, utterances, each dimension's validation EER)."""
-    from monitor.evaluate.protection import anonymised_speakers
-    from monitor.features.base import embedding_backend
-
-    speakers = anonymised_speakers(
-        root, split=split, alpha=alpha, seed=seed, features=[FEATURE], jobs=jobs, progress=progress
-    )
-    vectors, labels = labelled(speakers.speakers)
-    return fit_chosen(vectors, labels, alpha=alpha, seed=seed, embedding=embedding_backend())
 
 
 def fit_chosen(

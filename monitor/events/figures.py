@@ -101,6 +101,17 @@ class ReceivedFigures:
         ]
         return max(values, default=float("-inf"))
 
+    def strongest(self, key: FigureKey) -> str | None:
+        """The attacker whose cumulative ``key`` figure :meth:`bits` gives (None: none has
+        it): the one the live figure and the budget name."""
+        figures = {
+            name: d.cumulative_bits
+            for name, items in self.attackers.items()
+            for d in items
+            if d.feature == key.feature and d.measure == key.measure
+        }
+        return max(figures, key=figures.__getitem__) if figures else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "attackers": {
@@ -207,6 +218,11 @@ class Figures:
             "budget_bits": self.budget_bits,
             "budget_measure": self.budget_measure,
             "budget_figure_bits": finite_bits(self.budget_figure_bits),
+            "budget_attacker": (
+                None
+                if self.received is None
+                else self.received.strongest(FigureKey.parse(self.budget_measure))
+            ),
             "state": self.state,
             "information_gain_bits": _finite_or_none(self.information_gain_bits),
             "top_candidate": self.top_candidate,
