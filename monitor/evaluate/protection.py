@@ -307,7 +307,6 @@ def audit_protection(
     """``audit`` with its :class:`ProtectionAudit` (and paper 002's figures of the two
     versions, unless ``--protected`` gave them): anonymise, extract, audit, transcribe."""
     from monitor.evaluate.audit import audit_setting
-    from monitor.evaluate.protected import protected_audit
 
     if progress is not None:
         progress(f"anonymising ({request.method}, α {request.alpha})")
@@ -338,21 +337,41 @@ def audit_protection(
         **options,
     )
     wer, commands = recognition(root, split, request, progress, extraction_progress)
+    protection = ProtectionAudit(
+        method=request.method,
+        alpha=str(request.alpha),
+        seed=request.seed,
+        conditions=conditions,
+        wer=wer,
+        commands=commands,
+        attacker=None if backend is None else attacker_facts(backend),
+    )
+    return _with_protection(audit, protection, loaded, other, features=features)
+
+
+def _with_protection(
+    audit: Audit,
+    protection: ProtectionAudit,
+    loaded: CorpusSpeakers,
+    other: CorpusSpeakers,
+    *,
+    features: Sequence[str],
+) -> Audit:
+    """``audit`` with its protection audit, and paper 002's figures of the two versions unless
+    ``--protected`` already gave them."""
+    from monitor.evaluate.protected import protected_audit
+
     feature = "embedding" if "embedding" in features else features[0]
+    root = Path(loaded.root)
     paper_002 = audit.protected or protected_audit(
-        loaded.speakers, other.speakers, corpus=f"{root.name} ({request.method})", feature=feature
+        loaded.speakers,
+        other.speakers,
+        corpus=f"{root.name} ({protection.method})",
+        feature=feature,
     )
     return dataclasses.replace(
         audit,
         protected=paper_002,
-        protection=ProtectionAudit(
-            method=request.method,
-            alpha=str(request.alpha),
-            seed=request.seed,
-            conditions=conditions,
-            wer=wer,
-            commands=commands,
-            attacker=None if backend is None else attacker_facts(backend),
-        ),
+        protection=protection,
         skipped=audit.skipped + other.skipped,
     )

@@ -17,6 +17,8 @@ from monitor.events.messages import (
     TrackRestored,
     WindowScored,
 )
+from monitor.references import MEANINGFUL_REFERENCES, saturated
+from monitor.vocabulary import FigureKey
 
 
 class LogExporter:
@@ -26,6 +28,7 @@ class LogExporter:
 
     def __init__(self, log: logging.Logger | None = None) -> None:
         self.log = log or logging.getLogger("monitor.events.messages")
+        self.saturated = False  # a window reached the ceiling log2 N: said once per run
 
     async def run(self) -> None:
         await asyncio.Event().wait()
@@ -33,31 +36,10 @@ class LogExporter:
     async def handle(self, event: DaemonEvent) -> None:
         match event:
             case WindowScored():
-                fields = {**_figure_fields(event.figures), "window": event.figures.window_index}
-                fields["latency_s"] = round(event.latency_seconds, 3)
-                # where the window lies in the file or stream, beside the wall clock
-                fields["stream_start_s"] = round(event.window_start_seconds, 2)
-                fields["stream_end_s"] = round(event.window_end_seconds, 2)
-                if event.stream.source:  # which source (room) heard it, which of its clients
-                    fields["source"] = event.stream.source
-                if event.stream.connection:
-                    fields["connection"] = event.stream.connection
-                self.log.info("window", extra={"fields": fields})
+                self.log.info("window", extra={"fields": _window_fields(event)})
+                self._reference_set(event.figures)
             case StateChanged():
-                self.log.warning(
-                    "budget",
-                    extra={
-                        "fields": {
-                            "track": event.track,
-                            "from": event.from_state,
-                            "to": event.to_state,
-                            "bits": round(event.bits, 3),
-                            "budget": event.budget_bits,
-                            "seq": event.seq,
-                            "reason": event.reason,
-                        }
-                    },
-                )
+                self.log.warning("budget", extra={"fields": _budget_fields(event)})
             case TrackExpired(merged_into=None):
                 self.log.info("expired", extra={"fields": {"track": event.track}})
             case TrackExpired():
@@ -93,6 +75,52 @@ class LogExporter:
                 )
             case DaemonStopping():
                 self.log.info("stopping", extra={"fields": {"reason": event.reason}})
+
+    def _reference_set(self, figures: Figures) -> None:
+        """Warn once per run when one window alone reaches the ceiling log2 N."""
+        key = FigureKey.parse(figures.budget_measure)
+        window_bits = figures.bits(key.feature, key.measure, cumulative=False)
+        if self.saturated or not saturated(window_bits, figures.ceiling_bits):
+            return
+        self.saturated = True
+        fields = {
+            "templates": figures.templates,
+            "ceiling_bits": round(figures.ceiling_bits, 3),
+            "window_bits": round(window_bits, 3),
+            "needed": MEANINGFUL_REFERENCES,
+        }
+        self.log.warning(
+            "reference set too small: one window of speech reached the ceiling log2 N; enrol "
+            "more reference voices (voxmeter enroll --corpus)",
+            extra={"fields": fields},
+        )
+
+
+def _window_fields(event: WindowScored) -> dict[str, Any]:
+    """The log fields of a window scored: its figures, latency and where it lies."""
+    fields = {**_figure_fields(event.figures), "window": event.figures.window_index}
+    fields["latency_s"] = round(event.latency_seconds, 3)
+    # where the window lies in the file or stream, beside the wall clock
+    fields["stream_start_s"] = round(event.window_start_seconds, 2)
+    fields["stream_end_s"] = round(event.window_end_seconds, 2)
+    if event.stream.source:  # which source (room) heard it, which of its clients
+        fields["source"] = event.stream.source
+    if event.stream.connection:
+        fields["connection"] = event.stream.connection
+    return fields
+
+
+def _budget_fields(event: StateChanged) -> dict[str, Any]:
+    """The log fields of a budget state change."""
+    return {
+        "track": event.track,
+        "from": event.from_state,
+        "to": event.to_state,
+        "bits": round(event.bits, 3),
+        "budget": event.budget_bits,
+        "seq": event.seq,
+        "reason": event.reason,
+    }
 
 
 def _figure_fields(figures: Figures) -> dict[str, Any]:

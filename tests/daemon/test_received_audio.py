@@ -1,4 +1,4 @@
-"""The received view's reproduction (issue 30 item 2): the relay's transform marks a protected
+"""The received view's reproduction: the relay's transform marks a protected
 utterance's audio-start for the tap only, and the measuring side rebuilds from the original
 audio exactly the samples the upstream received, chunk by chunk, as the VAD cuts speech."""
 

@@ -1,4 +1,4 @@
-"""The received view live (issue 30 item 2), through a real proxy in front of the real
+"""The received view live, through a real proxy in front of the real
 pocketsphinx upstream, scraped by a real Prometheus: what the upstream received from a
 protected speaker is scored against the clean templates (ignorant attacker), the
 anonymised ones (``embedding+mcadams``, lazy attacker) and those through the shipped

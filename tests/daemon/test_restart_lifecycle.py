@@ -1,4 +1,4 @@
-"""What a restart brings back from the ledger (issue 19): expired ``unknown-N`` tracks stay
+"""What a restart brings back from the ledger: expired ``unknown-N`` tracks stay
 expired, this period's speech seconds carry on, and the retained device figures are republished
 at start from the ledger rather than zeroed or left stale until the next window."""
 

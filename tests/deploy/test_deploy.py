@@ -129,6 +129,11 @@ def test_dashboard_panels_ids_datasources_and_variables() -> None:
         "voxmeter_window_latency_seconds_bucket",
         "voxmeter_frames_total",
         "voxmeter_queue_depth",
+        "voxmeter_source_streams",  # per source (room)
+        "voxmeter_source_audio_seconds_total",
+        "voxmeter_source_unattributed_seconds_total",
+        "voxmeter_received_speech_seconds_total",  # protection
+        "voxmeter_received_window_disclosure_bits",
     ):
         assert metric in exprs, f"dashboard lacks {metric}"
 
@@ -224,7 +229,7 @@ def test_systemd_unit_is_hardened_and_verifies(tmp_path: Path) -> None:
     # verify insists that ExecStart exists: point it at this checkout's venv.
     local = tmp_path / "voxmeter.service"
     voxmeter = REPO / ".venv" / "bin" / "voxmeter"
-    if not voxmeter.exists():  # a worktree: the venv running these tests
+    if not voxmeter.exists():  # no .venv in this checkout: the venv running these tests
         voxmeter = Path(sys.executable).with_name("voxmeter")
     if not voxmeter.exists():
         pytest.skip(f"{voxmeter} missing (make venv): the unit was not verified")

@@ -22,7 +22,7 @@ from monitor.exporters.protection import (
 )
 from monitor.protect.mcadams import Alpha
 from monitor.protect.policy import ProtectionPolicy
-from monitor.settings.sections import HomeAssistantSettings
+from monitor.settings.sections import HomeAssistantSettings, MqttSettings
 from tests.exporters.exporter_events import scored, started
 from tests.exporters.test_exporter_homeassistant import configs, household, render, retained
 from tests.exporters.test_exporter_mqtt import DEVICE, TOPICS, settings_for, subscribed
@@ -112,3 +112,47 @@ def test_switch_sensor_and_alert_through_a_real_broker(
                         await task
 
     asyncio.run(scenario())
+
+
+class Relaying:
+    """A source that relays (what protection_for looks for: an upstream transform)."""
+
+    upstream_transform = None
+
+
+def test_protection_says_why_and_is_there_whenever_the_daemon_relays(tmp_path: Path) -> None:
+    from monitor.daemon.protection import protection_for
+    from monitor.settings.config import load_config
+
+    settings = MqttSettings(enabled=True, host="127.0.0.1", port=1883)  # never connected
+    policy = ProtectionPolicy("exceeded", Alpha.fixed(0.8))
+    switch = ProtectionMqtt(policy, settings, device_id=DEVICE)
+    switch.display_name = {"unknown-7": "Unrecognised voice 2"}.get  # type: ignore[assignment]
+
+    def said() -> tuple[str, str]:
+        state = json.loads(switch.state())
+        return state["reason"], state["status"]
+
+    assert said() == (
+        "Not needed: nobody is over budget",
+        "On since voxmeter started (every start turns protection on); not needed: nobody is "
+        "over budget",
+    )
+    policy.budget("unknown-7", "exceeded")
+    assert said()[0] == "Waiting: Unrecognised voice 2 over budget, no relayed audio since"
+    switch.changed(True, "unknown-7")
+    policy.report(True, "unknown-7")
+    assert said()[0] == "Anonymising: Unrecognised voice 2 is over budget"
+    policy.switch(False)
+    assert said() == ("Off: switched off in Home Assistant", "Switched off in Home Assistant")
+    policy.mode = "off"
+    assert said()[0] == "Off: protect.mode is off in config.toml"
+
+    # mode off, a relaying source, Home Assistant discovery: the entities are there all the same
+    config = load_config(None, ["mqtt.enabled=true", "homeassistant.discovery=true"])
+    ha = HomeAssistantExporter(config.homeassistant, config.mqtt, store=household(
+        tmp_path / "v.db"), device_id=DEVICE)  # fmt: skip
+    added = protection_for(config, Relaying(), [ha], DEVICE)
+    assert [e.name for e in added] == ["protect", "protection-mqtt"]
+    assert ha.extra_entities is protection_entities
+    assert protection_for(config, object(), [ha], DEVICE) == []  # nothing relays: nothing shown

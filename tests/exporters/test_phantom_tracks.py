@@ -1,4 +1,4 @@
-"""Phantom-track control against a real mosquitto (issue 29): an ``unknown-N`` track appears in
+"""Phantom-track control against a real mosquitto: an ``unknown-N`` track appears in
 Home Assistant only once it holds ``[tracker] show_seconds`` of speech in ``show_windows``
 windows; a short fragment that expires, or merges into another track, never shows — while its
 figures still reach MQTT (and the ledger), so its disclosure is counted, never lost."""

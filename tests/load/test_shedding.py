@@ -1,4 +1,4 @@
-"""A guest that fits its host (issue 27): the measuring side sheds phone decoding, then turn
+"""A guest that fits its host: the measuring side sheds phone decoding, then turn
 splitting, when it lags behind live audio, counts what it shed, catches up, and runs its
 threads at idle priority while the loop thread (the relay) keeps normal priority."""
 

@@ -1,4 +1,4 @@
-"""The SIGKILL drill (issue 28): 20 speech-to-text commands of corpus audio through ``voxmeter
+"""The SIGKILL drill: 20 speech-to-text commands of corpus audio through ``voxmeter
 relay`` to a real pocketsphinx Wyoming upstream while ``voxmeter run`` (the measuring process) is
 SIGKILLed twice and started again, as systemd does, and the relay itself is SIGKILLed once and
 started again (tests/relay/relay_drill.py). Every transcript is the one the upstream gives

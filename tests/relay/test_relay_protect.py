@@ -190,7 +190,7 @@ async def until(condition: object, what: str, seconds: float = 60.0) -> None:
 
 @pytest.mark.slow
 def test_exceeded_mode_over_the_relay_process_switches_on_and_off_with_the_budget() -> None:
-    """REQUIRED (issue 30, with ``relay.socket``): the in-process exceeded test through the real
+    """REQUIRED (with ``relay.socket``): the in-process exceeded test through the real
     relay process, its channel and a real pocketsphinx upstream. Clear before the crossing (the
     upstream gets the original bytes); after it the upstream gets the anonymised audio, exactly
     the McAdams output at the α the measuring side read from the tapped ``audio-start``

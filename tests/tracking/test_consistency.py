@@ -1,4 +1,4 @@
-"""A window whose parts are not one voice is given to no one (issue 29): the consistency test on
+"""A window whose parts are not one voice is given to no one: the consistency test on
 the real corpus (test-split speakers; the thresholds were fitted on the train split), with the
 shipped thresholds at the default 1 % rate, and the tracker's handling of such a window."""
 
@@ -22,7 +22,7 @@ from monitor.tracking.consistency import ConsistencyTest, load_consistency
 from monitor.tracking.turns import TurnSplitter, frames_of, load_change_models
 from tests.tracking.test_tracker import FakeClock, profile, tracker, voices, window
 
-BELOW_DB = 18.0  # the second voice's level under the first (a television's, issue 29)
+BELOW_DB = 18.0  # the second voice's level under the first (a television's)
 RATE = TrackerSettings().false_inconsistent_rate
 
 

@@ -1,4 +1,4 @@
-"""Narrow-band sources (issue 29): a window from a source of at most 8 kHz is tracked against
+"""Narrow-band sources: a window from a source of at most 8 kHz is tracked against
 the members' narrow-band copies with the thresholds of band-limited audio; a database without
 copies tracks it as before, with one warning saying how to add them."""
 

@@ -1,4 +1,4 @@
-"""Far-field copies of members' profiles (issue 29 item 2): the member's enrolment files in
+"""Far-field copies of members' profiles: the member's enrolment files in
 synthetic rooms (exponentially decaying noise, monitor/audio/reverb.py). A member heard across
 an image-source room (pyroomacoustics, another room model than the copy's) meets their
 far-field copy more often than their clean profile; strangers, dry or in the same rooms, are
