@@ -7,7 +7,7 @@ EER, MeanD, ALID, ZEBRA for the original, ignorant and lazy-informed attackers a
 pocketsphinx's WER before and after. The subset (every k-th test speaker, ``--speakers``) keeps
 the whole sweep within a shared 2-core machine's budget; its per-trial reports stay in a
 temporary folder, only the summary goes to bench/results/protect-curve.json (the common
-schema) and the curve to bench/results/protect-curve.png: the semi-informed attacker's EER
+schema) and the curve to docs/images/protect-curve.png: the semi-informed attacker's EER
 and MeanD against the command accuracy (:mod:`monitor.evaluate.asr`), one point per α. Each
 α is attacked by a back-end trained for it: the shipped one where it was trained for that α,
 else one trained here on 42 of the 125 train speakers (:data:`TRAIN_SPEAKERS`).
@@ -26,7 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import CORPUS, RESULTS_DIR, Run
+from bench.common import CORPUS, Run
+
+CURVE = Path(__file__).resolve().parents[1] / "docs/images/protect-curve.png"
+"""The curve, on the protection page."""
 
 
 def subset_corpus(destination: Path, speakers: int, split: str = "test") -> list[str]:
@@ -171,8 +174,14 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def strongest_eer(r: dict[str, Any]) -> float:
+    """The lowest EER of the three attackers of the protected speech (the strongest)."""
+    return min(v for k in ("eer_ignorant", "eer_lazy", "eer_semi") if (v := r[k]) is not None)
+
+
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """Privacy against utility: the semi-informed EER and MeanD against command accuracy."""
+    """Privacy against utility, one point per α: the semi-informed and the strongest
+    attacker's EER, and the semi-informed MeanD, against the command accuracy."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -180,9 +189,13 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
     measured = [r for r in rows if r["eer_semi"] is not None and r["command_accuracy_after"]]
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for r in measured:
+    for i, r in enumerate(measured):
         x = 100 * r["command_accuracy_after"]
-        left.scatter(x, 100 * r["eer_semi"], color="C0")
+        first = i == 0
+        left.scatter(x, 100 * r["eer_semi"], color="C0", label="semi-informed" if first else None)
+        left.scatter(
+            x, 100 * strongest_eer(r), color="C3", marker="x", label="strongest" if first else None
+        )
         left.annotate(f"α {r['alpha']}", (x, 100 * r["eer_semi"]))
         right.scatter(x, r["meand_semi"], color="C1")
         right.annotate(f"α {r['alpha']}", (x, r["meand_semi"]))
@@ -192,9 +205,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
             axis.axvline(base, color="grey", linestyle=":", label="original speech")
             axis.set_xlabel("command accuracy after anonymisation, %")
             axis.legend()
-    left.set_ylabel("semi-informed EER, % (higher: more private)")
+    left.set_ylabel("EER, % (higher: more private)")
     right.set_ylabel("semi-informed MeanD, bits (lower: more private)")
-    figure.suptitle("McAdams α: privacy against the semi-informed attacker vs command accuracy")
+    figure.suptitle("McAdams α: privacy against informed attackers vs command accuracy")
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)
@@ -226,6 +239,6 @@ def sweep(alphas: list[str], speakers: int, wer_utterances: int, command: str) -
             rows.append(row(alpha, one))
             run.figures["table"] = rows
             run.write()
-            plot(rows, RESULTS_DIR / "protect-curve.png")
+            plot(rows, CURVE)
             print(table(rows[-1:]).splitlines()[-1], f"({one['wall_seconds']:.0f} s)", flush=True)
     print(table(rows))
