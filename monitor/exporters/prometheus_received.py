@@ -45,7 +45,7 @@ class ReceivedMetrics:
         self.budget_figure_bits = Gauge(
             "voxmeter_budget_figure_bits",
             "The figure the speaker's budget compares, in bits: of what the upstream received "
-            "(view=received, the stronger attacker) once protected this period, else original.",
+            "(view=received, the strongest attacker) once protected this period, else original.",
             ("speaker", "view"),
             registry=registry,
         )

@@ -202,7 +202,7 @@ def semi_scorer(
     """The semi-informed attacker: the lazy-informed scorer's templates mapped by the
     back-end shipped for the daemon's embedding network (tests are mapped as they are scored,
     :func:`mapped`); None without lazy-informed templates or a back-end for this network.
-    It reads the clean calibration, as the other two attackers do."""
+    It reads the clean calibration, as the other attackers do."""
     network = getattr(features.get(EMBEDDING), "backend", None)
     backend = shipped_backend(network) if lazy is not None and network else None
     if lazy is None or backend is None:
