@@ -176,7 +176,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def strongest_eer(r: dict[str, Any]) -> float:
     """The lowest EER of the three attackers of the protected speech (the strongest)."""
-    return min(v for k in ("eer_ignorant", "eer_lazy", "eer_semi") if (v := r[k]) is not None)
+    return float(
+        min(v for k in ("eer_ignorant", "eer_lazy", "eer_semi") if (v := r[k]) is not None)
+    )
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:

@@ -76,7 +76,6 @@ def command_accuracy(
 
     import jiwer
 
-    from monitor.audio.file import read_audio
     from monitor.evaluate.prompt_lm import arpa, nearest
 
     sentences = known_sentences(prompts)
@@ -89,14 +88,9 @@ def command_accuracy(
         lm.write_text(arpa(sentences))
         clean, protected = _decoder(lm), _decoder(lm)
     references = [normalise(prompts[p.stem]) for p in chosen]
-    before: list[str] = []
-    after: list[str] = []
-    for index, path in enumerate(chosen):
-        audio, _ = read_audio(path)
-        before.append(normalise(transcribe(clean, audio)))
-        after.append(normalise(transcribe(protected, transform(audio.astype(np.float64), path))))
-        if progress is not None:
-            progress(index + 1, len(chosen), str(path))
+    before, after = decode_both(
+        chosen, clean, protected, lambda audio, i: transform(audio, chosen[i]), progress
+    )
     matched_before = [nearest(h, sentences) for h in before]
     matched_after = [nearest(h, sentences) for h in after]
     truth = np.array(references)
@@ -109,6 +103,29 @@ def command_accuracy(
         wer_before=float(jiwer.wer(references, before)),
         wer_after=float(jiwer.wer(references, after)),
     )
+
+
+def decode_both(
+    paths: Sequence[Path],
+    clean: Any,
+    protected: Any,
+    transform: Callable[[np.ndarray, int], np.ndarray],
+    progress: Callable[[int, int, str], None] | None,
+) -> tuple[list[str], list[str]]:
+    """Normalised transcripts of each file as read (``clean`` decoder) and after
+    ``transform(samples, index)`` (``protected`` decoder): one decoder per version, so
+    neither adapts its cepstral normalisation to the other."""
+    from monitor.audio.file import read_audio
+
+    before: list[str] = []
+    after: list[str] = []
+    for index, path in enumerate(paths):
+        audio, _ = read_audio(path)
+        before.append(normalise(transcribe(clean, audio)))
+        after.append(normalise(transcribe(protected, transform(audio.astype(np.float64), index))))
+        if progress is not None:
+            progress(index + 1, len(paths), str(path))
+    return before, after
 
 
 def transcribe(decoder: Any, samples: np.ndarray) -> str:
@@ -132,19 +149,9 @@ def word_errors(
     ``transform(samples, index)`` (the anonymiser with that utterance's α)."""
     import jiwer
 
-    from monitor.audio.file import read_audio
-
     chosen = [p for p in paths if normalise(prompts.get(p.stem, ""))]
     references = [normalise(prompts[p.stem]) for p in chosen]
-    clean, protected = _decoder(), _decoder()
-    before: list[str] = []
-    after: list[str] = []
-    for index, path in enumerate(chosen):
-        audio, _ = read_audio(path)
-        before.append(normalise(transcribe(clean, audio)))
-        after.append(normalise(transcribe(protected, transform(audio.astype(np.float64), index))))
-        if progress is not None:
-            progress(index + 1, len(chosen), str(path))
+    before, after = decode_both(chosen, _decoder(), _decoder(), transform, progress)
     if not chosen:
         raise InputError(PROMPTS, "no audited utterance has a prompt")
     return WordErrors(
