@@ -79,7 +79,7 @@ def enroll_command(
     min_speech: MinSpeechOption = 0.3,
     embedding: EmbeddingOption = None,
     protect: EnrolProtectOption = None,
-    protect_alpha: ProtectAlphaOption = "0.5,0.9",
+    protect_alpha: ProtectAlphaOption = None,
     narrow: NarrowOption = True,
     room: RoomOption = True,
 ) -> None:
@@ -407,7 +407,7 @@ def evaluate_command(
     template_seconds: TemplateGridOption = "12",
     protected: ProtectedOption = None,
     protect: ProtectOption = None,
-    protect_alpha: ProtectAlphaOption = "0.5,0.9",
+    protect_alpha: ProtectAlphaOption = None,
     wer_utterances: WerUtterancesOption = 200,
     attacker: AttackerOption = None,
     loss: AuditLossOption = "ll",

@@ -17,6 +17,13 @@ Every start turns protection on: a user's OFF lasts until the daemon restarts. T
 so in its *Reason* attribute, and *Protection status* — a text sensor, so Home Assistant's
 logbook lists each change — reads "On since voxmeter started; …" after a restart, beside the
 line that the switch turned on.
+
+A command is an act of now: a *retained* one (Home Assistant never retains commands; one left on
+the broker is a misconfiguration or an attack) is ignored with one warning and cleared, so the
+switch is ON at each start, as documented. A command that changes the switch goes to the log
+and, as ``{"event": "protection-switched", "enabled", "device", "sent"}``, to the alerts topic:
+protection never goes off unnoticed. Junk commands are one warning, then a count a minute
+(:class:`~monitor.logs.PeerWarnings`).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from monitor.events.messages import (
 from monitor.exporters.connection import Reconnect, client_options, tls_context
 from monitor.exporters.discovery import Discovery, Entity
 from monitor.exporters.mqtt import publish, topics_for
+from monitor.logs import PeerWarnings
 from monitor.protect.policy import ProtectionPolicy
 from monitor.settings.sections import MqttSettings
 
@@ -135,6 +143,7 @@ class ProtectionMqtt:
         self._alerts: list[dict[str, Any]] = []
         self._speaker: str | None = None
         self._started = asyncio.Event()
+        self._warnings = PeerWarnings(logger)
         self._switched = "On since voxmeter started (every start turns protection on)"
         self.display_name: Callable[[str], str] = str  # a track alias as Home Assistant names it
         self.connected = False
@@ -223,16 +232,45 @@ class ProtectionMqtt:
             raise lost.exceptions[0] from group
 
     async def _commands(self, client: aiomqtt.Client) -> None:
+        topic = command_topic(self.topics.prefix)
         async for message in client.messages:
-            command = bytes(message.payload or b"").decode(errors="replace").strip().upper()
-            if command not in (ON, OFF):
-                logger.warning("protection switch: ignored command %r (ON or OFF)", command[:20])
+            payload = bytes(message.payload or b"")
+            if message.retain:  # stale: a command is an act of now, never a standing order
+                if payload:
+                    self._warnings.warn(
+                        topic, "retained", "protection switch: ignored the retained command %r "
+                        "on %s and cleared it (commands are never retained; protection starts "
+                        "ON)", payload[:20].decode(errors="replace"), topic,
+                    )  # fmt: skip
+                    await client.publish(topic, b"", qos=1, retain=True)
                 continue
-            self.policy.switch(command == ON)
-            self._switched = f"Switched {command.lower()} in Home Assistant"
-            logger.info("protection switched %s from Home Assistant", command)
-            self._wake.set()
+            if not payload:  # a retained command being cleared (ours or anyone's)
+                continue
+            command = payload.decode(errors="replace").strip().upper()
+            if command not in (ON, OFF):
+                self._warnings.warn(
+                    topic, "command", "protection switch: ignored command %r (ON or OFF)",
+                    command[:20],
+                )  # fmt: skip
+                continue
+            self._switch(command == ON)
         raise aiomqtt.MqttError("message stream ended")
+
+    def _switch(self, on: bool) -> None:
+        """A command from Home Assistant: applied, logged, and a change an alert (turning
+        protection off must never go unnoticed)."""
+        changed = self.policy.enabled != on
+        self.policy.switch(on)
+        self._switched = f"Switched {'on' if on else 'off'} in Home Assistant"
+        if on:
+            logger.info("protection switched ON from Home Assistant")
+        else:
+            logger.warning("protection switched OFF from Home Assistant: audio passes clear")
+        if changed:
+            self._alerts.append(
+                {"event": "protection-switched", "enabled": on, "device": self.device_id}
+            )
+        self._wake.set()
 
     async def _publisher(self, client: aiomqtt.Client) -> None:
         qos = max(1, self.mqtt.qos)

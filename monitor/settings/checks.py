@@ -14,6 +14,7 @@ from typing import Any
 
 from monitor.errors import InputError
 from monitor.sources.spec import parse_source, parse_sources
+from monitor.userfiles import socket_path_problem
 from monitor.vocabulary import EXTRACTORS, TRACKING_FEATURE, FigureKey
 
 Check = Callable[[Any], str | None]
@@ -118,12 +119,10 @@ def delta(value: float) -> str | None:
 
 
 def socket_path(value: str) -> str | None:
-    """A Unix socket's path: absolute, and short enough for ``sun_path`` (108 bytes)."""
-    if not value:
-        return None
-    if not value.startswith("/") or len(value.encode()) > 100:
-        return "must be empty or an absolute path of at most 100 bytes"
-    return None
+    """A Unix socket's path: empty, or absolute and short enough for ``sun_path`` (the same
+    rule ``voxmeter relay`` applies: :func:`monitor.userfiles.socket_path_problem`)."""
+    problem = socket_path_problem(value)
+    return None if problem is None else problem.split(": ", 1)[1]
 
 
 def topic_level(value: str) -> str | None:

@@ -140,10 +140,10 @@ class FeatureSettings:
     )
     workers: int = setting(2, "threads running features (in parallel) and scoring", check.positive)
     embedding: str = setting(
-        "ecapa-int8",
+        "campplus-int8",
         "embedding backend: ecapa (SpeechBrain ECAPA-TDNN), campplus (CAM++) or ge2e "
         "(resemblyzer); ecapa-int8, campplus-int8: the same networks in static int8 (ONNX "
-        "Runtime, ~3x less CPU); must be the one the database was enrolled with",
+        "Runtime, less CPU); must be the one the database was enrolled with",
         check.one_of("ecapa", "campplus", "ge2e", "ecapa-int8", "campplus-int8"),
     )
     runtime: str = setting(
