@@ -8,7 +8,8 @@ protection draws it, embedded by the network the release ships, LDA fitted on th
 (:mod:`monitor.evaluate.semi_informed`). Writes
 ``monitor/protect/shipped/semi-informed-<backend>.npz`` (its facts name the training
 speakers) and the training figures, in the benchmarks' schema, to
-``bench/results/semi-informed-train.json``.
+``bench/results/semi-informed-train-<backend>.json``. The backend is the selected embedding
+network (``VOXMETER_EMBEDDING``, else the default): one back-end per network.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     backend.save(path)
     run.figures.update(figures, alpha=str(alpha), backend=str(path.relative_to(ROOT)))
-    run.write()
+    run.write(f"semi-informed-train-{embedding_backend()}")
     print(figures)
 
 

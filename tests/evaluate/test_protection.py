@@ -148,6 +148,7 @@ def test_evaluate_protect_on_real_speakers(tmp_path: Path) -> None:
             "evaluate", str(root), "--out", str(out), "--split", "test", "--features",
             "embedding", "--test-seconds", "3", "--template-seconds", "6", "--no-cache",
             "--protect", "mcadams", "--protect-alpha", "0.5,0.9", "--wer-utterances", "2",
+            "--embedding", "ecapa-int8",  # the network of the shipped back-end the test reads
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
