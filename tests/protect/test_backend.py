@@ -60,9 +60,11 @@ def test_the_backend_survives_its_file(tmp_path: Path) -> None:
         Backend.load(tmp_path / "bad.npz")
 
 
-def test_the_shipped_backend_learned_from_train_speakers_only() -> None:
-    backend = shipped_backend("ecapa-int8")
+@pytest.mark.parametrize("network", ["ecapa-int8", "campplus-int8"])
+def test_the_shipped_backend_learned_from_train_speakers_only(network: str) -> None:
+    backend = shipped_backend(network)
     assert backend is not None and backend.projection.shape[0] == 192
+    assert backend.facts["embedding"] == network
     assert backend.facts["alpha"] == "U[0.5, 0.9]" and backend.facts["method"] == "mcadams"
     if not (CORPUS / "speakers.tsv").is_file():
         pytest.skip("corpus absent")
