@@ -10,7 +10,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test test-ha ha lint docs bench calibration system venv models clean
+.PHONY: demo test test-ha ha lint docs bench calibration system venv models clean docs-reference
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -62,6 +62,12 @@ docs: venv
 
 bench: system venv models
 	$(PY) -m bench
+
+# Everything generated from the code and the results: config.toml, docs/reference/*.md,
+# docs/benchmarks/*.md and their plots (tests/docs fails when one is stale).
+docs-reference: venv
+	$(PY) scripts/render_reference.py
+	$(PY) scripts/render_benchmarks.py
 
 # Every shipped calibration (campplus-int8 = the default's calibration.json, ecapa-int8, ecapa,
 # campplus, ge2e) from the train half: the 1, 2, 3, 6, 12 s buckets (1 and 2 s on crops)

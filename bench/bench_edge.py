@@ -32,18 +32,16 @@ machine's cores are shared: load and the CPU model are recorded.
 from __future__ import annotations
 
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS_DIR, write_results
+from bench.common import Run
 from bench.edge_beside import _quota_run, bench_assistant
-from bench.edge_child import OLD, QUICK, REPO, _head, _long_stream, _machine, _old_tree, run_child
+from bench.edge_child import QUICK, REPO, _long_stream, _old_tree, run_child
 from bench.edge_parts import (
     INT8_BACKENDS,
     INT8_VARIANT,
@@ -62,14 +60,12 @@ def main() -> None:
         return
     if sys.argv[1:] == ["int8"]:  # quantiser variants, quantised here (issue 20's exploration)
         suffix = "" if INT8_VARIANT == "u8s8" else f"-{INT8_VARIANT}"
-        write_results(RESULTS_DIR / f"edge-int8{suffix}.json", {
-            "benchmark": "edge budget: static int8 embedding networks (issue 20)",
-            "command": f"VOXMETER_BENCH_INT8={INT8_VARIANT} python -m bench.bench_edge int8",
-            "cpu": platform.processor() or platform.machine(),
-            "results": [bench_int8(b) for b in INT8_BACKENDS],
-            "load_average": [round(x, 2) for x in os.getloadavg()],
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        })  # fmt: skip
+        record = Run(
+            f"edge-int8{suffix}",
+            command=f"VOXMETER_BENCH_INT8={INT8_VARIANT} python -m bench.bench_edge int8",
+        )
+        record.figures["results"] = [bench_int8(b) for b in INT8_BACKENDS]
+        record.write()
         return
     if sys.argv[1:] == ["phone"]:
         name = os.environ.get("VOXMETER_BENCH_PHONE_OUT") or (
@@ -77,29 +73,19 @@ def main() -> None:
             if not os.environ.get("VOXMETER_BENCH_PHONE_DECODERS")
             else ("edge-phone-more.json")
         )
-        write_results(RESULTS_DIR / name, {
-            "benchmark": "edge budget: all-phone decoders, MeanD at 3 s and CPU (issue 20)",
-            "command": "python -m bench.bench_edge phone",
-            "split": "test",
-            "results": bench_phone(),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        })  # fmt: skip
+        record = Run(name.removesuffix(".json"), command="python -m bench.bench_edge phone")
+        record.figures.update({"split": "test", "results": bench_phone()})
+        record.write()
         return
     if sys.argv[1:] == ["profile"]:
-        write_results(RESULTS_DIR / "edge-profile.json", {
-            "benchmark": "edge budget: where the daemon's CPU goes (issue 20)",
-            "command": "python -m bench.bench_edge profile",
-            "profile": bench_profile(),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        })  # fmt: skip
+        record = Run("edge-profile", command="python -m bench.bench_edge profile")
+        record.figures["profile"] = bench_profile()
+        record.write()
         return
     if sys.argv[1:] == ["features"]:
-        write_results(RESULTS_DIR / "edge-features.json", {
-            "benchmark": "edge budget: per-extractor CPU per 3 s window (issue 20)",
-            "features": bench_features(),
-            "load_average": [round(x, 2) for x in os.getloadavg()],
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        })  # fmt: skip
+        record = Run("edge-features", command="python -m bench.bench_edge features")
+        record.figures["features"] = bench_features()
+        record.write()
         return
     from bench.bench_daemon import _speech
 
@@ -109,41 +95,27 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="voxmeter-bench-edge-"))
     try:
         stream, kind = _speech(folder)
-        common = {"speech_source": kind, "machine": _machine(), "release": _head()}
+        common = {"speech_source": kind}
         if "side" in parts:
-            write_results(RESULTS_DIR / ("edge-quick.json" if QUICK else "edge.json"), {
-                "benchmark": "edge budget: this release and the previous one side by side "
-                "(issue 27)",
-                "command": "python -m bench.bench_edge side",
-                "old_release": OLD,
-                "new_release": _head(),
-                "new_overrides": NEW_FULL,
-                **common,
-                "side_by_side": _side_by_side(stream, folder),
-                "targets": TARGETS,
-                "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            })  # fmt: skip
+            record = Run("edge-quick" if QUICK else "edge",
+                         command="python -m bench.bench_edge side")  # fmt: skip
+            rows = _side_by_side(stream, folder)
+            record.figures.update({**common, "new_overrides": NEW_FULL, "side_by_side": rows,
+                                   "target_bounds": TARGETS})  # fmt: skip
+            _side_targets(record, rows)
+            record.write()
         if "quota" in parts:
+            record = Run("edge-quota", command="python -m bench.bench_edge quota")
             quota = _quota_run(stream, folder)
-            write_results(RESULTS_DIR / "edge-quota.json", {
-                "benchmark": "edge budget: 25 % of one core, paced speech (issue 27)",
-                "command": "python -m bench.bench_edge quota",
-                **common,
-                "quota_run": quota,
-                "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            })  # fmt: skip
+            record.figures.update({**common, "quota_run": quota})
+            lag = quota["new"]["latency_p95_ms"] / 1000
+            record.target("embedding lag p95 at 25 % of a core, s", lag, "<=", 2.0)
+            record.target("audio dropped, s", quota["new"]["dropped_seconds"], "<=", 0)
+            record.write()
         if "assistant" in parts:
-            write_results(RESULTS_DIR / "edge-assistant.json", {
-                "benchmark": "edge budget: a speech-to-text service beside the daemon on one "
-                "shared core (issue 27)",
-                "command": "python -m bench.bench_edge assistant",
-                **common,
-                "assistant_beside": bench_assistant(stream, folder),
-                "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            })  # fmt: skip
+            record = Run("edge-assistant", command="python -m bench.bench_edge assistant")
+            record.figures.update({**common, "assistant_beside": bench_assistant(stream, folder)})
+            record.write()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -195,6 +167,29 @@ def _side_by_side(stream: Path, folder: Path) -> list[dict[str, Any]]:
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)])
     return rows
+
+
+def _side_targets(record: Run, rows: list[dict[str, Any]]) -> None:
+    """The side-by-side run's targets: CPU per audio second, the ratio to the previous
+    release in the same run, latency and scrape time."""
+    by_row = {r["row"]: r for r in rows}
+    cpu = {k: r["new"]["cpu_share_per_audio_second"] for k, r in by_row.items()}
+    record.target("CPU per audio second, every feature, ECAPA", cpu["ecapa, all features"],
+                  "<=", TARGETS["cpu_share_per_audio_second_all_features"])  # fmt: skip
+    record.target("CPU per audio second, every feature, CAM++", cpu["campplus, all features"],
+                  "<=", TARGETS["cpu_share_per_audio_second_all_features"])  # fmt: skip
+    record.target("CPU per audio second, phone feature off, ECAPA", cpu["ecapa, phone off"],
+                  "<=", TARGETS["cpu_share_per_audio_second_phone_off"])  # fmt: skip
+    old = by_row["ecapa, all features"]["old"]["cpu_share_per_audio_second"]
+    record.target("CPU of this release over the previous one's, same run (ECAPA)",
+                  round(cpu["ecapa, all features"] / old, 2), "<=",
+                  TARGETS["cpu_ratio_new_to_old"])  # fmt: skip
+    for key, label in (("ecapa, all features", "ECAPA"), ("campplus, all features", "CAM++")):
+        record.target(f"end of window to metric p95, ms, {label}",
+                      by_row[key]["new"]["latency_p95_ms"], "<=",
+                      TARGETS["latency_p95_ms_n1000"])  # fmt: skip
+    worst = max(r["new"]["scrape_p99_ms"] for r in rows)
+    record.target("scrape p99, ms (worst row)", worst, "<=", TARGETS["scrape_p99_ms"])
 
 
 if __name__ == "__main__":

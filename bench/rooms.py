@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -57,7 +56,7 @@ from bench.bench_tracking import (
     summarise,
     template_db,
 )
-from bench.common import CORPUS, RESULTS_DIR, write_results
+from bench.common import CORPUS, RESULTS_DIR, Run, summary_targets
 from bench.household import RATE_HZ, Stream, make_stream, trimmed
 from monitor.audio.frames import AudioFrame
 from monitor.audio.vad import WebRtcVad
@@ -430,13 +429,9 @@ def main(argv: Sequence[str] = ()) -> None:
     unknown = sorted(set(conditions) - set(CONDITIONS))
     if unknown:
         raise SystemExit(f"bench tracking --rooms: unknown condition(s) {unknown}")
-    results: dict[str, Any] = {
-        "command": "python -m bench tracking " + " ".join(argv),
-        "load_average_at_start": os.getloadavg(),
-        "seed": args.seed,
-        "targets": TARGETS,
-        "conditions": {},
-    }
+    record = Run("rooms", command="python -m bench tracking " + " ".join(argv))
+    results = record.figures
+    results.update({"seed": args.seed, "target_bounds": TARGETS, "conditions": {}})
     with tempfile.TemporaryDirectory(prefix="voxmeter-rooms-") as tmp:
         folder = Path(tmp)
         for backend in args.backends.split(","):
@@ -481,6 +476,6 @@ def main(argv: Sequence[str] = ()) -> None:
                     "summary": summary,
                     "streams": runs,
                 }
-    results["load_average_at_end"] = os.getloadavg()
-    write_results(args.out, results)
+    summary_targets(record, results["conditions"], TARGETS, per_group=True)
+    record.write(path=args.out)
     print(table(results))

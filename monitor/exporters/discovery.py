@@ -29,6 +29,7 @@ from typing import Any
 
 from monitor import __version__
 from monitor.exporters.mqtt import Topics, topic_level
+from monitor.exporters.topics import TOPICS
 from monitor.exporters.words import BUDGET_WORDS
 from monitor.settings.sections import HomeAssistantSettings
 
@@ -67,12 +68,12 @@ def room_name(source: str) -> str:
 
 def device_state_topic(topics: Topics) -> str:
     """Retained device figures (templates, speech seconds, saturation) under the prefix."""
-    return f"{topics.prefix}/device"
+    return topics.device
 
 
 def source_state_topic(topics: Topics, source: str) -> str:
     """Retained figures of one source (its speech this period, the last voice it heard)."""
-    return f"{topics.prefix}/sources/{topic_level(source)}/state"
+    return topics.at("source_state", source=topic_level(source))
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,9 @@ class Discovery:
 
     def config_topic(self, component: str, object_id: str) -> str:
         prefix = self.settings.discovery_prefix.rstrip("/")
-        return f"{prefix}/{component}/{self.node_id}/{object_id}/config"
+        return TOPICS["discovery_config"].pattern.format(
+            discovery_prefix=prefix, component=component, node_id=self.node_id, object_id=object_id
+        )
 
     @property
     def subscription(self) -> str:

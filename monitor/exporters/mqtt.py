@@ -63,6 +63,7 @@ from monitor.exporters.connection import (
     client_options,
     tls_context,
 )
+from monitor.exporters.topics import TOPICS
 from monitor.exporters.words import BUDGET_WORDS, budget_share, one_in, speaker_words
 from monitor.settings.config import is_loopback
 from monitor.settings.sections import MqttSettings
@@ -93,16 +94,32 @@ class Topics:
 
     prefix: str
 
+    def at(self, name: str, **levels: str) -> str:
+        """The topic declared as ``name`` in :data:`~monitor.exporters.topics.TOPICS`."""
+        return TOPICS[name].pattern.format(prefix=self.prefix, **levels)
+
     @property
     def status(self) -> str:
-        return f"{self.prefix}/status"
+        return self.at("status")
 
     @property
     def alerts(self) -> str:
-        return f"{self.prefix}/alerts"
+        return self.at("alerts")
+
+    @property
+    def device(self) -> str:
+        return self.at("device_state")
+
+    @property
+    def protection(self) -> str:
+        return self.at("protection_state")
+
+    @property
+    def protection_set(self) -> str:
+        return self.at("protection_set")
 
     def speaker_state(self, alias: str) -> str:
-        return f"{self.prefix}/speakers/{topic_level(alias)}/state"
+        return self.at("speaker_state", alias=topic_level(alias))
 
 
 def topic_level(name: str) -> str:

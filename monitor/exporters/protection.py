@@ -49,7 +49,7 @@ from monitor.events.messages import (
 )
 from monitor.exporters.connection import Reconnect, client_options, tls_context
 from monitor.exporters.discovery import Discovery, Entity
-from monitor.exporters.mqtt import publish, topics_for
+from monitor.exporters.mqtt import Topics, publish, topics_for
 from monitor.logs import PeerWarnings
 from monitor.protect.policy import ProtectionPolicy
 from monitor.settings.sections import MqttSettings
@@ -60,11 +60,11 @@ ON, OFF = "ON", "OFF"
 
 
 def state_topic(prefix: str) -> str:
-    return f"{prefix}/protection"
+    return Topics(prefix).protection
 
 
 def command_topic(prefix: str) -> str:
-    return f"{prefix}/protection/set"
+    return Topics(prefix).protection_set
 
 
 def protection_entities(discovery: Discovery) -> list[Entity]:

@@ -20,12 +20,22 @@ from monitor.vocabulary import EXTRACTORS, TRACKING_FEATURE, FigureKey
 Check = Callable[[Any], str | None]
 
 
-def setting(default: Any, doc: str, check: Check | None = None, *, secret: bool = False) -> Any:
+def setting(
+    default: Any,
+    doc: str,
+    check: Check | None = None,
+    *,
+    secret: bool = False,
+    unit: str = "",
+    example: str = "",
+) -> Any:
     """A documented field; ``check`` returns a problem string for a bad value, else None.
-    A ``secret`` value is never shown in an error (the key is named, the value is not)."""
-    return field(
-        default=default, repr=not secret, metadata={"doc": doc, "check": check, "secret": secret}
-    )
+    A ``secret`` value is never shown in an error (the key is named, the value is not).
+    ``unit`` is stated where the key's name does not carry it (``_seconds``, ``_ms``,
+    ``_bytes`` do); ``example`` is a TOML line shown commented out above the key in config.toml
+    and on the configuration page (one source for both: :mod:`monitor.settings.reference`)."""
+    metadata = {"doc": doc, "check": check, "secret": secret, "unit": unit, "example": example}
+    return field(default=default, repr=not secret, metadata=metadata)
 
 
 def positive(value: float) -> str | None:
