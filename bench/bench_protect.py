@@ -140,16 +140,19 @@ def audit(wer_utterances: int) -> dict[str, Any]:
 def table(protection: dict[str, Any]) -> str:
     """The README's protection table."""
     wer = protection["wer"]
+    commands = protection.get("commands")
     lines = [
-        "| attacker | EER % | MeanD (bits) | ALID (bits) | ZEBRA D_ECE | WER % |",
-        "|---|---|---|---|---|---|",
+        "| attacker | EER % | MeanD (bits) | ALID (bits) | ZEBRA D_ECE | WER % | commands % |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, setting in protection["conditions"].items():
         f = setting["features"]["embedding"]
-        w = "–" if wer is None else f"{100 * wer['before' if name == 'original' else 'after']:.1f}"
+        when = "before" if name == "original" else "after"
+        w = "–" if wer is None else f"{100 * wer[when]:.1f}"
+        c = "–" if not commands else f"{100 * commands[when]:.1f}"
         lines.append(
             f"| {name} | {100 * f['EER']:.1f} | {f['MeanD_histogram']:.2f} | {f['ALID']:.2f} | "
-            f"{f['D_ECE']:.3f} | {w} |"
+            f"{f['D_ECE']:.3f} | {w} | {c} |"
         )
     return "\n".join(lines)
 
@@ -184,7 +187,7 @@ def main(args: list[str] | None = None) -> None:
             option(args, "--alphas", "").split(","),
             int(option(args, "--speakers", "25")),
             int(option(args, "--wer", "100")),
-            machine,
+            " ".join(["python -m bench protect", *args]),
         )
         return
     record = Run("protect" if "--cpu-only" not in args else "protect-cpu",

@@ -117,6 +117,18 @@ PAGES = (
              Result("protect-alphas", "The α trade-off",
                     "Every α on the same 25-speaker subset: EER and MeanD for both attackers, "
                     "WER before and after.", skip=("runs",)),
+             Result("protect-curve", "The α curve against the semi-informed attacker",
+                    "Every α on the same 25-speaker subset with ECAPA int8, each attacked by a "
+                    "back-end trained for it: EER and MeanD for the four attackers, command "
+                    "accuracy and WER before and after.", skip=("runs",)),
+             Result("protect-campplus-subset", "Four attackers with the default network",
+                    "The 25-speaker subset at α drawn in [0.5, 0.9] with CAM++ int8."),
+             Result("semi-informed-train-ecapa-int8", "Semi-informed back-end, ECAPA int8",
+                    "LDA on the train speakers anonymised at α drawn in [0.5, 0.9]: the "
+                    "dimension's two-fold validation EER."),
+             Result("semi-informed-train-campplus-int8", "Semi-informed back-end, CAM++ int8",
+                    "LDA on the train speakers anonymised at α drawn in [0.5, 0.9]: the "
+                    "dimension's two-fold validation EER."),
              Result("received", "What the assistant received, measured live",
                     "CPU per protected audio second of reproducing and scoring the received "
                     "audio."),

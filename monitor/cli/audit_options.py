@@ -121,6 +121,14 @@ ProtectAlphaOption = Annotated[
         f"(default {DEFAULT_PROTECT_ALPHA}).",
     ),
 ]
+AttackerOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--attacker",
+        help="Semi-informed attacker's back-end (.npz of scripts/train_semi_informed.py; "
+        "default: the one shipped for the embedding network).",
+    ),
+]
 WerUtterancesOption = Annotated[
     int, typer.Option("--wer-utterances", help="Utterances the word error rate decodes (0: none).")
 ]
@@ -154,7 +162,7 @@ def lazy_template_alpha(method: str | None, alpha: str | None) -> Alpha | None:
 
 
 def protect_request(
-    method: str | None, alpha: str | None, wer_utterances: int
+    method: str | None, alpha: str | None, wer_utterances: int, attacker: Path | None = None
 ) -> ProtectRequest | None:
     """The ``--protect`` options checked (one line naming the option when wrong; an option
     that means something only with ``--protect`` is refused without it, never ignored)."""
@@ -164,6 +172,8 @@ def protect_request(
     if method is None:
         if alpha is not None:
             raise VoxmeterError(f"--protect-alpha {alpha}: needs --protect (mcadams)")
+        if attacker is not None:
+            raise VoxmeterError(f"--attacker {attacker}: needs --protect (mcadams)")
         return None
     alpha = DEFAULT_PROTECT_ALPHA if alpha is None else alpha
     try:
@@ -176,7 +186,9 @@ def protect_request(
         raise VoxmeterError(f"--protect-alpha {error}") from None
     if wer_utterances < 0:
         raise VoxmeterError(f"--wer-utterances {wer_utterances}: expected 0 or more")
-    return ProtectRequest(method, parsed, wer_utterances=wer_utterances)
+    if attacker is not None and not attacker.is_file():
+        raise VoxmeterError(f"--attacker {attacker}: no such file")
+    return ProtectRequest(method, parsed, wer_utterances=wer_utterances, attacker=attacker)
 
 
 def audit_calibration(

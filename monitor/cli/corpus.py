@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from monitor.cli.audit_options import (
+    AttackerOption,
     AuditLossOption,
     BucketsOption,
     CalibrationDbOption,
@@ -408,6 +409,7 @@ def evaluate_command(
     protect: ProtectOption = None,
     protect_alpha: ProtectAlphaOption = None,
     wer_utterances: WerUtterancesOption = 200,
+    attacker: AttackerOption = None,
     loss: AuditLossOption = "ll",
     calibration: CalibrationOption = None,
     lid_from: LidFromOption = None,
@@ -431,7 +433,6 @@ def evaluate_command(
     loaded, calibration_path = audit_calibration(calibration, lid_from, names)
     check_output_folder(out, "--out")
     _check_protected(protected)
-    request = protect_request(protect, protect_alpha, wer_utterances)
     with (
         _LazyBar("extracting") as extraction_progress,
         shared_scheduler(jobs, scheduler) as address,  # one cluster for both corpora
@@ -445,10 +446,10 @@ def evaluate_command(
             features=names,
             loss=loss,
             calibration=loaded,
-            calibration_source=str(calibration_path) if loaded is not None else None,
+            calibration_source=None if loaded is None else str(calibration_path),
             lid_source=lid_from,
             protected=protected,
-            protect=request,
+            protect=protect_request(protect, protect_alpha, wer_utterances, attacker),
             cache_dir=None if no_cache else (cache or default_cache_dir()),
             jobs=jobs,
             scheduler=address,

@@ -325,9 +325,18 @@ def _md_protection(report: Mapping[str, Any]) -> list[str]:
     out += [
         f"Method `{protection['method']}`, α {protection['alpha']} per utterance (seed "
         f"{protection['seed']}). ignorant: clean templates, anonymised tests; lazy-informed: "
-        f"templates anonymised the same way. Not measured: {protection['not_measured']}.",
+        f"templates anonymised the same way; semi-informed: those trials through a back-end "
+        f"trained on speech anonymised the same way. Not measured: {protection['not_measured']}.",
         "",
     ]
+    attacker = protection.get("attacker")
+    if attacker:
+        out += [
+            f"Semi-informed back-end: LDA to {attacker.get('dimension')} dimensions on "
+            f"{attacker.get('utterances')} utterances of {attacker.get('speakers')} train "
+            f"speakers anonymised at α {attacker.get('alpha')} ({attacker.get('embedding')}).",
+            "",
+        ]
     rows = []
     for condition, setting in protection["conditions"].items():
         for name, f in setting["features"].items():
@@ -348,6 +357,15 @@ def _md_protection(report: Mapping[str, Any]) -> list[str]:
         out += [
             f"Word error rate ({wer['asr']}, {wer['utterances']} utterances, {wer['words']} "
             f"words): {percent(wer['before'])} % before, {percent(wer['after'])} % after.",
+            "",
+        ]
+    commands = protection.get("commands")
+    if commands:
+        out += [
+            f"Command accuracy ({commands['asr']}, grammar of the corpus's {commands['prompts']} "
+            f"prompts, {commands['utterances']} utterances): {percent(commands['before'])} % "
+            f"exactly right before, {percent(commands['after'])} % after (WER "
+            f"{percent(commands['wer_before'])} → {percent(commands['wer_after'])} %).",
             "",
         ]
     return out

@@ -3,38 +3,48 @@ costs the words.
 
 The audited split is anonymised into a temporary copy (same speaker folders and file names,
 α per utterance from a seeded draw, FLAC; deleted at the end, never cached), its features
-extracted, and the main length setting audited three times on the utterances both versions
+extracted, and the main length setting audited once per attacker on the utterances both versions
 keep (:data:`~monitor.evaluate.results.CONDITIONS`): *original* (clean templates, clean tests),
 *ignorant* (clean templates, anonymised tests: an attacker who does not know of the protection)
 and *lazy-informed* (templates anonymised the same way: one who applies it to his enrolment
-audio). Both versions are split alike (the clean audio's speech seconds), so the three
-conditions score the same trials. The paper 002 figures (DeID, GVD) of the two versions are
-filled in as with ``--protected``. The word error rate of pocketsphinx on the corpus prompts
-(``utterances.tsv``), before and after, is :mod:`monitor.evaluate.asr`'s.
+audio). Both versions are split alike (the clean audio's speech seconds), so the conditions
+score the same trials (the semi-informed attacker the lazy-informed one's). The paper 002
+figures (DeID, GVD) of the two versions are filled in as with ``--protected``. pocketsphinx's
+word error rate on the corpus prompts (``utterances.tsv``) and its command accuracy with a
+grammar of those prompts, before and after, are :mod:`monitor.evaluate.asr`'s.
 
-Not measured, because it cannot be without training: a *semi-informed* attacker, who retrains
-his speaker model on anonymised speech (the VoicePrivacy 2020 figures: EER back to 7.5 / 1.6 %).
+The fourth attacker, *semi-informed*, scores the lazy-informed trials through a back-end
+trained on the corpus's train speakers anonymised the same way (:mod:`monitor.protect.backend`,
+:mod:`monitor.evaluate.semi_informed`): the VoicePrivacy Challenge's ranking attacker.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from monitor.calibration.protocol import SpeakerUtterances, pool_trials
 from monitor.corpus.speakers import CorpusSpeakers
-from monitor.evaluate.results import CONDITIONS, Audit, ProtectionAudit, SettingAudit
+from monitor.evaluate.results import (
+    CONDITIONS,
+    Audit,
+    CommandAccuracy,
+    ProtectionAudit,
+    SettingAudit,
+    WordErrors,
+)
 from monitor.protect import METHODS
+from monitor.protect.backend import Backend, shipped_backend
 from monitor.protect.files import DEFAULT_SEED, anonymise_file, utterance_alphas
 from monitor.protect.mcadams import ALPHA_RANGE_2024, Alpha, anonymise
 
-if TYPE_CHECKING:
-    from monitor.evaluate.asr import WordErrors
+logger = logging.getLogger(__name__)
 
 
 def check_method(method: str) -> str:
@@ -68,6 +78,42 @@ def anonymise_corpus(
         if progress is not None:
             progress(done, len(paths), str(path))
     return len(paths)
+
+
+def anonymised_speakers(
+    root: Path,
+    *,
+    split: str | None,
+    alpha: Alpha,
+    seed: int,
+    features: Sequence[str],
+    jobs: int = 1,
+    scheduler: str | None = None,
+    min_speech_seconds: float | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> CorpusSpeakers:
+    """The split's speakers as the upstream would hear them: anonymised into a temporary
+    copy, their features extracted, the copy deleted (nothing cached: temporary files give
+    no cache key worth keeping)."""
+    import tempfile
+
+    from monitor.corpus.speakers import load_speakers
+
+    extra = {} if min_speech_seconds is None else {"min_speech_seconds": min_speech_seconds}
+    with tempfile.TemporaryDirectory(prefix="voxmeter-protect-") as scratch:
+        anonymise_corpus(
+            root, Path(scratch), split=split, alpha=alpha, seed=seed, progress=progress
+        )
+        return load_speakers(
+            scratch,
+            split=split,
+            features=features,
+            cache_dir=None,
+            jobs=jobs,
+            scheduler=scheduler,
+            progress=progress,
+            **extra,
+        )
 
 
 def aligned(
@@ -113,10 +159,15 @@ def condition_audits(
     template_seconds: float | None,
     features: Sequence[str],
     audit: Callable[..., SettingAudit],
+    backend: Backend | None = None,
     **options: Any,
 ) -> dict[str, SettingAudit]:
     """The setting audited for each attacker of :data:`CONDITIONS` (``audit`` is
-    :func:`monitor.evaluate.audit.audit_setting`, given the trials through ``pooled``)."""
+    :func:`monitor.evaluate.audit.audit_setting`, given the trials through ``pooled``); the
+    semi-informed one only with a ``backend`` and the embedding among ``features``. Every
+    attacker reads the same LID calibration (the clean one, as the live received view)."""
+    from monitor.evaluate.semi_informed import FEATURE, semi_informed_trials
+
     clean, protected = aligned(original, anonymised)
     setting = {
         "test_seconds": test_seconds,
@@ -130,9 +181,12 @@ def condition_audits(
         "ignorant": dataclasses.replace(pooled_clean, tests=pooled_protected.tests),
         "lazy-informed": pooled_protected,
     }
+    if backend is not None and FEATURE in features:
+        trials["semi-informed"] = semi_informed_trials(pooled_protected, backend)
     return {
         name: audit(clean, pooled=trials[name], per_speaker=False, **setting, **options)
         for name in CONDITIONS
+        if name in trials
     }
 
 
@@ -145,11 +199,48 @@ class ProtectRequest:
     alpha: Alpha = dataclasses.field(default_factory=lambda: Alpha(*ALPHA_RANGE_2024))
     seed: int = DEFAULT_SEED
     wer_utterances: int = 200
+    attacker: Path | None = None  # the semi-informed back-end; None: the shipped one
 
     def __post_init__(self) -> None:
         check_method(self.method)
         if self.wer_utterances < 0:
             raise ValueError(f"wer_utterances must be >= 0, got {self.wer_utterances}")
+
+
+def attacker_backend(request: ProtectRequest, features: Sequence[str]) -> Backend | None:
+    """The semi-informed attacker's back-end: ``request.attacker``, else the one shipped for
+    the selected embedding network; None (the attacker is left out, said in the log) when
+    there is none, the embedding is not audited, or it was trained for another network or α."""
+    from monitor.features.base import embedding_backend
+
+    if "embedding" not in features:
+        return None
+    network = embedding_backend()
+    backend = (
+        Backend.load(request.attacker) if request.attacker is not None else shipped_backend(network)
+    )
+    if backend is None:
+        logger.warning(
+            "no semi-informed back-end shipped for %s: that attacker is left out", network
+        )
+        return None
+    trained_for = (backend.facts.get("embedding"), backend.facts.get("alpha"))
+    if trained_for != (network, str(request.alpha)):
+        logger.warning(
+            "the semi-informed back-end was trained for %s at α %s, not %s at α %s: left out",
+            *trained_for,
+            network,
+            request.alpha,
+        )
+        return None
+    return backend
+
+
+def attacker_facts(backend: Backend) -> dict[str, Any]:
+    """What the report says of the semi-informed attacker (the speakers by count only)."""
+    facts = dict(backend.facts)
+    facts["speakers"] = len(facts.get("speakers", ()))  # type: ignore[arg-type]
+    return facts
 
 
 def every_kth(paths: Sequence[Path], count: int) -> list[Path]:
@@ -158,6 +249,43 @@ def every_kth(paths: Sequence[Path], count: int) -> list[Path]:
         return []
     picks = np.unique(np.linspace(0, len(paths) - 1, min(count, len(paths))).round().astype(int))
     return [paths[i] for i in picks]
+
+
+def recognition(
+    root: Path,
+    split: str | None,
+    request: ProtectRequest,
+    progress: Callable[[str], None] | None,
+    extraction_progress: Callable[[int, int, str], None] | None,
+) -> tuple[WordErrors | None, CommandAccuracy | None]:
+    """pocketsphinx on ``request.wer_utterances`` of the split, before and after the
+    anonymiser (each utterance's α as the audit drew it): the open-vocabulary word error rate
+    and the closed-set command accuracy (:mod:`monitor.evaluate.asr`)."""
+    from monitor.corpus.scan import scan_corpus
+    from monitor.evaluate.asr import command_accuracy, read_prompts, word_errors
+
+    if not request.wer_utterances:
+        return None, None
+    if progress is not None:
+        progress(f"word error rate and command accuracy ({request.wer_utterances} utterances)")
+    paths = scan_corpus(root, split=split).paths
+    alphas = utterance_alphas(paths, request.alpha, request.seed)
+    alpha_of = {path: alpha for path, alpha in zip(paths, alphas, strict=True)}
+    chosen = every_kth(paths, request.wer_utterances)
+    prompts = read_prompts(root)
+    wer = word_errors(
+        chosen,
+        prompts,
+        lambda samples, i: anonymise(samples, 16000, alpha_of[chosen[i]]),
+        progress=extraction_progress,
+    )
+    commands = command_accuracy(
+        chosen,
+        prompts,
+        lambda samples, path: anonymise(samples, 16000, alpha_of[path]),
+        progress=extraction_progress,
+    )
+    return wer, commands
 
 
 def audit_protection(
@@ -183,18 +311,20 @@ def audit_protection(
     if progress is not None:
         progress(f"anonymising ({request.method}, α {request.alpha})")
     root = Path(loaded.root)
-    other = _anonymised_speakers(
+    other = anonymised_speakers(
         root,
-        request,
         split=split,
+        alpha=request.alpha,
+        seed=request.seed,
         features=features,
         jobs=jobs,
         scheduler=scheduler,
         min_speech_seconds=min_speech_seconds,
-        extraction_progress=extraction_progress,
+        progress=extraction_progress,
     )
+    backend = attacker_backend(request, features)
     if progress is not None:
-        progress("the three attackers")
+        progress("the attackers")
     conditions = condition_audits(
         loaded.speakers,
         other.speakers,
@@ -202,84 +332,21 @@ def audit_protection(
         template_seconds=template_seconds,
         features=features,
         audit=audit_setting,
+        backend=backend,
         loss=options.pop("loss"),
         **options,
     )
-    wer = None
-    if request.wer_utterances:
-        if progress is not None:
-            progress(f"word error rate ({request.wer_utterances} utterances)")
-        wer = _word_errors(root, request, split=split, progress=extraction_progress)
+    wer, commands = recognition(root, split, request, progress, extraction_progress)
     protection = ProtectionAudit(
         method=request.method,
         alpha=str(request.alpha),
         seed=request.seed,
         conditions=conditions,
         wer=wer,
+        commands=commands,
+        attacker=None if backend is None else attacker_facts(backend),
     )
     return _with_protection(audit, protection, loaded, other, features=features)
-
-
-def _word_errors(
-    root: Path,
-    request: ProtectRequest,
-    *,
-    split: str | None,
-    progress: Callable[[int, int, str], None] | None,
-) -> WordErrors:
-    """The word error rate of every k-th utterance anonymised with the very α the corpus copy
-    drew for it: what protection costs the assistant's understanding."""
-    from monitor.corpus.scan import scan_corpus
-    from monitor.evaluate.asr import read_prompts, word_errors
-
-    paths = scan_corpus(root, split=split).paths
-    alphas = utterance_alphas(paths, request.alpha, request.seed)
-    alpha_of = {path: alpha for path, alpha in zip(paths, alphas, strict=True)}
-    chosen = every_kth(paths, request.wer_utterances)
-    return word_errors(
-        chosen,
-        read_prompts(root),
-        lambda samples, i: anonymise(samples, 16000, alpha_of[chosen[i]]),
-        progress=progress,
-    )
-
-
-def _anonymised_speakers(
-    root: Path,
-    request: ProtectRequest,
-    *,
-    split: str | None,
-    features: Sequence[str],
-    jobs: int,
-    scheduler: str | None,
-    min_speech_seconds: float,
-    extraction_progress: Callable[[int, int, str], None] | None,
-) -> CorpusSpeakers:
-    """The split anonymised into a scratch folder and its speakers extracted from there: the
-    anonymised audio never outlives the audit."""
-    import tempfile
-
-    from monitor.corpus.speakers import load_speakers
-
-    with tempfile.TemporaryDirectory(prefix="voxmeter-protect-") as scratch:
-        anonymise_corpus(
-            root,
-            Path(scratch),
-            split=split,
-            alpha=request.alpha,
-            seed=request.seed,
-            progress=extraction_progress,
-        )
-        return load_speakers(
-            scratch,
-            split=split,
-            features=features,
-            cache_dir=None,  # temporary files: nothing to key a cache entry on afterwards
-            jobs=jobs,
-            scheduler=scheduler,
-            progress=extraction_progress,
-            min_speech_seconds=min_speech_seconds,
-        )
 
 
 def _with_protection(

@@ -133,7 +133,7 @@ def protection_dict(protection: ProtectionAudit | None) -> dict[str, Any] | None
     """``evaluate --protect``: the main setting's headline figures per attacker, and the WER."""
     if protection is None:
         return None
-    wer = protection.wer
+    wer, commands = protection.wer, protection.commands
     return {
         "method": protection.method,
         "alpha": protection.alpha,
@@ -141,7 +141,13 @@ def protection_dict(protection: ProtectionAudit | None) -> dict[str, Any] | None
         "conditions": {name: length_dict(s) for name, s in protection.conditions.items()},
         "lid_calibration": {name: s.lid_source for name, s in protection.conditions.items()},
         "wer": None if wer is None else dataclasses.asdict(wer),
-        "not_measured": "semi-informed attacker (speaker model retrained on anonymised speech)",
+        "commands": None if commands is None else dataclasses.asdict(commands),
+        "attacker": None if protection.attacker is None else dict(protection.attacker),
+        "not_measured": (
+            "an attacker who also retrains the embedding network on anonymised speech"
+            if protection.attacker is not None
+            else "semi-informed attacker (no back-end for this embedding network and α)"
+        ),
     }
 
 

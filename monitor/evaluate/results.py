@@ -134,9 +134,11 @@ class ProtectedAudit:
         }
 
 
-CONDITIONS = ("original", "ignorant", "lazy-informed")
+CONDITIONS = ("original", "ignorant", "lazy-informed", "semi-informed")
 """The attackers of ``evaluate --protect`` (VoicePrivacy terms): templates and tests both clean;
-clean templates against anonymised tests; templates anonymised the same way as the tests."""
+clean templates against anonymised tests; templates anonymised the same way as the tests; the
+same trials scored through a back-end trained on speech anonymised the same way
+(:mod:`monitor.protect.backend`; measured when one is shipped or given)."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,20 @@ class WordErrors:
 
 
 @dataclass(frozen=True)
+class CommandAccuracy:
+    """Share of utterances a recogniser restricted to the corpus's prompts transcribes exactly,
+    before and after anonymisation, and its word error rate (the closed-set assistant's view)."""
+
+    asr: str
+    prompts: int  # distinct sentences the grammar allows
+    utterances: int
+    before: float  # fraction exactly right
+    after: float
+    wer_before: float
+    wer_after: float
+
+
+@dataclass(frozen=True)
 class ProtectionAudit:
     """``evaluate --protect``: the main setting's audit under each attacker (:data:`CONDITIONS`),
     on the utterances present in both versions, and the word error rates."""
@@ -160,3 +176,5 @@ class ProtectionAudit:
     seed: int
     conditions: Mapping[str, SettingAudit]
     wer: WordErrors | None
+    attacker: Mapping[str, Any] | None = None  # the semi-informed back-end's training facts
+    commands: CommandAccuracy | None = None

@@ -84,7 +84,7 @@ class ReceivedFigures:
     """What the upstream received from one track this period (``view="received"``): its pooled
     evidence with every protected window as the upstream got it (anonymised embedding) and
     every clear one as it was, scored by each attacker present (``lazy`` needs the
-    ``embedding+mcadams`` templates). The budget compares the stronger attacker's figure."""
+    ``embedding+mcadams`` templates). The budget compares the strongest attacker's figure."""
 
     attackers: Mapping[str, tuple[Disclosure, ...]]  # attacker → every (feature, measure)
     protected_windows: int  # the track's windows this period that the upstream got anonymised
@@ -92,7 +92,7 @@ class ReceivedFigures:
     window_protected: bool  # the last window was one of them
 
     def bits(self, key: FigureKey, *, cumulative: bool = True) -> float:
-        """The stronger attacker's figure for ``key`` (−inf when no attacker has it)."""
+        """The strongest attacker's figure for ``key`` (−inf when no attacker has it)."""
         values = [
             d.cumulative_bits if cumulative else d.window_bits
             for items in self.attackers.values()
@@ -100,6 +100,17 @@ class ReceivedFigures:
             if d.feature == key.feature and d.measure == key.measure
         ]
         return max(values, default=float("-inf"))
+
+    def strongest(self, key: FigureKey) -> str | None:
+        """The attacker whose cumulative ``key`` figure :meth:`bits` gives (None: none has
+        it): the one the live figure and the budget name."""
+        figures = {
+            name: d.cumulative_bits
+            for name, items in self.attackers.items()
+            for d in items
+            if d.feature == key.feature and d.measure == key.measure
+        }
+        return max(figures, key=figures.__getitem__) if figures else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -175,7 +186,7 @@ class Figures:
     @property
     def budget_figure_bits(self) -> float:
         """The cumulative figure of ``budget_measure`` the budget is compared with: of what
-        the upstream received (the stronger attacker) once the track was protected this
+        the upstream received (the strongest attacker) once the track was protected this
         period, else of the original audio."""
         key = FigureKey.parse(self.budget_measure)
         if self.received is not None:
@@ -207,6 +218,11 @@ class Figures:
             "budget_bits": self.budget_bits,
             "budget_measure": self.budget_measure,
             "budget_figure_bits": finite_bits(self.budget_figure_bits),
+            "budget_attacker": (
+                None
+                if self.received is None
+                else self.received.strongest(FigureKey.parse(self.budget_measure))
+            ),
             "state": self.state,
             "information_gain_bits": _finite_or_none(self.information_gain_bits),
             "top_candidate": self.top_candidate,

@@ -2,10 +2,11 @@
 
 The original series (``voxmeter_disclosure_bits`` …) are unchanged: they measure the audio as
 it was spoken. What a protected upstream received has its own series, labelled
-``view="received"`` and ``attacker="ignorant"`` (clean templates) or ``"lazy"`` (templates
-anonymised the same way), set only for a track whose audio was protected this period. Which
-figure the budget compared is ``voxmeter_budget_figure_bits{speaker, view}``: ``received``
-(the stronger attacker) once the track was protected this period, ``original`` otherwise.
+``view="received"`` and ``attacker="ignorant"`` (clean templates), ``"lazy"`` (templates
+anonymised the same way) or ``"semi"`` (those through the shipped semi-informed back-end),
+set only for a track whose audio was protected this period. Which figure the budget compared
+is ``voxmeter_budget_figure_bits{speaker, view}``: ``received`` (the strongest attacker) once
+the track was protected this period, ``original`` otherwise.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class ReceivedMetrics:
         self.budget_figure_bits = Gauge(
             "voxmeter_budget_figure_bits",
             "The figure the speaker's budget compares, in bits: of what the upstream received "
-            "(view=received, the stronger attacker) once protected this period, else original.",
+            "(view=received, the strongest attacker) once protected this period, else original.",
             ("speaker", "view"),
             registry=registry,
         )

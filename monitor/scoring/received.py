@@ -15,9 +15,12 @@ is deterministic given α, so the measuring side reproduces exactly what the ups
   (protected windows anonymised, clear ones as they were; from the track's first protected
   window on) and scores it against the clean templates (the *ignorant* attacker) and, when
   the database holds ``embedding+mcadams`` templates (``voxmeter enroll --protect mcadams``),
-  against those (the *lazy*-informed attacker). Both read the clean calibration (see the
-  README: the offline audit does the same). The budget then compares the stronger attacker's
-  figure (:attr:`Figures.budget_figure_bits`).
+  against those (the *lazy*-informed attacker), and, with those templates and a back-end
+  shipped for the embedding network (:mod:`monitor.protect.backend`), both mapped by it
+  (the *semi*-informed attacker, the VoicePrivacy Challenge's). All read the clean
+  calibration (see the README: the offline audit does the same). The budget then compares
+  the strongest attacker's figure (:attr:`Figures.budget_figure_bits`), whose name
+  :meth:`ReceivedFigures.strongest` gives.
 
 Only protected speech costs anything here: a clear window of a track protected earlier in the
 period is pooled and scored by each attacker once more; any other clear window costs nothing.
@@ -40,6 +43,7 @@ from monitor.errors import StoreError
 from monitor.events.figures import Disclosure, ReceivedFigures
 from monitor.events.messages import FeatureWindow, TrackedWindow
 from monitor.features.base import Feature, Observation, TemplateBatch
+from monitor.protect.backend import Backend, shipped_backend
 from monitor.scoring.evidence import ScoredWindow, TrackScorer
 from monitor.scoring.scorer import PreparedTemplates, Scorer, score_track
 from monitor.store.database import Store
@@ -49,6 +53,8 @@ from monitor.vocabulary import TRACKING_FEATURE, FigureKey
 logger = logging.getLogger(__name__)
 
 EMBEDDING = TRACKING_FEATURE
+SEMI = "semi"
+"""The semi-informed attacker's name in :attr:`ReceivedFigures.attackers` (and Prometheus)."""
 
 
 def received_embedding(
@@ -83,9 +89,14 @@ class ReceivedTrackScorer(TrackScorer):
         measure: FigureKey,
         lazy: Scorer | None = None,
         narrow: Scorer | None = None,
+        semi: tuple[Scorer, Backend] | None = None,
     ) -> None:
         super().__init__(scorer, features, measure, narrow)
         self.attackers = {"ignorant": scorer, **({"lazy": lazy} if lazy is not None else {})}
+        self.backends: dict[str, Backend] = {}
+        if semi is not None:
+            self.attackers[SEMI] = semi[0]
+            self.backends[SEMI] = semi[1]
         self.views: dict[str, _View] = {}
 
     def process(self, tracked: TrackedWindow, period_start_unix: float) -> ScoredWindow:
@@ -112,12 +123,13 @@ class ReceivedTrackScorer(TrackScorer):
         for name, scorer in self.attackers.items():
             if narrow is not None and name == "ignorant":  # as the original view's scoring
                 scorer = narrow
+            backend = self.backends.get(name)
             score = score_track(
                 scorer,
                 identity=tracked.identity,
-                pooled=view.pooled,
+                pooled=mapped(view.pooled, backend),
                 pooled_seconds=view.speech_seconds,
-                window=observations,
+                window=mapped(observations, backend),
                 window_seconds=window.speech_seconds,
                 windows=view.windows,
                 max_window_bits=view.max_window_bits.get(name, -math.inf),
@@ -172,6 +184,52 @@ class ReceivedTrackScorer(TrackScorer):
         self.views.clear()
 
 
+def mapped(
+    observations: Mapping[str, Observation], backend: Backend | None
+) -> Mapping[str, Observation]:
+    """``observations`` with the embedding mapped by the semi-informed ``backend`` (as is
+    without one): the cosine of mapped vectors is that attacker's score."""
+    if backend is None or EMBEDDING not in observations:
+        return observations
+    embedding = observations[EMBEDDING]
+    values = backend.apply(embedding.values)[0]
+    return {**observations, EMBEDDING: dataclasses.replace(embedding, values=values)}
+
+
+def semi_scorer(
+    lazy: Scorer | None, features: Mapping[str, Feature]
+) -> tuple[Scorer, Backend] | None:
+    """The semi-informed attacker: the lazy-informed scorer's templates mapped by the
+    back-end shipped for the daemon's embedding network (tests are mapped as they are scored,
+    :func:`mapped`); None without lazy-informed templates or a back-end for this network.
+    It reads the clean calibration, as the other attackers do."""
+    network = getattr(features.get(EMBEDDING), "backend", None)
+    backend = shipped_backend(network) if lazy is not None and network else None
+    if lazy is None or backend is None:
+        logger.info(
+            "no semi-informed attacker in the received view (needs %s templates and "
+            "a back-end shipped for %s)",
+            lazy_name(),
+            network,
+        )
+        return None
+    lazy_templates = lazy.prepared[EMBEDDING]
+    if backend.mean.shape[0] != lazy_templates.unit.shape[1]:
+        logger.warning("the semi-informed back-end does not fit the %s embedding", network)
+        return None
+    matrix = backend.apply(lazy_templates.unit.astype(np.float64))
+    semi = copy.copy(lazy)
+    semi.prepared = {
+        **lazy.prepared,
+        EMBEDDING: PreparedTemplates(
+            features[EMBEDDING],
+            TemplateBatch(EMBEDDING, matrix),
+            dtype=lazy_templates.dtype.type,
+        ),
+    }
+    return semi, backend
+
+
 def lazy_scorer(store: Store, scorer: Scorer, features: Mapping[str, Feature]) -> Scorer | None:
     """The clean scorer with its embedding templates replaced by the lazy-informed ones
     (``embedding+mcadams``; an identity without one keeps its clean template, said once in
@@ -223,4 +281,5 @@ def track_scorer_for(
     if not protecting or EMBEDDING not in features:
         return TrackScorer(scorer, features, measure, narrow)
     lazy = lazy_scorer(store, scorer, features)
-    return ReceivedTrackScorer(scorer, features, measure, lazy, narrow)
+    semi = semi_scorer(lazy, features)
+    return ReceivedTrackScorer(scorer, features, measure, lazy, narrow, semi)

@@ -1,8 +1,9 @@
 """The received view live, through a real proxy in front of the real
 pocketsphinx upstream, scraped by a real Prometheus: what the upstream received from a
-protected speaker is scored against the clean templates (ignorant attacker) and the
-anonymised ones (``embedding+mcadams``, lazy attacker), exported as ``view="received"``, and the
-budget compares it; clear utterances add nothing to the received view."""
+protected speaker is scored against the clean templates (ignorant attacker), the
+anonymised ones (``embedding+mcadams``, lazy attacker) and those through the shipped
+semi-informed back-end (semi attacker), exported as ``view="received"``, and the budget
+compares the strongest; clear utterances add nothing to the received view."""
 
 from __future__ import annotations
 
@@ -201,7 +202,7 @@ def test_the_received_view_is_exported_and_lower_than_the_original(
         *(
             _promql(received, f, view="received", attacker=a)
             for f in ("embedding", "combined")
-            for a in ("ignorant", "lazy")
+            for a in ("ignorant", "lazy", "semi")
         ),
         'voxmeter_budget_figure_bits{speaker="home-1",view="received"}',
         'voxmeter_received_speech_seconds_total{speaker="home-1",view="received"}',
@@ -225,8 +226,14 @@ def test_the_received_view_is_exported_and_lower_than_the_original(
     windows = [f for _, f in run.windows if f["track"] == "home-1"]
     assert len(windows) >= 3 and all(f["received"]["window_protected"] for f in windows)
     last = windows[-1]
-    stronger = max(v["combined.lid"][0] for v in last["received"]["attackers"].values())
+    attackers = last["received"]["attackers"]
+    assert set(attackers) == {"ignorant", "lazy", "semi"}  # the shipped back-end is applied
+    stronger = max(v["combined.lid"][0] for v in attackers.values())
     assert last["budget_figure_bits"] == pytest.approx(stronger, rel=1e-12)
+    assert attackers[last["budget_attacker"]]["combined.lid"][0] == stronger
+    for f in windows:  # the semi-informed figure is never left out of the budget's
+        semi = f["received"]["attackers"]["semi"]["combined.lid"][0]
+        assert f["budget_figure_bits"] >= semi
     budget_figure = run.scraped['voxmeter_budget_figure_bits{speaker="home-1",view="received"}']
     assert budget_figure == pytest.approx(stronger, rel=1e-9)
     protected = sum(s for s, f in run.windows if f["track"] == "home-1")

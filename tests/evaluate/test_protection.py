@@ -1,8 +1,9 @@
-"""``evaluate --protect``: the three attackers on the same trials, the α option, the WER's text
+"""``evaluate --protect``: the four attackers on the same trials, the α option, the WER's text
 normalisation; and the command on a few real corpus speakers (anonymised, audited, decoded)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import warnings
@@ -15,6 +16,9 @@ from monitor.calibration.protocol import SpeakerUtterances
 from monitor.evaluate.asr import normalise
 from monitor.evaluate.audit import audit_setting
 from monitor.evaluate.protection import aligned, condition_audits, every_kth
+from monitor.evaluate.results import CONDITIONS
+from monitor.evaluate.semi_informed import labelled
+from monitor.protect.backend import fit_lda
 from monitor.protect.mcadams import Alpha, parse_alpha
 from tests.calibration.synthetic import synthetic_speakers
 
@@ -59,7 +63,7 @@ def test_three_attackers_score_the_same_trials(rng: np.random.Generator) -> None
             clean, test_seconds=3.0, template_seconds=6.0, features=("embedding",),
             lid_source="crossfit", per_speaker=False,
         )  # fmt: skip
-    assert list(conditions) == ["original", "ignorant", "lazy-informed"]
+    assert list(conditions) == ["original", "ignorant", "lazy-informed"]  # no back-end
     assert len({c.T for c in conditions.values()}) == 1
     o, i = (conditions[k].features["embedding"] for k in ("original", "ignorant"))
     assert o.EER == direct.features["embedding"].EER
@@ -67,6 +71,35 @@ def test_three_attackers_score_the_same_trials(rng: np.random.Generator) -> None
     # noise tests against clean templates: near chance
     assert i.EER > 0.3 > o.EER
     assert i.histogram_stats.MeanD < 0.5 * o.histogram_stats.MeanD
+
+
+def _nuisance(speakers: list[SpeakerUtterances], rng: np.random.Generator):
+    """A 'protected' version: a loud nuisance added in half the embedding's dimensions."""
+    out = []
+    for s in speakers:
+        e = np.array(s.values["embedding"], dtype=float)
+        e[:, :128] += rng.normal(scale=0.4, size=(e.shape[0], 128))
+        out.append(dataclasses.replace(s, values={"embedding": e}))
+    return out
+
+
+def test_the_semi_informed_attacker_learns_the_protection_back(rng: np.random.Generator) -> None:
+    """A back-end fitted on other speakers distorted alike scores the lazy-informed trials
+    better than plain cosine does."""
+    original = synthetic_speakers(rng, n_speakers=8, n_utterances=8, overlap=0.3)
+    protected = _nuisance(original, rng)
+    train = _nuisance(synthetic_speakers(rng, n_speakers=40, n_utterances=8, overlap=0.3), rng)
+    backend = fit_lda(*labelled(train), 30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        conditions = condition_audits(
+            original, protected, test_seconds=3.0, template_seconds=6.0,
+            features=("embedding",), audit=audit_setting, backend=backend, lid_source="crossfit",
+        )  # fmt: skip
+    assert list(conditions) == list(CONDITIONS)
+    lazy, semi = (conditions[k].features["embedding"] for k in ("lazy-informed", "semi-informed"))
+    assert conditions["semi-informed"].T == conditions["lazy-informed"].T
+    assert semi.EER < lazy.EER
 
 
 def test_alpha_as_users_write_it() -> None:
@@ -114,15 +147,20 @@ def test_evaluate_protect_on_real_speakers(tmp_path: Path) -> None:
         [
             "evaluate", str(root), "--out", str(out), "--split", "test", "--features",
             "embedding", "--test-seconds", "3", "--template-seconds", "6", "--no-cache",
-            "--protect", "mcadams", "--protect-alpha", "0.7", "--wer-utterances", "2",
+            "--protect", "mcadams", "--protect-alpha", "0.5,0.9", "--wer-utterances", "2",
+            "--embedding", "ecapa-int8",  # the network of the shipped back-end the test reads
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "protection (mcadams, α 0.7): original EER" in result.output
+    assert "protection (mcadams, α U[0.5, 0.9]): original EER" in result.output
     report = json.loads((out / "report.json").read_text())
     protection = report["protection"]
-    assert set(protection["conditions"]) == {"original", "ignorant", "lazy-informed"}
+    assert list(protection["conditions"]) == list(CONDITIONS)  # the shipped back-end's α
+    assert protection["attacker"]["alpha"] == "U[0.5, 0.9]"
     assert protection["wer"]["utterances"] == 2 and protection["wer"]["words"] > 0
+    commands = protection["commands"]
+    assert commands["utterances"] == 2 and commands["prompts"] > 2000
+    assert 0 <= commands["after"] <= 1 and 0 <= commands["before"] <= 1
     assert report["protected"]["feature"] == "embedding"
     assert "## Protection (`--protect`)" in (out / "report.md").read_text()
 

@@ -40,8 +40,22 @@ def test_the_budget_compares_the_stronger_attacker_and_the_record_reads_back() -
     data = protected.to_json()
     assert data["budget_figure_bits"] == 1.5
     assert data["received"]["attackers"]["lazy"]["combined.lid"] == [1.5, 0.75]
+    assert data["budget_attacker"] == "lazy"
     back = Figures.from_json(data)
     assert back == protected
+    assert figures.to_json()["budget_attacker"] is None  # not protected: no attacker
+
+
+def test_the_budget_names_the_semi_informed_attacker_when_it_is_the_strongest() -> None:
+    figures = scored("home-1", combined_bits=2.0).figures
+    received = _received(1.2, 1.5)
+    semi = tuple(dataclasses.replace(d, cumulative_bits=1.8) for d in received.attackers["lazy"])
+    three = dataclasses.replace(received, attackers={**received.attackers, "semi": semi})
+    protected = dataclasses.replace(figures, received=three)
+    assert protected.budget_figure_bits == 1.8
+    assert three.strongest(FigureKey.parse("combined.lid")) == "semi"
+    assert protected.to_json()["budget_attacker"] == "semi"
+    assert ReceivedFigures({}, 0, 0.0, False).strongest(FigureKey.parse("combined.lid")) is None
 
 
 def test_prometheus_moves_the_budget_figure_to_the_received_view() -> None:
