@@ -64,7 +64,7 @@ from monitor.settings.config import tracker_settings, tracker_thresholds_for
 from monitor.settings.sections import Config
 from monitor.store.database import Store
 from monitor.tracking.consistency import load_consistency
-from monitor.tracking.narrow import NarrowCopies
+from monitor.tracking.narrow import NarrowCopies, cohort_of
 from monitor.tracking.tracker import EMBEDDING, SpeakerTracker
 from monitor.tracking.turns import TurnSplitter
 
@@ -146,6 +146,7 @@ class Pipeline(PipelineStages):
             tracker_settings(config),
             thresholds=thresholds,
             narrow=narrow,
+            cohort=cohort_of(scorer),
             clock=clock,
             wall_clock=wall_clock,
         )

@@ -211,6 +211,12 @@ class TrackerSettings:
         "such a window is given to no one, its seconds counted as unattributed; 0 = off",
         check.rare_rate,
     )
+    normalise: bool = setting(
+        True,
+        "decide members on cosines normalised against the N templates (AS-norm) when the "
+        "calibration has normalised statistics and there are enough templates; false = raw "
+        "cosines",
+    )
     merge_seconds: float = setting(
         6.0, "unknown-N tracks merge only when each holds this much speech", check.positive
     )
