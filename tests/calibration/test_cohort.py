@@ -71,9 +71,7 @@ def test_a_room_that_lowers_every_cosine_keeps_the_member_first(
     room = _units(rng, 1)[0]
     clean = member + 0.6 * _units(rng, 1)[0]
     far = clean / np.linalg.norm(clean) + 1.2 * room
-    normed = cohort_for(
-        tuple(f"s{i}" for i in range(60)), cohort, member[None], ("s0",), top=10
-    )
+    normed = cohort_for(tuple(f"s{i}" for i in range(60)), cohort, member[None], ("s0",), top=10)
     assert normed is not None
     scores = {}
     for name, w in (("clean", clean), ("far", far)):
@@ -88,7 +86,7 @@ def test_too_few_templates_mean_no_cohort(rng: np.random.Generator) -> None:
     few = _units(rng, MIN_COHORT - 1)
     aliases = tuple(str(i) for i in range(MIN_COHORT - 1))
     assert cohort_for(aliases, few, few[:1], ("0",), top=10) is None
-    assert cohort_for(aliases + ("x",), _units(rng, MIN_COHORT), few[:1], ("0",), top=0) is None
+    assert cohort_for((*aliases, "x"), _units(rng, MIN_COHORT), few[:1], ("0",), top=0) is None
 
 
 def test_snorm_is_symmetric_in_its_two_sides() -> None:
