@@ -217,6 +217,11 @@ class TrackerSettings:
         "calibration has normalised statistics and there are enough templates; false = raw "
         "cosines",
     )
+    sticky: bool = setting(
+        True,
+        "with normalised decisions, a window continuing a member's turn that may be theirs "
+        "(over the ambiguous threshold) stays theirs; false = every window decided alone",
+    )
     merge_seconds: float = setting(
         6.0, "unknown-N tracks merge only when each holds this much speech", check.positive
     )

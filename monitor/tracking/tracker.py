@@ -277,6 +277,19 @@ class SpeakerTracker:
         cluster.last_seen_seconds = window.end_seconds
         return TrackedWindow(window, track, "unknown", None, cosine, False)
 
+    def _sticks(self, window: FeatureWindow, best: int, band: _Band) -> bool:
+        """A sticky prior over a turn: a one-voice window that continues its turn (no pause, no
+        change of voice found) and may be the member whose window came last (their normalised
+        score over the ambiguous threshold, nearer them than any other member) stays theirs.
+        A quick answer still changes hands: the turn splitter ends the turn at the change."""
+        return (
+            self.settings.sticky
+            and band.cohort is not None
+            and window.continues
+            and not window.mixed
+            and self._previous.get(window.stream) == self.profile_aliases[best]
+        )
+
     def _teach(
         self,
         window: FeatureWindow,
@@ -330,11 +343,12 @@ class SpeakerTracker:
         if self.profile_aliases:
             best, accepted, ambiguous = band.decide(vector, cosines, seconds)
             best_profile = float(cosines.max())
-            if accepted:
+            if accepted or (ambiguous and self._sticks(window, best, band)):
                 best_profile = float(cosines[best])
                 alias = self.profile_aliases[best]
                 identity = self.profile_identities[alias]
-                self._teach(window, vector, best, cosines, band)
+                if accepted:
+                    self._teach(window, vector, best, cosines, band)
                 return TrackedWindow(window, alias, "local", identity, best_profile, False), events
         continued = self._continued(window, vector, cosines, t)
         if continued is not None:

@@ -4,6 +4,8 @@ enough templates; on raw cosines otherwise."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from monitor.calibration.cohort import MIN_COHORT
@@ -55,3 +57,31 @@ def test_too_few_templates_leave_the_raw_cosines_deciding(rng: np.random.Generat
     t, v = _tracker(MIN_COHORT - 1, rng, profile_norm=(1e6,) * 3, ambiguous_norm=(1e6,) * 3)
     tracked, _ = t.process(window(at_cosine(v[0], v[MIN_COHORT], 0.75), 0))
     assert tracked is not None and tracked.track == "home-1"
+
+
+def test_a_turn_that_may_still_be_the_member_stays_theirs(rng: np.random.Generator) -> None:
+    """The sticky prior: after a window the member certainly spoke, the next window of the same
+    turn that only may be theirs stays theirs; the same window after a pause, or flagged as
+    holding two voices, opens nothing and goes to no one."""
+    t, v = _tracker(40, rng, profile_norm=(0.0,) * 3, ambiguous_norm=(0.0,) * 3)
+    band = t.bands["wide"]
+    assert band.cohort is not None
+    sure, tail = at_cosine(v[0], v[40], 0.9), at_cosine(v[0], v[41], 0.5)
+    high, low = (float(band.cohort.normalise(w, band.profiles.cosines(w))[0]) for w in (sure, tail))
+    assert high > low
+    band.thresholds = replace(
+        band.thresholds, profile_norm=((high + low) / 2,) * 3, ambiguous_norm=(low - 0.1,) * 3
+    )
+    first, _ = t.process(window(sure, 0))
+    assert first is not None and first.track == "home-1"
+    stays, _ = t.process(replace(window(tail, 1), continues=True))
+    assert stays is not None and stays.track == "home-1"
+    alone, _ = t.process(window(tail, 2))  # a new turn: the tail alone may be, but is not, theirs
+    assert alone is None and t.clusters == {}
+    t.process(window(sure, 3))
+    mixed, _ = t.process(replace(window(tail, 4), continues=True, mixed=True))
+    assert mixed is None
+    off = replace(t.settings, sticky=False)
+    t.settings = off
+    t.process(window(sure, 5))
+    assert t.process(replace(window(tail, 6), continues=True))[0] is None
