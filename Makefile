@@ -4,12 +4,13 @@
 #                  and PulseAudio; then the numeric-parity tests (-m parity) again under torch's
 #                  `default` and `avx2` CPU kernels; the real Home Assistant tests among them
 #   make test-ha -- only the tests against a real Home Assistant (make ha installs it once)
+#   make docs   -- the documentation site (mkdocs.yml, docs/) into .cache/site
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test test-ha ha lint bench calibration system venv models clean
+.PHONY: demo test test-ha ha lint docs bench calibration system venv models clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,7 +46,7 @@ demo: system venv models
 # torch's portable and AVX2 kernels: whatever CPU runs them, they must pass under every x86
 # kernel (tolerances relative to magnitude). TEST_JOBS=0 runs the suite in this process.
 TEST_JOBS ?= 2
-test: system venv models ha lint
+test: system venv models ha lint docs
 	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup $(PYTEST_ARGS)
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -m parity $(PYTEST_ARGS)
 	ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -m parity $(PYTEST_ARGS)
@@ -54,6 +55,10 @@ lint: venv
 	$(VENV)/bin/ruff check monitor tests bench scripts
 	$(VENV)/bin/ruff format --check monitor tests bench scripts
 	$(VENV)/bin/mypy
+
+# The site, strict: a broken link, a missing page or a page left out of the navigation fails.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 bench: system venv models
 	$(PY) -m bench

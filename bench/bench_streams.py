@@ -34,8 +34,8 @@ from monitor.daemon.build import build_pipeline
 from monitor.features.base import get_feature
 from monitor.settings.config import load_config
 from monitor.store.database import open_store
-from tests.audio.wyoming_peers import conversation
 from tests.daemon.household_daemon import Recorder, paced_talk
+from tests.wyoming.wyoming_peers import conversation
 
 RESULTS = RESULTS_DIR / "streams.json"
 SECONDS = float(os.environ.get("VOXMETER_BENCH_STREAM_SECONDS", "40"))

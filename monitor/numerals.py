@@ -2,7 +2,7 @@
 
 Python's ``int()`` and ``float()`` read every Unicode decimal digit: ``int("٧")`` is 7 and
 ``float("７.５")`` is 7.5, so an option or a file line that looks like a word to the user was taken
-as a number without a word said (issue 28: ``compose --steps ٧`` composed seven releases).
+as a number without a word said (``compose --steps ٧`` would compose seven steps).
 Every place that turns a user's text into a number goes through here; a non-ASCII numeral is a
 ValueError like any other non-number, and the caller's message names the option or file.
 """

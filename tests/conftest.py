@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.daemon_corpus import daemon_corpus, daemon_db  # noqa: F401  (shared fixtures)
+
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = Path(os.environ.get("VOXMETER_CORPUS", REPO.parent / "shared" / "data" / "speechocean762"))
 

@@ -1,4 +1,4 @@
-"""Bounded reading (issue 23): every file a user names is checked before it is read — a FIFO
+"""Bounded reading: every file a user names is checked before it is read — a FIFO
 without a writer, /dev/zero, a directory or a socket is one line and exit 2 at once; a config
 over 1 MiB, a score or key line over 64 KiB is one line naming the file and line; and no input,
 however hostile, prints traceback text."""

@@ -1,5 +1,5 @@
 """Hostile input to the offline commands: one line naming the problem, exit 2, nothing lost,
-nothing created, and the check made before any audio is processed (issue 11).
+nothing created, and the check made before any audio is processed.
 
 Audio comes from the espeak-ng digits corpus (``digits_corpus``: 6 speakers × 10 digits at
 8 kHz), linked into temporary corpora; every command gets a private feature cache.

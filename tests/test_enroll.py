@@ -74,7 +74,7 @@ def test_enroll_cli_end_to_end(small_corpus: Path, cache_dir: Path, tmp_path: Pa
     with open_store(db) as store:
         identities = store.identities()
         assert [i.alias for i in identities] == speakers
-        # with --local, the narrow-band and far-field copies beside the templates (issue 29)
+        # with --local, the narrow-band and far-field copies beside the templates
         variants = {"embedding+narrow", "embedding+room"}
         assert all(set(i.templates) == {"f0", "phone", "embedding", *variants} for i in identities)
         assert [p.alias for p in store.local_profiles()] == speakers

@@ -5,7 +5,12 @@
 - every package imports only from its own layer's package or from layers below it;
 - monitor/disclosure/ (pure math) imports no I/O module and calls no ``open``;
 - one module talks to Dask (monitor/blocks/workers.py);
-- no module in monitor/ is over 500 lines, except those named in :data:`LONG_MODULES` with why.
+- no module in monitor/ is over 500 lines, except those named in :data:`LONG_MODULES` with why;
+  none in bench/ either, except those named in :data:`LONG_BENCH_MODULES` with why;
+- no function in monitor/ is over 60 lines (decorators excluded): a function fits a screen;
+- no folder of monitor/ holds more than 15 % of its lines: one idea per folder, none swallowing
+  the rest;
+- no import circles among bench/ and scripts/ modules either (scripts import bench).
 
 A new circle or a layer broken fails here, naming the modules.
 """
@@ -18,7 +23,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent / "monitor"
+REPO = Path(__file__).resolve().parent.parent
+ROOT = REPO / "monitor"
+BENCH = REPO / "bench"
+SCRIPTS = REPO / "scripts"
 
 #: Lowest first. A package (or top-level module) may import its own modules and those of lower
 #: layers; two packages on one layer do not import each other.
@@ -82,6 +90,18 @@ THE_DASK_MODULE = "monitor.blocks.workers"
 LONG_MODULES: dict[str, str] = {}
 MAX_LINES = 500
 
+#: bench/ modules over 500 lines, and why each is still one piece for now.
+LONG_BENCH_MODULES: dict[str, str] = {
+    "bench/bench_edge.py": "being split by part (edge devices, their runs, their report)",
+    "bench/bench_tracking.py": "being split with bench/rooms.py, which it imports back",
+}
+
+#: The longest a function may be, in lines from ``def`` to its last line (decorators excluded).
+MAX_FUNCTION_LINES = 60
+
+#: The largest share of monitor/'s lines one folder may hold.
+MAX_FOLDER_SHARE = 0.15
+
 
 def module_files(root: Path) -> dict[str, Path]:
     """{dotted module name: file} of the package at ``root``."""
@@ -112,11 +132,14 @@ def imported_names(module: str, path: Path) -> list[tuple[str, int]]:
     return names
 
 
-def import_graph(root: Path) -> dict[str, set[str]]:
-    """Module → modules of the package it imports. A package's ``__init__`` hands names on:
-    importing through it is not an edge to it (as the shared hook counts)."""
+def import_graph(root: Path, *others: Path) -> dict[str, set[str]]:
+    """Module → modules of the package it imports (and of ``others``, drawn as one house). A
+    package's ``__init__`` hands names on: importing through it is not an edge to it (as the
+    shared hook counts)."""
     modules = module_files(root)
-    package = root.name
+    for other in others:
+        modules |= module_files(other)
+    packages = {root.name} | {other.name for other in others}
 
     def resolve(name: str) -> str | None:
         while name and name not in modules:
@@ -127,7 +150,7 @@ def import_graph(root: Path) -> dict[str, set[str]]:
     for module, path in modules.items():
         is_package = path.name == "__init__.py"
         for name, _ in imported_names(module, path):
-            if name.split(".")[0] != package:
+            if name.split(".")[0] not in packages:
                 continue
             target = resolve(name)
             if target is None or target == module or modules[target].name == "__init__.py":
@@ -210,6 +233,11 @@ def test_no_import_circles() -> None:
     assert circles(import_graph(ROOT)) == []
 
 
+@pytest.mark.xfail(strict=False, reason="bench_tracking ↔ rooms circle")
+def test_no_import_circles_in_bench_and_scripts() -> None:
+    assert circles(import_graph(BENCH, SCRIPTS)) == []
+
+
 def test_every_package_imports_only_lower_layers() -> None:
     assert layer_violations(ROOT) == []
 
@@ -250,6 +278,50 @@ def test_no_module_over_500_lines() -> None:
     assert {name: n for name, n in long.items() if name not in LONG_MODULES} == {}
 
 
+def test_no_bench_module_over_500_lines() -> None:
+    long = {
+        str(path.relative_to(REPO)): n
+        for path in BENCH.rglob("*.py")
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert {name: n for name, n in long.items() if name not in LONG_BENCH_MODULES} == {}
+
+
+def long_functions(root: Path) -> dict[str, int]:
+    """{``file:line name``: lines} of each function over :data:`MAX_FUNCTION_LINES`."""
+    long = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    where = f"{path.relative_to(root.parent)}:{node.lineno} {node.name}"
+                    long[where] = lines
+    return long
+
+
+def test_no_function_over_60_lines() -> None:
+    assert long_functions(ROOT) == {}
+
+
+def folder_shares(root: Path) -> dict[str, float]:
+    """{folder: its share of the package's lines} for each folder directly under ``root``."""
+    lines: dict[str, int] = {}
+    total = 0
+    for path in root.rglob("*.py"):
+        n = len(path.read_text().splitlines())
+        total += n
+        parts = path.relative_to(root).parts
+        if len(parts) > 1:
+            lines[parts[0]] = lines.get(parts[0], 0) + n
+    return {folder: n / total for folder, n in lines.items()}
+
+
+def test_no_folder_holds_over_15_percent_of_the_lines() -> None:
+    shares = folder_shares(ROOT)
+    assert {f: round(s, 3) for f, s in shares.items() if s > MAX_FOLDER_SHARE} == {}
+
+
 # ---- the rules catch what they are for ------------------------------------------------------
 
 
@@ -268,6 +340,16 @@ def test_a_new_circle_is_found(copy_of_monitor: Path) -> None:
     assert ["monitor.blocks.workers", "monitor.features.extract"] in circles(
         import_graph(copy_of_monitor)
     )
+
+
+def test_a_long_function_is_found(copy_of_monitor: Path) -> None:
+    errors = copy_of_monitor / "errors.py"
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    errors.write_text(errors.read_text() + f"\n\ndef _long() -> None:\n{body}")
+    found = long_functions(copy_of_monitor)
+    assert [n for where, n in found.items() if where.startswith("monitor/errors.py:")] == [
+        MAX_FUNCTION_LINES + 1
+    ]
 
 
 def test_a_layer_broken_is_found(copy_of_monitor: Path) -> None:

@@ -1,4 +1,4 @@
-"""Numbers a user types are ASCII: ``compose --steps ٧`` composed seven releases (issue 28).
+"""Numbers a user types are ASCII: ``compose --steps ٧`` is refused, not read as 7.
 
 Python's int()/float() read every Unicode decimal digit; each hand-parsed number (step counts,
 bucket lengths, source specs, truth and score text files) must refuse them in one line naming

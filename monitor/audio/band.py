@@ -2,7 +2,7 @@
 
 A device that records at 8 kHz keeps nothing above 4 kHz. Its audio, resampled to the 16 kHz
 every stage works at, meets members' profiles enrolled from 16 kHz files far below their
-thresholds (issue 29: 28.5 % of member windows to the right member). Enrolment therefore keeps
+thresholds (28.5 % of member windows to the right member). Enrolment therefore keeps
 a *narrow-band* copy of each template, made from the same files band-limited as such a device
 would deliver them (:func:`band_limit`), and the daemon scores a stream whose source rate is
 at most :data:`NARROW_RATE_HZ` against those copies (:func:`band_of`).

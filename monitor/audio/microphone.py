@@ -214,6 +214,21 @@ class MicrophoneSource:
 
         return self._backend.open(self.device, callback)
 
+    def _start_capture(self, handle: InputStreamHandle) -> None:
+        """A device opened: resample from its rate, count what arrived before it was ready,
+        carry the stream's time on, and hand on the blocks that came early."""
+        self._captured = True
+        self._resample = Resampler(handle.rate_hz, self.stats, f"audio device {self.device!r}")
+        self.stats.dropped_seconds += self._early_dropped_samples / handle.rate_hz
+        self._early_dropped_samples = 0
+        # Time goes on from the wall clock across an outage, and never backwards.
+        self._next_start = max(self._next_start, self._clock() - self._started)
+        self._last_block = self._clock()
+        early, self._early = self._early, []
+        for block, overflowed in early:
+            self._on_block(self._generation, block, overflowed)
+        logger.info("capturing from %s at %d Hz", self.device or "default", handle.rate_hz)
+
     async def frames(self) -> AsyncIterator[AudioFrame]:
         loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()  # bound to this loop
@@ -236,17 +251,7 @@ class MicrophoneSource:
                 await self._sleep(delay)
                 await asyncio.to_thread(self._backend.reinitialise)
                 continue
-            self._captured = True
-            self._resample = Resampler(handle.rate_hz, self.stats, f"audio device {self.device!r}")
-            self.stats.dropped_seconds += self._early_dropped_samples / handle.rate_hz
-            self._early_dropped_samples = 0
-            # Time goes on from the wall clock across an outage, and never backwards.
-            self._next_start = max(self._next_start, self._clock() - self._started)
-            self._last_block = self._clock()
-            early, self._early = self._early, []
-            for block, overflowed in early:
-                self._on_block(self._generation, block, overflowed)
-            logger.info("capturing from %s at %d Hz", self.device or "default", handle.rate_hz)
+            self._start_capture(handle)
             try:
                 lost = False
                 while not self._closed:

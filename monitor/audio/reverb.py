@@ -1,4 +1,4 @@
-"""Synthetic room responses for the far-field copy of a member's profile (issue 29).
+"""Synthetic room responses for the far-field copy of a member's profile.
 
 A member enrols from clean close-talk files; across a living room their windows score below
 the clean profile's threshold. Enrolment therefore also keeps the template of the same files

@@ -240,7 +240,7 @@ class SileroVad(FrameVad):
 
     def fresh(self) -> SileroVad:
         """Another stream's detector on the same ONNX session (the network's recurrent state is
-        ours, passed in on every call: the session holds none)."""
+        ours, passed in on every call: the ONNX session holds none)."""
         other = object.__new__(SileroVad)
         other.threshold = self.threshold
         other.model_path = self.model_path

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -106,22 +106,40 @@ def calibrate_speakers(
         )
     warn_separable(separable)
     if not per_feature:
-        shortest = min(buckets)
-        raise ValueError(
-            f"too few speakers have {shortest:g} s of test speech plus "
-            f"{describe_template(template_seconds)} of template speech for the shortest bucket; "
-            f"speech per speaker: {speech_listing(speakers)}; try a shorter --template-seconds "
-            "or --buckets"
-        )
-    info = {
+        _no_bucket(speakers, buckets, template_seconds)
+    info = _calibration_info(used, template_seconds, loss, len(speakers), metadata)
+    return CalibrationSet({k: tuple(v) for k, v in per_feature.items()}, info)
+
+
+def _no_bucket(
+    speakers: Sequence[SpeakerUtterances], buckets: Sequence[float], template_seconds: float | None
+) -> NoReturn:
+    """Not even the shortest bucket could be fitted: say how much speech each speaker has."""
+    shortest = min(buckets)
+    raise ValueError(
+        f"too few speakers have {shortest:g} s of test speech plus "
+        f"{describe_template(template_seconds)} of template speech for the shortest bucket; "
+        f"speech per speaker: {speech_listing(speakers)}; try a shorter --template-seconds "
+        "or --buckets"
+    )
+
+
+def _calibration_info(
+    used: list[dict[str, Any]],
+    template_seconds: float | None,
+    loss: str,
+    speakers: int,
+    metadata: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """What the calibration file says of its fit: protocol, buckets, loss, speakers, when."""
+    return {
         "protocol": _protocol(template_seconds, [u["seconds"] for u in used]),
         "buckets": used,
         "loss": loss,
-        "speakers": len(speakers),
+        "speakers": speakers,
         "created": datetime.now(UTC).replace(microsecond=0).isoformat(),
         **dict(metadata or {}),
     }
-    return CalibrationSet({k: tuple(v) for k, v in per_feature.items()}, info)
 
 
 def _bucket_trials(

@@ -3,6 +3,7 @@ LID weights come from, and ``--protect`` (checked, and its summary line)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -12,11 +13,72 @@ from monitor.errors import VoxmeterError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from pathlib import Path
 
     from monitor.calibration.buckets import CalibrationSet
     from monitor.evaluate.protection import ProtectRequest
     from monitor.protect.mcadams import Alpha
+
+# ``voxmeter enroll``: how much of each speaker, and whether they live here.
+UtterancesOption = Annotated[
+    int | None,
+    typer.Option("--utterances", min=1, help="Use each speaker's first K usable utterances."),
+]
+SecondsOption = Annotated[
+    float | None,
+    typer.Option("--seconds", min=0.0, help="Use each speaker's first S seconds of speech."),
+]
+LocalOption = Annotated[
+    bool, typer.Option("--local", help="Also register every speaker as a device user.")
+]
+
+# ``voxmeter calibrate``: where the fit goes, and its grid.
+CalibrationOutOption = Annotated[
+    Path,
+    typer.Option(
+        "--out",
+        help="Calibration JSON to write (required: the shipped calibration is "
+        "replaced only when named here).",
+    ),
+]
+CalibrationDbOption = Annotated[
+    Path | None,
+    typer.Option("--db", help="Also store the calibration in this database ($VOXMETER_DB)."),
+]
+CalibrationLossOption = Annotated[
+    str, typer.Option("--loss", help="Beta-binomial loss: ll (default), ms, wms, rwms, cll.")
+]
+BucketsOption = Annotated[
+    str, typer.Option("--buckets", help="Test-speech seconds per bucket, as far as possible.")
+]
+CalibrationTemplateOption = Annotated[
+    str, typer.Option("--template-seconds", help="Template speech seconds, or 'rest'.")
+]
+
+# ``voxmeter evaluate``: the length grid, the copies audited beside, the LID weights' source.
+TestSecondsOption = Annotated[
+    str, typer.Option("--test-seconds", help="Test speech seconds (grid), e.g. 3,6,12.")
+]
+TemplateGridOption = Annotated[
+    str, typer.Option("--template-seconds", help="Template speech seconds (grid) or 'rest'.")
+]
+ProtectedOption = Annotated[
+    Path | None,
+    typer.Option("--protected", help="Pseudonymised copy of the corpus (same file names)."),
+]
+AuditLossOption = Annotated[
+    str, typer.Option("--loss", help="Loss of the reported model: ll, ms, wms, rwms, cll.")
+]
+CalibrationOption = Annotated[
+    Path | None,
+    typer.Option("--calibration", help="Calibration JSON for LID (default: the shipped one)."),
+]
+LidFromOption = Annotated[
+    str | None,
+    typer.Option(
+        "--lid-from",
+        help="'calibration' or 'crossfit' (default: calibration if it covers every feature).",
+    ),
+]
 
 ProtectOption = Annotated[
     str | None,

@@ -4,18 +4,33 @@ templates, a calibration or an audit out."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from monitor.cli.audit_options import (
+    AuditLossOption,
+    BucketsOption,
+    CalibrationDbOption,
+    CalibrationLossOption,
+    CalibrationOption,
+    CalibrationOutOption,
+    CalibrationTemplateOption,
     EnrolProtectOption,
+    LidFromOption,
+    LocalOption,
     NarrowOption,
     ProtectAlphaOption,
+    ProtectedOption,
     ProtectOption,
     RoomOption,
+    SecondsOption,
+    TemplateGridOption,
+    TestSecondsOption,
+    UtterancesOption,
     WerUtterancesOption,
 )
 from monitor.cli.common import (
@@ -51,17 +66,9 @@ if TYPE_CHECKING:
 def enroll_command(
     corpus: Annotated[Path, typer.Argument(help="Corpus root: <root>/<speaker>/<utt>.wav|flac.")],
     db: Annotated[Path | None, typer.Option("--db", help=DB_HELP)] = None,
-    utterances: Annotated[
-        int | None,
-        typer.Option("--utterances", min=1, help="Use each speaker's first K usable utterances."),
-    ] = None,
-    seconds: Annotated[
-        float | None,
-        typer.Option("--seconds", min=0.0, help="Use each speaker's first S seconds of speech."),
-    ] = None,
-    local: Annotated[
-        bool, typer.Option("--local", help="Also register every speaker as a device user.")
-    ] = False,
+    utterances: UtterancesOption = None,
+    seconds: SecondsOption = None,
+    local: LocalOption = False,
     split: SplitOption = None,
     jobs: JobsOption = 1,
     scheduler: SchedulerOption = None,
@@ -76,8 +83,6 @@ def enroll_command(
     room: RoomOption = True,
 ) -> None:
     """Build one template per speaker and feature from a corpus (replacing old templates)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from monitor.blocks.workers import shared_scheduler
     from monitor.cli.audit_options import lazy_template_alpha
     from monitor.corpus import check_speaker_names, scan_corpus
@@ -94,38 +99,50 @@ def enroll_command(
     with new_file_removed_on_error(path), open_store(path) as store:
         store.check_writable()  # fail now, not after minutes of extraction
         feature_cache = None if no_cache else FeatureCache(cache or default_cache_dir())
-        with Progress(
-            TextColumn("[bold]enrolling[/]"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.description}"),
-            console=err_console,
-        ) as bar:
-            task = bar.add_task("", total=None)
-
-            def progress(done: int, total: int, file: str) -> None:
-                speaker_file = "/".join(Path(file).parts[-2:])
-                bar.update(task, completed=done, total=total, description=speaker_file)
-
-            with shared_scheduler(jobs, scheduler) as address:  # one cluster for all rounds
-                report = enroll_corpus(
-                    store,
-                    scanned,
-                    features=names,
-                    utterances=utterances,
-                    seconds=seconds,
-                    local=local,
-                    jobs=jobs,
-                    scheduler=address,
-                    cache=feature_cache,
-                    progress=progress,
-                    min_speech_seconds=min_speech,
-                    protect=lazy_alpha,
-                    narrow=narrow,
-                    room=room and local,
-                )
+        with (
+            _enrolment_bar() as progress,
+            shared_scheduler(jobs, scheduler) as address,  # one cluster for all rounds
+        ):
+            report = enroll_corpus(
+                store,
+                scanned,
+                features=names,
+                utterances=utterances,
+                seconds=seconds,
+                local=local,
+                jobs=jobs,
+                scheduler=address,
+                cache=feature_cache,
+                progress=progress,
+                min_speech_seconds=min_speech,
+                protect=lazy_alpha,
+                narrow=narrow,
+                room=room and local,
+            )
     _print_enrolment(report, path, utterances, seconds)
+
+
+@contextmanager
+def _enrolment_bar() -> Iterator[Callable[[int, int, str], None]]:
+    """A progress bar on stderr for the enrolment's files, and the callback that drives it
+    (speaker/file of the last one done)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("[bold]enrolling[/]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=err_console,
+    ) as bar:
+        task = bar.add_task("", total=None)
+
+        def progress(done: int, total: int, file: str) -> None:
+            speaker_file = "/".join(Path(file).parts[-2:])
+            bar.update(task, completed=done, total=total, description=speaker_file)
+
+        yield progress
 
 
 def _enrolment_features(
@@ -301,28 +318,12 @@ def _print_skipped(skipped: Any) -> None:
 @warning_lines
 def calibrate_command(
     corpus: Annotated[Path, typer.Argument(help="Labelled dev corpus <root>/<speaker>/<utt>.")],
-    out: Annotated[
-        Path,
-        typer.Option(
-            "--out",
-            help="Calibration JSON to write (required: the shipped calibration is "
-            "replaced only when named here).",
-        ),
-    ],
+    out: CalibrationOutOption,
     split: SplitOption = None,
-    db: Annotated[
-        Path | None,
-        typer.Option("--db", help="Also store the calibration in this database ($VOXMETER_DB)."),
-    ] = None,
-    loss: Annotated[
-        str, typer.Option("--loss", help="Beta-binomial loss: ll (default), ms, wms, rwms, cll.")
-    ] = "ll",
-    buckets: Annotated[
-        str, typer.Option("--buckets", help="Test-speech seconds per bucket, as far as possible.")
-    ] = "1,2,3,6,12,24,48,96",
-    template_seconds: Annotated[
-        str, typer.Option("--template-seconds", help="Template speech seconds, or 'rest'.")
-    ] = "12",
+    db: CalibrationDbOption = None,
+    loss: CalibrationLossOption = "ll",
+    buckets: BucketsOption = "1,2,3,6,12,24,48,96",
+    template_seconds: CalibrationTemplateOption = "12",
     features: FeaturesOption = ALL_FEATURES,
     jobs: JobsOption = 1,
     scheduler: SchedulerOption = None,
@@ -395,33 +396,15 @@ def evaluate_command(
     corpus: Annotated[Path, typer.Argument(help="Evaluation corpus <root>/<speaker>/<utt>.")],
     out: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.json, PNGs.")],
     split: SplitOption = None,
-    test_seconds: Annotated[
-        str, typer.Option("--test-seconds", help="Test speech seconds (grid), e.g. 3,6,12.")
-    ] = "3,6,12",
-    template_seconds: Annotated[
-        str, typer.Option("--template-seconds", help="Template speech seconds (grid) or 'rest'.")
-    ] = "12",
-    protected: Annotated[
-        Path | None,
-        typer.Option("--protected", help="Pseudonymised copy of the corpus (same file names)."),
-    ] = None,
+    test_seconds: TestSecondsOption = "3,6,12",
+    template_seconds: TemplateGridOption = "12",
+    protected: ProtectedOption = None,
     protect: ProtectOption = None,
     protect_alpha: ProtectAlphaOption = "0.5,0.9",
     wer_utterances: WerUtterancesOption = 200,
-    loss: Annotated[
-        str, typer.Option("--loss", help="Loss of the reported model: ll, ms, wms, rwms, cll.")
-    ] = "ll",
-    calibration: Annotated[
-        Path | None,
-        typer.Option("--calibration", help="Calibration JSON for LID (default: the shipped one)."),
-    ] = None,
-    lid_from: Annotated[
-        str | None,
-        typer.Option(
-            "--lid-from",
-            help="'calibration' or 'crossfit' (default: calibration if it covers every feature).",
-        ),
-    ] = None,
+    loss: AuditLossOption = "ll",
+    calibration: CalibrationOption = None,
+    lid_from: LidFromOption = None,
     features: FeaturesOption = ALL_FEATURES,
     jobs: JobsOption = 1,
     scheduler: SchedulerOption = None,
@@ -432,21 +415,16 @@ def evaluate_command(
 ) -> None:
     """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
     from monitor.blocks.workers import shared_scheduler
-    from monitor.cli.audit_options import audit_calibration, print_protection, protect_request
-    from monitor.errors import InputError
+    from monitor.cli.audit_options import audit_calibration, protect_request
     from monitor.evaluate import evaluate_corpus
     from monitor.features.extract import default_cache_dir
     from monitor.outputs import check_output_folder
 
     select_embedding(embedding)
-    names = _feature_list(features)
-    loss = _check_loss(loss)
-    tests = [t for t in _seconds_list(test_seconds, "--test-seconds") if t is not None]
-    templates = _seconds_list(template_seconds, "--template-seconds", allow_rest=True)
+    names, loss, tests, templates = _audit_grid(features, loss, test_seconds, template_seconds)
     loaded, calibration_path = audit_calibration(calibration, lid_from, names)
     check_output_folder(out, "--out")
-    if protected is not None and not protected.is_dir():
-        raise InputError(str(protected), "--protected: not a corpus folder")
+    _check_protected(protected)
     request = protect_request(protect, protect_alpha, wer_utterances)
     with (
         _LazyBar("extracting") as extraction_progress,
@@ -473,6 +451,32 @@ def evaluate_command(
             block_progress=extraction_progress.blocks,
             min_speech_seconds=min_speech,
         )
+    _print_audit(document, out)
+
+
+def _audit_grid(
+    features: str, loss: str, test_seconds: str, template_seconds: str
+) -> tuple[tuple[str, ...], str, list[float], list[float | None]]:
+    """The features, loss and length grid of an audit, each checked (a bad one is named)."""
+    names = _feature_list(features)
+    loss = _check_loss(loss)
+    tests = [t for t in _seconds_list(test_seconds, "--test-seconds") if t is not None]
+    templates = _seconds_list(template_seconds, "--template-seconds", allow_rest=True)
+    return names, loss, tests, templates
+
+
+def _check_protected(protected: Path | None) -> None:
+    """--protected names a corpus folder: said before any extraction starts."""
+    from monitor.errors import InputError
+
+    if protected is not None and not protected.is_dir():
+        raise InputError(str(protected), "--protected: not a corpus folder")
+
+
+def _print_audit(document: dict[str, Any], out: Path) -> None:
+    """What the audit skipped, its headline figures and where the report went."""
+    from monitor.cli.audit_options import print_protection
+
     _print_skipped([(s["item"], s["reason"]) for s in document["skipped"]])
     summary = ", ".join(
         f"{name} {f['histogram']['MeanD']:.2f}" for name, f in document["features"].items()

@@ -21,18 +21,41 @@ from monitor.cli.common import (
 from monitor.printable import printable
 
 if TYPE_CHECKING:
+    from monitor.daemon.pipeline import RunSummary
     from monitor.events.figures import Figures
     from monitor.ledger.status import TrackStatus
+    from monitor.settings.sections import Config
+
+# The options the daemon's commands share, declared once.
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override one key: section.key=value (repeatable)."),
+]
+DaemonDbOption = Annotated[Path | None, typer.Option("--db", help="Database (daemon.db).")]
+SourceOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--source",
+        help="mic[:DEVICE], file:PATH, stdin, wyoming…, NAME=SPEC; repeat it for several "
+        "sources (daemon.source; audio.sources).",
+    ),
+]
+FastOption = Annotated[bool, typer.Option("--fast", help="Read a file source as fast as possible.")]
+DurationOption = Annotated[
+    float | None,
+    typer.Option("--duration", min=0.0, help="Stop after this many seconds (0 = never)."),
+]
+ExitAtEndOption = Annotated[
+    bool | None,
+    typer.Option("--exit-at-end/--keep-running", help="Stop when a file or stdin ends."),
+]
 
 
 def relay_command(
     config: Annotated[
         Path | None, typer.Option("--config", help="config.toml (the daemon's, relay.socket set).")
     ] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override one key: section.key=value (repeatable)."),
-    ] = None,
+    set_: SetOption = None,
 ) -> None:
     """Relay the Wyoming proxies in a small process of their own; voxmeter run measures.
 
@@ -49,35 +72,39 @@ def run_command(
     config: Annotated[
         Path | None, typer.Option("--config", help="config.toml (default: built-in defaults).")
     ] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option("--set", help="Override one key: section.key=value (repeatable)."),
-    ] = None,
-    db: Annotated[Path | None, typer.Option("--db", help="Database (daemon.db).")] = None,
-    source: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--source",
-            help="mic[:DEVICE], file:PATH, stdin, wyoming…, NAME=SPEC; repeat it for several "
-            "sources (daemon.source; audio.sources).",
-        ),
-    ] = None,
-    fast: Annotated[
-        bool, typer.Option("--fast", help="Read a file source as fast as possible.")
-    ] = False,
-    duration: Annotated[
-        float | None,
-        typer.Option("--duration", min=0.0, help="Stop after this many seconds (0 = never)."),
-    ] = None,
-    exit_at_end: Annotated[
-        bool | None,
-        typer.Option("--exit-at-end/--keep-running", help="Stop when a file or stdin ends."),
-    ] = None,
+    set_: SetOption = None,
+    db: DaemonDbOption = None,
+    source: SourceOption = None,
+    fast: FastOption = False,
+    duration: DurationOption = None,
+    exit_at_end: ExitAtEndOption = None,
 ) -> None:
     """Run the live monitor: per-speaker disclosure, budgets, metrics and alerts."""
     from monitor.daemon.build import run_daemon
     from monitor.settings.config import load_config
 
+    overrides = _run_overrides(set_, db, source, fast, duration, exit_at_end)
+    settings = load_config(config, overrides)
+    summary = run_daemon(settings)
+    _print_summary(summary, settings)
+    # Everything is committed and closed. Skip the interpreter's teardown of torch and
+    # pocketsphinx (seconds on a small device) so that SIGTERM exits within 2 s.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _run_overrides(
+    set_: list[str] | None,
+    db: Path | None,
+    source: list[str] | None,
+    fast: bool,
+    duration: float | None,
+    exit_at_end: bool | None,
+) -> list[str]:
+    """The command line's options as ``--set`` overrides, after the user's own: one way into
+    the settings, so a flag and its key can never disagree."""
     overrides = list(set_ or [])
     if db is not None:
         overrides.append(f"daemon.db={json.dumps(str(db))}")
@@ -92,8 +119,11 @@ def run_command(
         overrides.append(f"daemon.duration_seconds={duration}")
     if exit_at_end is not None:
         overrides.append(f"daemon.exit_at_end={'true' if exit_at_end else 'false'}")
-    settings = load_config(config, overrides)
-    summary = run_daemon(settings)
+    return overrides
+
+
+def _print_summary(summary: RunSummary, settings: Config) -> None:
+    """What the run measured, per track and in all, on stderr (stdout stays for data)."""
     out = {"markup": False, "highlight": False, "soft_wrap": True}
     for track, event in sorted(summary.last.items()):
         err_console.print(
@@ -116,12 +146,6 @@ def run_command(
         f"{summary.audio_device_errors} device errors",
         **out,
     )
-    # Everything is committed and closed. Skip the interpreter's teardown of torch and
-    # pocketsphinx (seconds on a small device) so that SIGTERM exits within 2 s.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def _status_table(rows: list[TrackStatus]) -> Any:
@@ -193,7 +217,7 @@ def _bound_cell(bound_bits: float, ceiling_bits: float) -> str:
 
 @user_errors
 def status_command(
-    db: Annotated[Path | None, typer.Option("--db", help="Database (daemon.db).")] = None,
+    db: DaemonDbOption = None,
     config: Annotated[Path | None, typer.Option("--config", help="config.toml.")] = None,
     live: Annotated[bool, typer.Option("--live", help="Refresh until stopped.")] = False,
     interval: Annotated[

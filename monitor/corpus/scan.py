@@ -170,16 +170,7 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
     metadata_path = base / METADATA_FILE
     metadata = read_metadata(metadata_path) if metadata_path.is_file() else {}
 
-    allowed: set[str] | None = None
-    if split is not None:
-        if not metadata:
-            raise InputError(str(metadata_path), f"split {split!r} needs speaker metadata")
-        if "original_split" not in next(iter(metadata.values())):
-            raise InputError(str(metadata_path), "no 'original_split' column to select a split")
-        allowed = {_nfc(s) for s, row in metadata.items() if row["original_split"] == split}
-        if not allowed:
-            known = sorted({row["original_split"] for row in metadata.values()})
-            raise InputError(str(metadata_path), f"no speaker in split {split!r} (known: {known})")
+    allowed = _split_speakers(metadata, metadata_path, split)
 
     utterances: list[Utterance] = []
     unreadable: list[tuple[Path, str]] = []
@@ -200,15 +191,9 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
         if not audio:  # named, so that a speaker never silently vanishes from the counts
             empty.append(folder.name)
         for path in audio:
-            if path.is_symlink() and not path.exists():
-                unreadable.append((path, "broken symbolic link"))
+            problem = _unreadable_file(path)
+            if problem == "":
                 continue
-            if path.is_dir():
-                continue
-            if not path.is_file():  # a FIFO would block the scan, a device never end
-                unreadable.append((path, "not a regular file (a device, pipe or socket)"))
-                continue
-            problem = _probe(path)
             if problem is None:
                 utterances.append(Utterance(folder.name, path))
             else:
@@ -229,3 +214,32 @@ def scan_corpus(root: str | os.PathLike[str], *, split: str | None = None) -> Co
     )
     check_speaker_names(corpus)  # one rule for every command that reads a corpus
     return corpus
+
+
+def _split_speakers(
+    metadata: dict[str, dict[str, str]], metadata_path: Path, split: str | None
+) -> set[str] | None:
+    """The speakers of ``split`` by their metadata (NFC names); None when no split is asked."""
+    allowed: set[str] | None = None
+    if split is not None:
+        if not metadata:
+            raise InputError(str(metadata_path), f"split {split!r} needs speaker metadata")
+        if "original_split" not in next(iter(metadata.values())):
+            raise InputError(str(metadata_path), "no 'original_split' column to select a split")
+        allowed = {_nfc(s) for s, row in metadata.items() if row["original_split"] == split}
+        if not allowed:
+            known = sorted({row["original_split"] for row in metadata.values()})
+            raise InputError(str(metadata_path), f"no speaker in split {split!r} (known: {known})")
+    return allowed
+
+
+def _unreadable_file(path: Path) -> str | None:
+    """Why an audio file of a speaker folder cannot be read; None when it can, "" for a folder
+    named like audio (skipped, not reported)."""
+    if path.is_symlink() and not path.exists():
+        return "broken symbolic link"
+    if path.is_dir():
+        return ""
+    if not path.is_file():  # a FIFO would block the scan, a device never end
+        return "not a regular file (a device, pipe or socket)"
+    return _probe(path)

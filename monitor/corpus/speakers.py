@@ -7,7 +7,7 @@ groups the usable utterances by speaker, listing everything left out and why.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,8 +84,7 @@ def load_speakers(
     Files that cannot be read, utterances with less than ``min_speech_seconds`` of speech or
     with no evidence for any feature, and speakers left with fewer than 2 utterances are
     skipped and listed. An utterance empty for some features only is kept: its empty
-    observations pool as nothing.
-    Raises ``InputError`` when no speaker remains.
+    observations pool as nothing. Raises ``InputError`` when no speaker remains.
     """
     from monitor.features.extract import FeatureCache, extract_many
 
@@ -101,58 +100,21 @@ def load_speakers(
         scheduler=scheduler,
         progress=progress,
     )
-    skipped: list[tuple[str, str]] = [(str(path), reason) for path, reason in corpus.unreadable]
-    skipped += [
-        (f"speaker {name}", "no audio file in its folder") for name in corpus.empty_speakers
-    ]
-    skipped += [(path, error.problem) for path, error in extraction.errors.items()]  # type: ignore[attr-defined]
+    skipped = _skipped_before_speakers(corpus, extraction)
     speakers: list[SpeakerUtterances] = []
     fingerprints: list[tuple[str, str, bytes]] = []
     for alias in corpus.speakers:
-        kept: list[tuple[str, Any]] = []
-        for utterance in corpus.utterances_of(alias):
-            result = extraction.files.get(str(utterance.path))
-            if result is None:
-                continue
-            if result.speech_seconds < min_speech_seconds:
-                skipped.append(
-                    (
-                        str(utterance.path),
-                        f"too little speech ({result.speech_seconds:.2f} s, "
-                        f"minimum {min_speech_seconds:g} s)",
-                    )
-                )
-                continue
-            empty = [f for f in features if not usable_observation(result.observations[f].values)]
-            if len(empty) == len(features):
-                skipped.append((str(utterance.path), f"empty {', '.join(empty)} observation"))
-                continue
-            # An empty observation of one feature pools as nothing (zero counts, zero
-            # vector): the utterance still serves the other features.
-            kept.append((utterance.path.stem, result))
-            fingerprints.append(
-                (
-                    alias,
-                    str(utterance.path),
-                    fingerprint(result.observations, result.speech_seconds),
-                )
-            )
-        if len(kept) < 2:
-            skipped.append(
-                (f"speaker {alias}", f"only {len(kept)} usable utterance(s); 2 or more needed")
-            )
-            continue
-        speakers.append(
-            SpeakerUtterances(
-                alias=alias,
-                utterances=tuple(stem for stem, _ in kept),
-                speech_seconds=np.array([r.speech_seconds for _, r in kept]),
-                values={f: np.stack([r.observations[f].values for _, r in kept]) for f in features},
-                weights={
-                    f: np.array([r.observations[f].seconds for _, r in kept]) for f in features
-                },
-            )
+        kept = _usable_utterances(
+            corpus.utterances_of(alias),
+            extraction.files,
+            alias=alias,
+            features=features,
+            min_speech_seconds=min_speech_seconds,
+            skipped=skipped,
+            fingerprints=fingerprints,
         )
+        if kept is not None:
+            speakers.append(_speaker(alias, kept, features))
     if not speakers:
         raise InputError(
             str(corpus.root),
@@ -165,4 +127,77 @@ def load_speakers(
         speakers=tuple(speakers),
         skipped=tuple(skipped),
         files=len(corpus.utterances) + len(corpus.unreadable),
+    )
+
+
+def _usable_utterances(
+    utterances: Iterable[Any],
+    files: Mapping[str, Any],
+    *,
+    alias: str,
+    features: Sequence[str],
+    min_speech_seconds: float,
+    skipped: list[tuple[str, str]],
+    fingerprints: list[tuple[str, str, bytes]],
+) -> list[tuple[str, Any]] | None:
+    """(stem, extraction) of the speaker's utterances with enough speech and some evidence,
+    None when fewer than 2 remain; the others go to ``skipped`` with why, the kept ones'
+    fingerprints to ``fingerprints`` (duplicates are looked for across the whole corpus)."""
+    kept: list[tuple[str, Any]] = []
+    for utterance in utterances:
+        result = files.get(str(utterance.path))
+        if result is None:
+            continue
+        if result.speech_seconds < min_speech_seconds:
+            skipped.append(
+                (
+                    str(utterance.path),
+                    f"too little speech ({result.speech_seconds:.2f} s, "
+                    f"minimum {min_speech_seconds:g} s)",
+                )
+            )
+            continue
+        empty = [f for f in features if not usable_observation(result.observations[f].values)]
+        if len(empty) == len(features):
+            skipped.append((str(utterance.path), f"empty {', '.join(empty)} observation"))
+            continue
+        # An empty observation of one feature pools as nothing (zero counts, zero
+        # vector): the utterance still serves the other features.
+        kept.append((utterance.path.stem, result))
+        fingerprints.append(
+            (
+                alias,
+                str(utterance.path),
+                fingerprint(result.observations, result.speech_seconds),
+            )
+        )
+    if len(kept) < 2:
+        skipped.append(
+            (f"speaker {alias}", f"only {len(kept)} usable utterance(s); 2 or more needed")
+        )
+        return None
+    return kept
+
+
+def _skipped_before_speakers(corpus: Any, extraction: Any) -> list[tuple[str, str]]:
+    """What the scan and the extraction left out: unreadable files, empty speaker folders,
+    files the extraction failed on."""
+    skipped: list[tuple[str, str]] = [(str(path), reason) for path, reason in corpus.unreadable]
+    skipped += [
+        (f"speaker {name}", "no audio file in its folder") for name in corpus.empty_speakers
+    ]
+    skipped += [(path, error.problem) for path, error in extraction.errors.items()]
+    return skipped
+
+
+def _speaker(
+    alias: str, kept: Sequence[tuple[str, Any]], features: Sequence[str]
+) -> SpeakerUtterances:
+    """One speaker's kept utterances stacked into per-feature matrices, in corpus order."""
+    return SpeakerUtterances(
+        alias=alias,
+        utterances=tuple(stem for stem, _ in kept),
+        speech_seconds=np.array([r.speech_seconds for _, r in kept]),
+        values={f: np.stack([r.observations[f].values for _, r in kept]) for f in features},
+        weights={f: np.array([r.observations[f].seconds for _, r in kept]) for f in features},
     )

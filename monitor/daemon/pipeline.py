@@ -126,7 +126,21 @@ class Pipeline(PipelineStages):
         self.clock = clock
         self.wall_clock = wall_clock
         self.window_features = WindowFeatures(self.features)
-        thresholds = tracker_thresholds_for(config, scorer.calibration)
+        self._build_measuring(config, profiles, narrow=narrow, vad=vad)
+        self._build_accounting(config, narrow=narrow)
+        self._init_run_state(config)
+
+    def _build_measuring(
+        self,
+        config: Config,
+        profiles: Sequence[Any],
+        *,
+        narrow: NarrowCopies | None,
+        vad: Callable[[], FrameVad] | None,
+    ) -> None:
+        """Who speaks: turn splitter, load shedder, streams, tracker (calibrated thresholds)."""
+        clock, source = self.clock, self.source
+        thresholds = tracker_thresholds_for(config, self.scorer.calibration)
         self.turns = TurnSplitter(
             self._embed,
             change_cosine=thresholds.change if thresholds else -1.0,
@@ -140,7 +154,6 @@ class Pipeline(PipelineStages):
         self.streams = measured_streams(
             config, self.features, self.turns, vad=vad, clock=clock, shedder=self.shedder
         )
-        self._feed_counted = 0.0  # streams.feed_seconds already in _busy
         self.tracker = SpeakerTracker(
             profiles,
             tracker_settings(config),
@@ -148,8 +161,12 @@ class Pipeline(PipelineStages):
             narrow=narrow,
             cohort=cohort_of(scorer),
             clock=clock,
-            wall_clock=wall_clock,
+            wall_clock=self.wall_clock,
         )
+
+    def _build_accounting(self, config: Config, *, narrow: NarrowCopies | None) -> None:
+        """What a track disclosed and what follows: track scorer, budget, ledger, supervisor."""
+        store, scorer, clock = self.store, self.scorer, self.clock
         self.track_scorer = track_scorer_for(
             config.protect.mode != "off",
             store,
@@ -169,11 +186,15 @@ class Pipeline(PipelineStages):
             device_id=self.device_id,
             keep_seconds=(config.ledger.keep_periods - 1) * config.budget.period_seconds,
             clock=clock,
-            wall_clock=wall_clock,
+            wall_clock=self.wall_clock,
         )
         self.measuring = MeasuringSupervisor(
-            restart=getattr(source, "relays", False), reset=self._reset_measuring, clock=clock
+            restart=getattr(self.source, "relays", False), reset=self._reset_measuring, clock=clock
         )
+
+    def _init_run_state(self, config: Config) -> None:
+        """Counters, queues and the stop signal of one run, all at their start."""
+        self._feed_counted = 0.0  # streams.feed_seconds already in _busy
         self._next_index = 0  # the next window's number since start (ClosedWindow.index)
         self._stop = asyncio.Event()
         self._stop_reason = ""
@@ -230,47 +251,64 @@ class Pipeline(PipelineStages):
                 logger.info("ledger track %s expired: not resumed", track)
                 events.append(TrackExpired(track, "unknown", 0.0, now))
                 continue
-            if _unknown(track):
-                kind, identity = "unknown", None
-            elif track in self.tracker.profile_identities:
-                kind, identity = "local", self.tracker.profile_identities[track]
-            else:
-                logger.warning("ledger track %s has no local profile now: not resumed", track)
+            resumed = self._resumable(kept)
+            if resumed is None:
                 continue
-            if set(self.features) - set(kept.pooled):
-                logger.warning("ledger track %s lacks a feature: starts afresh", track)
-                continue
-            if any(
-                kept.pooled[k].values.shape[0] != feature.dimension
-                for k, feature in self.features.items()
-            ):  # pooled by another embedding backend before a re-enrolment
-                logger.warning("ledger track %s was pooled by another model: starts afresh", track)
-                continue
-            self.track_scorer.restore(
-                TrackEvidence(
-                    track,
-                    kind,
-                    identity,
-                    {k: v for k, v in kept.pooled.items() if k in self.features},
-                    kept.windows,
-                    kept.speech_seconds,
-                    -math.inf if kept.max_window_bits is None else kept.max_window_bits,
-                )
-            )
-            if kind == "unknown":
-                self.tracker.restore(track, kept.pooled[EMBEDDING].values, kept.speech_seconds)
-            last = self.store.last_window(track, period)
-            if last is not None:  # exporters show its figures now, not when it speaks again
-                events.append(
-                    restored_track(
-                        last,
-                        state=self.budget.state(track),
-                        budget_bits=settings.budget.bits,
-                        budget_measure=settings.budget.measure,
-                        delta=settings.scorer.delta,
-                    )
-                )
+            event = self._resume(kept, *resumed, period=period)
+            if event is not None:  # exporters show its figures now, not when it speaks again
+                events.append(event)
         return events
+
+    def _resumable(self, kept: Any) -> tuple[str, str | None] | None:
+        """(kind, identity) of a ledger track that can carry on; None (why logged) for a local
+        one whose profile is gone, or evidence missing a feature or pooled by another model."""
+        track = kept.track
+        if _unknown(track):
+            kind, identity = "unknown", None
+        elif track in self.tracker.profile_identities:
+            kind, identity = "local", self.tracker.profile_identities[track]
+        else:
+            logger.warning("ledger track %s has no local profile now: not resumed", track)
+            return None
+        if set(self.features) - set(kept.pooled):
+            logger.warning("ledger track %s lacks a feature: starts afresh", track)
+            return None
+        if any(
+            kept.pooled[k].values.shape[0] != feature.dimension
+            for k, feature in self.features.items()
+        ):  # pooled by another embedding backend before a re-enrolment
+            logger.warning("ledger track %s was pooled by another model: starts afresh", track)
+            return None
+        return kind, identity
+
+    def _resume(
+        self, kept: Any, kind: str, identity: str | None, *, period: float
+    ) -> DaemonEvent | None:
+        """The track's evidence back (an unknown one's voice too); its last window's figures."""
+        track = kept.track
+        self.track_scorer.restore(
+            TrackEvidence(
+                track,
+                kind,
+                identity,
+                {k: v for k, v in kept.pooled.items() if k in self.features},
+                kept.windows,
+                kept.speech_seconds,
+                -math.inf if kept.max_window_bits is None else kept.max_window_bits,
+            )
+        )
+        if kind == "unknown":
+            self.tracker.restore(track, kept.pooled[EMBEDDING].values, kept.speech_seconds)
+        last = self.store.last_window(track, period)
+        if last is None:
+            return None
+        return restored_track(
+            last,
+            state=self.budget.state(track),
+            budget_bits=self.config.budget.bits,
+            budget_measure=self.config.budget.measure,
+            delta=self.config.scorer.delta,
+        )
 
     def _measuring(self, executor: ThreadPoolExecutor, feeder: ThreadPoolExecutor) -> Any:
         """The measuring stages under their supervisor (:mod:`monitor.daemon.measuring`)."""
@@ -328,13 +366,7 @@ class Pipeline(PipelineStages):
         """Run until end of input (with ``exit_at_end``), ``duration_seconds``, or a signal."""
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(_quiet_cancellation)
-        handled: list[signal.Signals] = []
-        for signum, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
-            try:
-                loop.add_signal_handler(signum, self._on_signal, name)
-                handled.append(signum)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass  # not the main thread (tests): callers use stop()
+        handled = self._handle_signals(loop)
         # at the measuring priority (the loop thread relays); the feeder has one thread: chunks
         # are fed to the streams in order, and a window taken after them
         priority = self.shedder.priority
@@ -346,18 +378,7 @@ class Pipeline(PipelineStages):
         await loop.run_in_executor(executor, self.window_features.warm_up)
         await loop.run_in_executor(feeder, self.streams.parts()[2].warm_up)
         startup = self.restore()
-        opening = DaemonStarted(
-            device_id=self.device_id,
-            version=__version__,
-            started_unix=started_unix,
-            templates={name: self.scorer.n for name in self.features},
-            ceiling_bits=self.scorer.ceiling_bits,
-            period_start_unix=self.track_scorer.period_start_unix,
-            states=dict(self.budget.states),
-            budget_bits=self.config.budget.bits,
-            speech_seconds=self.period_speech_seconds,
-        )
-        for event in (opening, *startup):
+        for event in (self._opening(started_unix), *startup):
             await self.queues["events"].put(event)
         try:
             async with asyncio.TaskGroup() as group:
@@ -384,7 +405,36 @@ class Pipeline(PipelineStages):
             executor.shutdown(wait=False, cancel_futures=True)
             feeder.shutdown(wait=False, cancel_futures=True)
             restore_blas()
-        # events still queued (a window scored just before the stop), then the goodbye
+        await self._goodbye()
+        return self._summary()
+
+    def _handle_signals(self, loop: asyncio.AbstractEventLoop) -> list[signal.Signals]:
+        """SIGTERM and SIGINT stop the run: the signals handled (none off the main thread)."""
+        handled: list[signal.Signals] = []
+        for signum, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")):
+            try:
+                loop.add_signal_handler(signum, self._on_signal, name)
+                handled.append(signum)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread (tests): callers use stop()
+        return handled
+
+    def _opening(self, started_unix: float) -> DaemonStarted:
+        """The first event: what this daemon measures against and where its period stands."""
+        return DaemonStarted(
+            device_id=self.device_id,
+            version=__version__,
+            started_unix=started_unix,
+            templates={name: self.scorer.n for name in self.features},
+            ceiling_bits=self.scorer.ceiling_bits,
+            period_start_unix=self.track_scorer.period_start_unix,
+            states=dict(self.budget.states),
+            budget_bits=self.config.budget.bits,
+            speech_seconds=self.period_speech_seconds,
+        )
+
+    async def _goodbye(self) -> None:
+        """Events still queued (a window scored just before the stop), stats, goodbye: in 1 s."""
         queued = self.queues["events"]
         final: list[DaemonEvent] = []
         while not queued.empty():
@@ -398,6 +448,9 @@ class Pipeline(PipelineStages):
                     await self._deliver(event)
         except TimeoutError:
             logger.warning("exporters did not take the last events within 1 s")
+
+    def _summary(self) -> RunSummary:
+        """What the run did, for the command's last lines."""
         stats = self.stats()
         return RunSummary(
             stop_reason=self._stop_reason,

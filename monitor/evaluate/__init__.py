@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,7 @@ from monitor.blocks.workers import dask_client, shared_scheduler
 from monitor.calibration.buckets import CalibrationSet
 from monitor.calibration.protocol import NotEnoughSpeakersError
 from monitor.calibration.trial_rows import BlockProgress
-from monitor.corpus.speakers import MIN_SPEECH_SECONDS, load_speakers
+from monitor.corpus.speakers import MIN_SPEECH_SECONDS, CorpusSpeakers, load_speakers
 from monitor.errors import InputError
 from monitor.evaluate.audit import run_audit
 from monitor.evaluate.protected import protected_audit
@@ -60,19 +61,11 @@ def evaluate_corpus(
     with contextlib.ExitStack() as stack:
         address = stack.enter_context(shared_scheduler(jobs, scheduler))
         client = None if address is None else stack.enter_context(dask_client(jobs, address))
-        return _audit_corpus(
-            root,
-            out,
-            split=split,
-            test_seconds=test_seconds,
-            template_seconds=template_seconds,
+        options = _Options(
             features=features,
             loss=loss,
             calibration=calibration,
-            calibration_source=calibration_source,
             lid_source=lid_source,
-            protected=protected,
-            protect=protect,
             cache_dir=cache_dir,
             jobs=jobs,
             scheduler=address,
@@ -82,30 +75,53 @@ def evaluate_corpus(
             block_progress=block_progress,
             min_speech_seconds=min_speech_seconds,
         )
+        return _audit_corpus(
+            root,
+            out,
+            options,
+            split=split,
+            test_seconds=test_seconds,
+            template_seconds=template_seconds,
+            calibration_source=calibration_source,
+            protected=protected,
+            protect=protect,
+        )
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What every step of one evaluation shares: what to measure, where to compute it (the
+    cluster is up by then), whom to tell how far it got."""
+
+    features: Sequence[str]
+    loss: str
+    calibration: CalibrationSet | None
+    lid_source: str | None
+    cache_dir: str | Path | None
+    jobs: int
+    scheduler: str | None
+    client: Client | None
+    extraction_progress: Callable[[int, int, str], None] | None
+    progress: Callable[[str], None] | None
+    block_progress: BlockProgress | None
+    min_speech_seconds: float
+
+    def tell(self, step: str) -> None:
+        if self.progress is not None:
+            self.progress(step)
 
 
 def _audit_corpus(
     root: str | Path,
     out: str | Path,
+    options: _Options,
     *,
     split: str | None,
     test_seconds: Sequence[float],
     template_seconds: Sequence[float | None],
-    features: Sequence[str],
-    loss: str,
-    calibration: CalibrationSet | None,
     calibration_source: str | None,
-    lid_source: str | None,
     protected: str | Path | None,
     protect: ProtectRequest | None,
-    cache_dir: str | Path | None,
-    jobs: int,
-    scheduler: str | None,
-    client: Client | None,
-    extraction_progress: Callable[[int, int, str], None] | None,
-    progress: Callable[[str], None] | None,
-    block_progress: BlockProgress | None,
-    min_speech_seconds: float,
 ) -> tuple[Audit, dict[str, Any]]:
     """:func:`evaluate_corpus` once its cluster, if any, is up."""
     from monitor.evaluate.plots import write_plots
@@ -114,61 +130,18 @@ def _audit_corpus(
     loaded = load_speakers(
         root,
         split=split,
-        features=features,
-        cache_dir=cache_dir,
-        jobs=jobs,
-        scheduler=scheduler,
-        progress=extraction_progress,
-        min_speech_seconds=min_speech_seconds,
+        features=options.features,
+        cache_dir=options.cache_dir,
+        jobs=options.jobs,
+        scheduler=options.scheduler,
+        progress=options.extraction_progress,
+        min_speech_seconds=options.min_speech_seconds,
     )
-    metadata: dict[str, Any] = {
-        "corpus": Path(loaded.root).name,
-        "corpus_path": str(root),
-        "split": split,
-        "speakers": len(loaded.speakers),
-        "files": loaded.files,
-        "created": datetime.now(UTC).replace(microsecond=0).isoformat(),
-        "calibration": calibration_source,
-    }
-    try:
-        audit = run_audit(
-            loaded.speakers,
-            test_seconds=test_seconds,
-            template_seconds=template_seconds,
-            features=features,
-            loss=loss,
-            calibration=calibration,
-            lid_source=lid_source,
-            metadata=metadata,
-            skipped=loaded.skipped,
-            progress=progress,
-            client=client,
-            block_progress=block_progress,
-        )
-    except NotEnoughSpeakersError as error:
-        raise InputError(loaded.root, str(error)) from error
-    except ValueError as error:
-        raise InputError(loaded.root, f"cannot audit: {error}") from error
+    metadata = _corpus_metadata(loaded, root, split=split, calibration_source=calibration_source)
+    audit = _audit_loaded(loaded, metadata, options, test_seconds, template_seconds)
     if protected is not None:
-        if progress is not None:
-            progress("protected corpus")
-        feature = "embedding" if "embedding" in features else features[0]
-        other = load_speakers(  # every speaker: only those of the audited split are matched
-            protected,
-            split=None,
-            features=(feature,),
-            cache_dir=cache_dir,
-            jobs=jobs,
-            scheduler=scheduler,
-            progress=extraction_progress,
-        )
-        audit = dataclasses.replace(
-            audit,
-            protected=protected_audit(
-                loaded.speakers, other.speakers, corpus=Path(other.root).name, feature=feature
-            ),
-            skipped=audit.skipped + other.skipped,
-        )
+        options.tell("protected corpus")
+        audit = _with_protected_corpus(audit, loaded, protected, options)
     if protect is not None:
         audit = audit_protection(
             audit,
@@ -177,20 +150,88 @@ def _audit_corpus(
             split=split,
             test_seconds=test_seconds[0],
             template_seconds=template_seconds[0],
-            features=features,
-            loss=loss,
-            calibration=calibration,
-            lid_source=lid_source,
+            features=options.features,
+            loss=options.loss,
+            calibration=options.calibration,
+            lid_source=options.lid_source,
             evaluated=metadata,
-            client=client,
-            jobs=jobs,
-            scheduler=scheduler,
-            min_speech_seconds=min_speech_seconds,
-            extraction_progress=extraction_progress,
-            progress=progress,
+            client=options.client,
+            jobs=options.jobs,
+            scheduler=options.scheduler,
+            min_speech_seconds=options.min_speech_seconds,
+            extraction_progress=options.extraction_progress,
+            progress=options.progress,
         )
-    if progress is not None:
-        progress("plots and report")
+    options.tell("plots and report")
     plots = write_plots(audit, out)
     document = write_report(audit, out, plots)
     return audit, document
+
+
+def _audit_loaded(
+    loaded: CorpusSpeakers,
+    metadata: dict[str, Any],
+    options: _Options,
+    test_seconds: Sequence[float],
+    template_seconds: Sequence[float | None],
+) -> Audit:
+    """Every length setting audited on the speakers loaded; too few of them, or settings the
+    audit cannot run, are the corpus's problem and said so in one line."""
+    try:
+        return run_audit(
+            loaded.speakers,
+            test_seconds=test_seconds,
+            template_seconds=template_seconds,
+            features=options.features,
+            loss=options.loss,
+            calibration=options.calibration,
+            lid_source=options.lid_source,
+            metadata=metadata,
+            skipped=loaded.skipped,
+            progress=options.progress,
+            client=options.client,
+            block_progress=options.block_progress,
+        )
+    except NotEnoughSpeakersError as error:
+        raise InputError(loaded.root, str(error)) from error
+    except ValueError as error:
+        raise InputError(loaded.root, f"cannot audit: {error}") from error
+
+
+def _corpus_metadata(
+    loaded: CorpusSpeakers, root: str | Path, *, split: str | None, calibration_source: str | None
+) -> dict[str, Any]:
+    """What the report says of the corpus audited: which, how much, when, calibrated how."""
+    return {
+        "corpus": Path(loaded.root).name,
+        "corpus_path": str(root),
+        "split": split,
+        "speakers": len(loaded.speakers),
+        "files": loaded.files,
+        "created": datetime.now(UTC).replace(microsecond=0).isoformat(),
+        "calibration": calibration_source,
+    }
+
+
+def _with_protected_corpus(
+    audit: Audit, loaded: CorpusSpeakers, protected: str | Path, options: _Options
+) -> Audit:
+    """The audit with the protected copy of the corpus matched against the clean speakers:
+    how well the anonymised voices still link to who spoke."""
+    feature = "embedding" if "embedding" in options.features else options.features[0]
+    other = load_speakers(  # every speaker: only those of the audited split are matched
+        protected,
+        split=None,
+        features=(feature,),
+        cache_dir=options.cache_dir,
+        jobs=options.jobs,
+        scheduler=options.scheduler,
+        progress=options.extraction_progress,
+    )
+    return dataclasses.replace(
+        audit,
+        protected=protected_audit(
+            loaded.speakers, other.speakers, corpus=Path(other.root).name, feature=feature
+        ),
+        skipped=audit.skipped + other.skipped,
+    )

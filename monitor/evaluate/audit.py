@@ -256,8 +256,7 @@ def audit_setting(
     With a Dask ``client`` the score matrices are computed by its workers in row blocks and
     only their mergeable summaries come back (:mod:`monitor.calibration.trial_rows`); cross-fitting
     still brings the matrices here, as its fits need every dev score at once. The figures are
-    those of the single-process run, bit for bit.
-    """
+    those of the single-process run, bit for bit."""
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}; known: {', '.join(LOSSES)}")
     if pooled is None:
@@ -267,26 +266,18 @@ def audit_setting(
             template_seconds=template_seconds,
             features=features,
         )
-    if lid_source is None:
-        covered = calibration is not None and not calibration_gap(
-            calibration, features, test_seconds
-        )
-        lid_source = "calibration" if covered else "crossfit"
-    if lid_source == "calibration" and calibration is None:
-        raise ValueError("LID source 'calibration' needs a calibration")
+    lid_source = _lid_source(lid_source, calibration, features, test_seconds)
     if client is not None and lid_source == "calibration" and calibration is not None:
-        cals, fusion, description = calibration_weights(
-            calibration, features, test_seconds, pooled.aliases, evaluated
-        )
-        rows = trial_rows(client, pooled, tuple(cals), fusion=fusion, progress=block_progress)
-        audits = audit_blocks(
-            rows,
-            cals,
-            pooled.truth,
-            pooled.aliases,
+        figures = _audit_on_workers(
+            client,
+            pooled,
+            calibration,
+            features,
+            test_seconds,
+            evaluated=evaluated,
             loss=loss,
             per_speaker=per_speaker,
-            fit=speaker_fits_on_workers(client, block_progress),
+            block_progress=block_progress,
         )
     else:
         trials = gathered_trials(client, pooled) if client is not None else scored_trials(pooled)
@@ -300,7 +291,67 @@ def audit_setting(
             evaluated=evaluated,
         )
         audits = _audit_matrices(setup, trials, loss=loss, per_speaker=per_speaker)
-        fusion, description = dict(setup.fusion), setup.description
+        figures = audits, dict(setup.fusion), setup.description
+    return _setting_audit(pooled, test_seconds, template_seconds, figures)
+
+
+def _audit_on_workers(
+    client: Client,
+    pooled: PooledTrials,
+    calibration: CalibrationSet,
+    features: Sequence[str],
+    test_seconds: float,
+    *,
+    evaluated: Mapping[str, Any] | None,
+    loss: str,
+    per_speaker: bool,
+    block_progress: BlockProgress | None,
+) -> tuple[dict[str, FeatureAudit], dict[str, float], str]:
+    """(audits, fusion, description) with the calibration's weights, the score matrices
+    computed by the workers in row blocks: only their mergeable summaries come back."""
+    cals, fusion, description = calibration_weights(
+        calibration, features, test_seconds, pooled.aliases, evaluated
+    )
+    rows = trial_rows(client, pooled, tuple(cals), fusion=fusion, progress=block_progress)
+    audits = audit_blocks(
+        rows,
+        cals,
+        pooled.truth,
+        pooled.aliases,
+        loss=loss,
+        per_speaker=per_speaker,
+        fit=speaker_fits_on_workers(client, block_progress),
+    )
+    return audits, fusion, description
+
+
+def _lid_source(
+    lid_source: str | None,
+    calibration: CalibrationSet | None,
+    features: Sequence[str],
+    test_seconds: float,
+) -> str:
+    """Where the LID and fusion weights come from: the calibration when it covers every feature
+    at this length, else cross-fitting on the evaluation speakers."""
+    if lid_source is None:
+        covered = calibration is not None and not calibration_gap(
+            calibration, features, test_seconds
+        )
+        lid_source = "calibration" if covered else "crossfit"
+    if lid_source == "calibration" and calibration is None:
+        raise ValueError("LID source 'calibration' needs a calibration")
+    return lid_source
+
+
+def _setting_audit(
+    pooled: PooledTrials,
+    test_seconds: float,
+    template_seconds: float | None,
+    figures: tuple[Mapping[str, FeatureAudit], Mapping[str, float], str],
+) -> SettingAudit:
+    """The audit of one length setting: what was asked, what the trials held, the figures
+    (audits, fusion weights, where the LID weights came from)."""
+    audits, fusion, description = figures
     return SettingAudit(
         test_seconds=float(test_seconds),
         template_seconds=None if template_seconds is None else float(template_seconds),

@@ -142,18 +142,43 @@ def lid_weights(
     if source not in LID_SOURCES:
         raise ValueError(f"unknown LID source {source!r}; known: {', '.join(LID_SOURCES)}")
     scores = {name: trials.scores[name] for name in features}
-    combine = len(features) > 1
     if source == "calibration":
-        if calibration is None:
-            raise ValueError("LID source 'calibration' needs a calibration")
-        cals, fusion, description = calibration_weights(
-            calibration, features, seconds, trials.aliases, evaluated
-        )
-        if combine:
-            scores[COMBINED] = fuse_scores(scores, fusion)
-        lid = {name: lid_per_trial(scores[name], trials.truth, cals[name].weight) for name in cals}
-        return LidSetup(scores, lid, cals, fusion, description)
+        return _from_calibration(trials, scores, features, calibration, seconds, evaluated)
+    return _crossfitted(trials, scores, features, seconds, separable)
 
+
+def _from_calibration(
+    trials: Trials,
+    scores: dict[str, np.ndarray],
+    features: Sequence[str],
+    calibration: CalibrationSet | None,
+    seconds: float,
+    evaluated: Mapping[str, Any] | None,
+) -> LidSetup:
+    """w_f and the combined weights from the calibration at ``seconds``: fitted on
+    speaker-disjoint dev data, so the evaluation speakers only ever test them."""
+    combine = len(features) > 1
+    if calibration is None:
+        raise ValueError("LID source 'calibration' needs a calibration")
+    cals, fusion, description = calibration_weights(
+        calibration, features, seconds, trials.aliases, evaluated
+    )
+    if combine:
+        scores[COMBINED] = fuse_scores(scores, fusion)
+    lid = {name: lid_per_trial(scores[name], trials.truth, cals[name].weight) for name in cals}
+    return LidSetup(scores, lid, cals, fusion, description)
+
+
+def _crossfitted(
+    trials: Trials,
+    scores: dict[str, np.ndarray],
+    features: Sequence[str],
+    seconds: float,
+    separable: SeparableNotes | None,
+) -> LidSetup:
+    """The weights fitted on the trials of half the evaluation speakers and applied to the
+    other half, both ways: with no calibration, no speaker tests weights fitted on itself."""
+    combine = len(features) > 1
     half = np.arange(trials.N) % 2  # speakers alternate between halves
     row_half = half[trials.truth]
     if np.unique(row_half).size < 2:

@@ -40,22 +40,7 @@ def protected_audit(
     )
     from monitor.features.base import TemplateBatch, get_feature
 
-    by_alias = {s.alias: s for s in protected}
-    rows_o: list[np.ndarray] = []
-    rows_p: list[np.ndarray] = []
-    speaker_of: list[str] = []
-    for speaker in original:
-        other = by_alias.get(speaker.alias)
-        if other is None:
-            continue
-        index = {u: i for i, u in enumerate(other.utterances)}
-        common = [(i, index[u]) for i, u in enumerate(speaker.utterances) if u in index]
-        if len(common) < 2:
-            continue
-        mine, theirs = (np.array(c) for c in zip(*common, strict=True))
-        rows_o.append(np.asarray(speaker.values[feature])[mine])
-        rows_p.append(np.asarray(other.values[feature])[theirs])
-        speaker_of += [speaker.alias] * len(common)
+    rows_o, rows_p, speaker_of = _shared_utterances(original, protected, feature)
     aliases = tuple(dict.fromkeys(speaker_of))
     if len(aliases) < 2:
         raise InputError(
@@ -86,3 +71,28 @@ def protected_audit(
         DeID=deid(M_OO, M_OP),
         GVD_dB=gvd(M_OO, M_PP),
     )
+
+
+def _shared_utterances(
+    original: Sequence[SpeakerUtterances], protected: Sequence[SpeakerUtterances], feature: str
+) -> tuple[list[np.ndarray], list[np.ndarray], list[str]]:
+    """The ``feature`` rows of the utterances both corpora hold (same speaker folder and file
+    stem), original and protected side by side, and whose each is: only a speaker with 2 or
+    more of them can be compared to itself."""
+    by_alias = {s.alias: s for s in protected}
+    rows_o: list[np.ndarray] = []
+    rows_p: list[np.ndarray] = []
+    speaker_of: list[str] = []
+    for speaker in original:
+        other = by_alias.get(speaker.alias)
+        if other is None:
+            continue
+        index = {u: i for i, u in enumerate(other.utterances)}
+        common = [(i, index[u]) for i, u in enumerate(speaker.utterances) if u in index]
+        if len(common) < 2:
+            continue
+        mine, theirs = (np.array(c) for c in zip(*common, strict=True))
+        rows_o.append(np.asarray(speaker.values[feature])[mine])
+        rows_p.append(np.asarray(other.values[feature])[theirs])
+        speaker_of += [speaker.alias] * len(common)
+    return rows_o, rows_p, speaker_of

@@ -22,7 +22,7 @@ import dataclasses
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from monitor.evaluate.results import CONDITIONS, Audit, ProtectionAudit, Setting
 from monitor.protect import METHODS
 from monitor.protect.files import DEFAULT_SEED, anonymise_file, utterance_alphas
 from monitor.protect.mcadams import ALPHA_RANGE_2024, Alpha, anonymise
+
+if TYPE_CHECKING:
+    from monitor.evaluate.asr import WordErrors
 
 
 def check_method(method: str) -> str:
@@ -175,36 +178,21 @@ def audit_protection(
 ) -> Audit:
     """``audit`` with its :class:`ProtectionAudit` (and paper 002's figures of the two
     versions, unless ``--protected`` gave them): anonymise, extract, audit, transcribe."""
-    import tempfile
-
-    from monitor.corpus.scan import scan_corpus
-    from monitor.corpus.speakers import load_speakers
-    from monitor.evaluate.asr import read_prompts, word_errors
     from monitor.evaluate.audit import audit_setting
-    from monitor.evaluate.protected import protected_audit
 
     if progress is not None:
         progress(f"anonymising ({request.method}, α {request.alpha})")
     root = Path(loaded.root)
-    with tempfile.TemporaryDirectory(prefix="voxmeter-protect-") as scratch:
-        anonymise_corpus(
-            root,
-            Path(scratch),
-            split=split,
-            alpha=request.alpha,
-            seed=request.seed,
-            progress=extraction_progress,
-        )
-        other = load_speakers(
-            scratch,
-            split=split,
-            features=features,
-            cache_dir=None,  # temporary files: nothing to key a cache entry on afterwards
-            jobs=jobs,
-            scheduler=scheduler,
-            progress=extraction_progress,
-            min_speech_seconds=min_speech_seconds,
-        )
+    other = _anonymised_speakers(
+        root,
+        request,
+        split=split,
+        features=features,
+        jobs=jobs,
+        scheduler=scheduler,
+        min_speech_seconds=min_speech_seconds,
+        extraction_progress=extraction_progress,
+    )
     if progress is not None:
         progress("the three attackers")
     conditions = condition_audits(
@@ -221,29 +209,102 @@ def audit_protection(
     if request.wer_utterances:
         if progress is not None:
             progress(f"word error rate ({request.wer_utterances} utterances)")
-        paths = scan_corpus(root, split=split).paths
-        alphas = utterance_alphas(paths, request.alpha, request.seed)
-        alpha_of = {path: alpha for path, alpha in zip(paths, alphas, strict=True)}
-        chosen = every_kth(paths, request.wer_utterances)
-        wer = word_errors(
-            chosen,
-            read_prompts(root),
-            lambda samples, i: anonymise(samples, 16000, alpha_of[chosen[i]]),
+        wer = _word_errors(root, request, split=split, progress=extraction_progress)
+    protection = ProtectionAudit(
+        method=request.method,
+        alpha=str(request.alpha),
+        seed=request.seed,
+        conditions=conditions,
+        wer=wer,
+    )
+    return _with_protection(audit, protection, loaded, other, features=features)
+
+
+def _word_errors(
+    root: Path,
+    request: ProtectRequest,
+    *,
+    split: str | None,
+    progress: Callable[[int, int, str], None] | None,
+) -> WordErrors:
+    """The word error rate of every k-th utterance anonymised with the very α the corpus copy
+    drew for it: what protection costs the assistant's understanding."""
+    from monitor.corpus.scan import scan_corpus
+    from monitor.evaluate.asr import read_prompts, word_errors
+
+    paths = scan_corpus(root, split=split).paths
+    alphas = utterance_alphas(paths, request.alpha, request.seed)
+    alpha_of = {path: alpha for path, alpha in zip(paths, alphas, strict=True)}
+    chosen = every_kth(paths, request.wer_utterances)
+    return word_errors(
+        chosen,
+        read_prompts(root),
+        lambda samples, i: anonymise(samples, 16000, alpha_of[chosen[i]]),
+        progress=progress,
+    )
+
+
+def _anonymised_speakers(
+    root: Path,
+    request: ProtectRequest,
+    *,
+    split: str | None,
+    features: Sequence[str],
+    jobs: int,
+    scheduler: str | None,
+    min_speech_seconds: float,
+    extraction_progress: Callable[[int, int, str], None] | None,
+) -> CorpusSpeakers:
+    """The split anonymised into a scratch folder and its speakers extracted from there: the
+    anonymised audio never outlives the audit."""
+    import tempfile
+
+    from monitor.corpus.speakers import load_speakers
+
+    with tempfile.TemporaryDirectory(prefix="voxmeter-protect-") as scratch:
+        anonymise_corpus(
+            root,
+            Path(scratch),
+            split=split,
+            alpha=request.alpha,
+            seed=request.seed,
             progress=extraction_progress,
         )
+        return load_speakers(
+            scratch,
+            split=split,
+            features=features,
+            cache_dir=None,  # temporary files: nothing to key a cache entry on afterwards
+            jobs=jobs,
+            scheduler=scheduler,
+            progress=extraction_progress,
+            min_speech_seconds=min_speech_seconds,
+        )
+
+
+def _with_protection(
+    audit: Audit,
+    protection: ProtectionAudit,
+    loaded: CorpusSpeakers,
+    other: CorpusSpeakers,
+    *,
+    features: Sequence[str],
+) -> Audit:
+    """``audit`` with its protection audit, and paper 002's figures of the two versions unless
+    ``--protected`` already gave them."""
+    from monitor.evaluate.protected import protected_audit
+
     feature = "embedding" if "embedding" in features else features[0]
+    root = Path(loaded.root)
     paper_002 = audit.protected or protected_audit(
-        loaded.speakers, other.speakers, corpus=f"{root.name} ({request.method})", feature=feature
+        loaded.speakers,
+        other.speakers,
+        corpus=f"{root.name} ({protection.method})",
+        feature=feature,
     )
     return dataclasses.replace(
         audit,
         protected=paper_002,
-        protection=ProtectionAudit(
-            method=request.method,
-            alpha=str(request.alpha),
-            seed=request.seed,
-            conditions=conditions,
-            wer=wer,
-        ),
+        protection=protection,
         skipped=audit.skipped + other.skipped,
     )

@@ -374,7 +374,7 @@ class HomeAssistantExporter:
         self.connected = connected
 
     async def _session(self, client: aiomqtt.Client) -> None:
-        # Subscribe before publishing: retained configs delivered now predate this session.
+        # Subscribe before publishing: retained configs delivered now predate this connection.
         await client.subscribe(self.discovery.subscription, qos=1)
         self._dirty.update(self._configs)  # a restarted broker has forgotten retained messages
         self._device_dirty = True

@@ -33,31 +33,9 @@ class LogExporter:
     async def handle(self, event: DaemonEvent) -> None:
         match event:
             case WindowScored():
-                fields = {**_figure_fields(event.figures), "window": event.figures.window_index}
-                fields["latency_s"] = round(event.latency_seconds, 3)
-                # where the window lies in the file or stream, beside the wall clock
-                fields["stream_start_s"] = round(event.window_start_seconds, 2)
-                fields["stream_end_s"] = round(event.window_end_seconds, 2)
-                if event.stream.source:  # which source (room) heard it, which of its clients
-                    fields["source"] = event.stream.source
-                if event.stream.connection:
-                    fields["connection"] = event.stream.connection
-                self.log.info("window", extra={"fields": fields})
+                self.log.info("window", extra={"fields": _window_fields(event)})
             case StateChanged():
-                self.log.warning(
-                    "budget",
-                    extra={
-                        "fields": {
-                            "track": event.track,
-                            "from": event.from_state,
-                            "to": event.to_state,
-                            "bits": round(event.bits, 3),
-                            "budget": event.budget_bits,
-                            "seq": event.seq,
-                            "reason": event.reason,
-                        }
-                    },
-                )
+                self.log.warning("budget", extra={"fields": _budget_fields(event)})
             case TrackExpired(merged_into=None):
                 self.log.info("expired", extra={"fields": {"track": event.track}})
             case TrackExpired():
@@ -93,6 +71,33 @@ class LogExporter:
                 )
             case DaemonStopping():
                 self.log.info("stopping", extra={"fields": {"reason": event.reason}})
+
+
+def _window_fields(event: WindowScored) -> dict[str, Any]:
+    """The log fields of a window scored: its figures, latency and where it lies."""
+    fields = {**_figure_fields(event.figures), "window": event.figures.window_index}
+    fields["latency_s"] = round(event.latency_seconds, 3)
+    # where the window lies in the file or stream, beside the wall clock
+    fields["stream_start_s"] = round(event.window_start_seconds, 2)
+    fields["stream_end_s"] = round(event.window_end_seconds, 2)
+    if event.stream.source:  # which source (room) heard it, which of its clients
+        fields["source"] = event.stream.source
+    if event.stream.connection:
+        fields["connection"] = event.stream.connection
+    return fields
+
+
+def _budget_fields(event: StateChanged) -> dict[str, Any]:
+    """The log fields of a budget state change."""
+    return {
+        "track": event.track,
+        "from": event.from_state,
+        "to": event.to_state,
+        "bits": round(event.bits, 3),
+        "budget": event.budget_bits,
+        "seq": event.seq,
+        "reason": event.reason,
+    }
 
 
 def _figure_fields(figures: Figures) -> dict[str, Any]:

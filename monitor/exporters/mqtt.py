@@ -267,7 +267,7 @@ class MqttExporter:
         try:
             return bool(self._outbox.pending(1))
         except StoreError:
-            return False  # the next session's drain reports it
+            return False  # the next connection's drain reports it
 
     async def _session(self, client: aiomqtt.Client) -> None:
         """One connection's life: a watcher for disconnection and the publisher, together."""

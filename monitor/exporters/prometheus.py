@@ -70,16 +70,33 @@ SOURCE_COUNTERS = {
 """``voxmeter_source_<field>_total{source}``: a field of ``SourceCounts`` each."""
 
 
+def _instrument(kind: Any, registry: Any, name: str, doc: str, labels: Any = ()) -> Any:
+    """A ``kind`` (Gauge, Counter) on ``registry``: the one way every instrument is declared."""
+    return kind(name, doc, list(labels), registry=registry)
+
+
+_Make = Callable[..., Any]  # declares one instrument on the metrics' registry
+
+
 class Metrics:
     """The instruments of DESIGN §15 except those read at scrape time (see OutboxCollector)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        def gauge(name: str, doc: str, labels: Iterable[str] = ()) -> Gauge:
-            return Gauge(name, doc, list(labels), registry=registry)
+        # family by family, in this order: the exposition lists them as registered
+        gauge = partial(_instrument, Gauge, registry)
+        counter = partial(_instrument, Counter, registry)
+        self._declare_disclosure(gauge)
+        self._declare_audio(gauge, counter, registry)
+        self._declare_health(gauge, counter)
+        for kind in ("total", "speech"):
+            self.frames.labels(kind)  # export 0 before the first stats, so rate() works
+        for shed in SHED_ORDER:
+            self.shed_seconds.labels(shed)
+        for state in BUDGET_STATES:
+            self.alerts.labels(state)
 
-        def counter(name: str, doc: str, labels: Iterable[str] = ()) -> Counter:
-            return Counter(name, doc, list(labels), registry=registry)
-
+    def _declare_disclosure(self, gauge: _Make) -> None:
+        """What a speaker disclosed, its bounds and budget: the figures the product is for."""
         self.disclosure_bits = gauge(
             "voxmeter_disclosure_bits",
             "Cumulative disclosure of the speaker's pooled speech this period, in bits.",
@@ -114,6 +131,9 @@ class Metrics:
             "Information gain log2 N - H(P) about an unknown voice, in bits.",
             ("track", "top_candidate"),
         )
+
+    def _declare_audio(self, gauge: _Make, counter: _Make, registry: CollectorRegistry) -> None:
+        """The audio heard and how fast the stages got through it."""
         self.speech_seconds = counter(
             "voxmeter_speech_seconds",
             "Seconds of speech attributed to the speaker since the daemon started.",
@@ -157,6 +177,10 @@ class Metrics:
             "1 when the evidence is longer than the last calibration bucket.",
             ("feature",),
         )
+
+    def _declare_health(self, gauge: _Make, counter: _Make) -> None:
+        """Alerts, the broker, the device, the measuring side's failures and lag; then per named
+        source (audio.sources; a daemon of one source has one), from PipelineStats."""
         self.alerts = counter(
             "voxmeter_alerts", "Budget alerts raised, by the state entered.", ("state",)
         )
@@ -187,7 +211,6 @@ class Metrics:
             "How far the measuring side is behind live audio now (shedding starts at "
             "load.shed_lag_seconds).",
         )
-        # per named source (audio.sources; a daemon of one source has one), from PipelineStats
         self.source_counters = {
             field: counter(f"voxmeter_source_{field}", doc, ("source",))
             for field, doc in SOURCE_COUNTERS.items()
@@ -200,12 +223,6 @@ class Metrics:
         self.source_windows = counter(
             "voxmeter_source_windows", "Windows scored from the source's speech.", ("source",)
         )
-        for kind in ("total", "speech"):
-            self.frames.labels(kind)  # export 0 before the first stats, so rate() works
-        for shed in SHED_ORDER:
-            self.shed_seconds.labels(shed)
-        for state in BUDGET_STATES:
-            self.alerts.labels(state)
 
     @property
     def per_speaker(self) -> tuple[Gauge | Counter, ...]:

@@ -1,4 +1,4 @@
-"""The received view's Prometheus instruments (issue 30 item 2), beside the original figures.
+"""The received view's Prometheus instruments, beside the original figures.
 
 The original series (``voxmeter_disclosure_bits`` …) are unchanged: they measure the audio as
 it was spoken. What a protected upstream received has its own series, labelled

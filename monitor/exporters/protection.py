@@ -1,5 +1,5 @@
 """Protection in Home Assistant: a switch to turn it on and off, a binary sensor *protecting*,
-and an alert when protection starts for a person (issue 30).
+and an alert when protection starts for a person.
 
 The two entities are discovery configs of the device (:func:`protection_entities`), published
 and kept by the Home Assistant exporter (its ``extra_entities``), so its sweep of stale configs

@@ -42,7 +42,7 @@ __all__ = ["INT8_GRAPHS", "build", "build_missing", "check_session", "fit_ranges
 
 OP_TYPES = ["Conv"]
 """Only convolutions: they are nearly all the work, and quantising the pooling and the
-normalisations as well lost accuracy for no speed (measured in the session that fitted them)."""
+normalisations as well lost accuracy for no speed (measured when the ranges were fitted)."""
 REDUCE_RANGE = True
 RANGES_KEY = "voxmeter_int8_ranges_sha256"
 """Metadata of a built graph: the sha256 of the ranges file it came from (stale -> rebuilt)."""
@@ -188,7 +188,8 @@ def build(backend: str, folder: Path) -> Path:
 
 
 def is_current(backend: str, path: Path) -> bool:
-    """Whether the int8 graph at ``path`` was built from today's ranges and its float graph."""
+    """Whether the int8 graph at ``path`` was built from the committed ranges and its float
+    graph."""
     source = graph_path(INT8_GRAPHS[backend][0], path.parent)
     if not path.is_file() or path.stat().st_mtime < source.stat().st_mtime:
         return False
@@ -199,8 +200,8 @@ def is_current(backend: str, path: Path) -> bool:
 
 
 def check_session(backend: str, session: Any, path: Path) -> None:
-    """Refuse an int8 graph built from other ranges than today's (cheap: the session's
-    metadata): its embeddings would not be this version's."""
+    """Refuse an int8 graph built from other ranges than the committed ones (cheap: the ONNX
+    session's metadata): its embeddings would not be this version's."""
     built_from = session.get_modelmeta().custom_metadata_map.get(RANGES_KEY)
     if built_from != ranges_digest(backend):
         raise ConfigError(

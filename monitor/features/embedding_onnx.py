@@ -14,7 +14,7 @@ Dynamic int8 quantisation (``onnxruntime.quantization.quantize_dynamic``) was me
 rejected: ``ConvInteger`` kernels made ECAPA 2.4x and CAM++ 3.4x *slower* here (README); the
 static int8 graphs are :mod:`monitor.features.embedding_int8`.
 
-Session settings, measured (issue 27: ECAPA on ONNX Runtime took more CPU than torch on an Intel
+Session settings, measured (ECAPA on ONNX Runtime took more CPU than torch on an Intel
 AVX-512 Xeon; ``python -m bench.bench_int8 settings`` on an AMD EPYC, CPU ms per 3 s window):
 ``ORT_ENABLE_ALL`` and ``ORT_ENABLE_EXTENDED`` are equal (float 84 ms, int8 42-43);
 ``ORT_ENABLE_BASIC`` costs the int8 graph 2.5x (103 ms: its QDQ pairs are not fused into

@@ -433,18 +433,30 @@ def extract_many(
         for path in todo:
             finish(path, _extract_or_error(path, names))
     else:
-
-        def batch_done(paths: list[str], outcomes: list[FileFeatures | tuple[str, str]]) -> None:
-            for path, outcome in zip(paths, outcomes, strict=True):
-                finish(path, outcome)
-
-        with dask_client(min(jobs, len(todo)), scheduler) as client:
-            backend = embedding_backend()
-            map_batches(client, _extract_batch, todo, names, backend, done=batch_done)
+        _extract_on_cluster(todo, names, jobs, scheduler, finish)
 
     ordered = {path: files[path] for path in order if path in files}
     failed = {path: errors[path] for path in order if path in errors}
     return Extraction(ordered, failed)
+
+
+def _extract_on_cluster(
+    todo: list[str],
+    names: tuple[str, ...],
+    jobs: int,
+    scheduler: str | None,
+    finish: Callable[[str, FileFeatures | tuple[str, str]], None],
+) -> None:
+    """The files not in the cache extracted by Dask workers, a batch per task; each outcome
+    handed to ``finish`` here, where the cache is written."""
+
+    def batch_done(paths: list[str], outcomes: list[FileFeatures | tuple[str, str]]) -> None:
+        for path, outcome in zip(paths, outcomes, strict=True):
+            finish(path, outcome)
+
+    with dask_client(min(jobs, len(todo)), scheduler) as client:
+        backend = embedding_backend()
+        map_batches(client, _extract_batch, todo, names, backend, done=batch_done)
 
 
 def describe(result: FileFeatures) -> dict[str, Any]:

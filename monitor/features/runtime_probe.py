@@ -1,7 +1,7 @@
 """``features.runtime = "auto"``: torch or ONNX Runtime for a float network, by measurement.
 
 Which runtime is cheaper depends on the CPU: on an AMD EPYC ONNX Runtime took ~30 % less CPU
-than torch for ECAPA, on an Intel AVX-512 Xeon it took more (issue 27). So ``auto`` does not
+than torch for ECAPA, on an Intel AVX-512 Xeon it took more. So ``auto`` does not
 guess: the first time a float backend (``ecapa``, ``campplus``) is used on a CPU model, a child
 process times a 3 s window through each runtime on one thread (3 warm runs, then the median of
 5; the thread's CPU time, so other load barely moves it) and the cheaper one is kept in

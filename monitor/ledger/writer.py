@@ -105,26 +105,11 @@ class LedgerWriter:
             self.store.merge_tracks(retired, into, self.period_start_unix)
         self.budget.forget(retired)
 
-    def process(self, scored: ScoredWindow) -> list[DaemonEvent]:
-        events: list[DaemonEvent] = []
-        current = self.period_start_unix
-        if current is None or scored.period_start_unix > current:
-            events.extend(self.start_period(scored.period_start_unix))
-        # a window that closed just before the boundary, scored after the timer reset the
-        # budgets: recorded in its own period, but it does not move this period's state
-        stale = current is not None and scored.period_start_unix < current
-        started = self.clock()
+    def _figures(self, scored: ScoredWindow, state: BudgetState, window_end_unix: float) -> Figures:
+        """The record of a window scored: the track, what it disclosed, its budget's state."""
         tracked, score, evidence = scored.tracked, scored.score, scored.evidence
         window = tracked.window
-        figure = next(d.cumulative_bits for d in score.disclosures if d.key == str(self.measure))
-        if scored.received is not None:  # what the upstream received decides (the stronger)
-            figure = scored.received.bits(self.measure)
-        previous = self.budget.state(tracked.track)
-        change = None if stale else self.budget.process(tracked.track, figure)
-        state = self.budget.state(tracked.track)
-        window_end_unix = window.closed_unix
-        window_start_unix = window_end_unix - (window.end_seconds - window.start_seconds)
-        figures = Figures(
+        return Figures(
             track=tracked.track,
             kind=tracked.kind,
             identity=tracked.identity,
@@ -147,6 +132,27 @@ class LedgerWriter:
             window_end_unix=window_end_unix,
             received=scored.received,
         )
+
+    def process(self, scored: ScoredWindow) -> list[DaemonEvent]:
+        events: list[DaemonEvent] = []
+        current = self.period_start_unix
+        if current is None or scored.period_start_unix > current:
+            events.extend(self.start_period(scored.period_start_unix))
+        # a window that closed just before the boundary, scored after the timer reset the
+        # budgets: recorded in its own period, but it does not move this period's state
+        stale = current is not None and scored.period_start_unix < current
+        started = self.clock()
+        tracked, score, evidence = scored.tracked, scored.score, scored.evidence
+        window = tracked.window
+        figure = next(d.cumulative_bits for d in score.disclosures if d.key == str(self.measure))
+        if scored.received is not None:  # what the upstream received decides (the stronger)
+            figure = scored.received.bits(self.measure)
+        previous = self.budget.state(tracked.track)
+        change = None if stale else self.budget.process(tracked.track, figure)
+        state = self.budget.state(tracked.track)
+        window_end_unix = window.closed_unix
+        window_start_unix = window_end_unix - (window.end_seconds - window.start_seconds)
+        figures = self._figures(scored, state, window_end_unix)
         self.store.record_window(
             tracked.track,
             period_start=scored.period_start_unix,

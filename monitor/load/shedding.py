@@ -1,5 +1,5 @@
 """A guest that fits its host: the measuring side sheds work instead of falling behind, and runs
-at a lower CPU priority than the relay (issue 27).
+at a lower CPU priority than the relay.
 
 **Shedding.** The measuring side's lag is how long ago the oldest piece of audio it still has to
 process arrived (speech waiting for the feeder thread) or the oldest window still waiting for

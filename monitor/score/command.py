@@ -46,21 +46,10 @@ def score_report_from_files(
     on_workers = uses_cluster(jobs, scheduler)
     pair_mode = scores is not None or key is not None
     matrix_mode = matrix is not None or truth is not None
-    if pair_mode and matrix_mode:
-        raise InputError("--scores/--key", "cannot be combined with --matrix/--truth")
-    if not pair_mode and not matrix_mode:
-        raise InputError("voxmeter score", "give --scores S --key K, or --matrix M --truth T")
-    if fit_loss not in FIT_LOSSES:
-        raise InputError("--fit-loss", f"{fit_loss!r} is not one of {', '.join(FIT_LOSSES)}")
+    _check_mode(pair_mode, matrix_mode, fit_loss)
     if pair_mode:
-        if scores is None or key is None:
-            raise InputError("--scores" if scores is None else "--key", "missing: give both")
         extras = [dev_matrix, dev_truth, lid_weight, lid_bias]
-        if any(x is not None for x in extras):
-            raise InputError("--scores/--key", "dev data and LID options need --matrix/--truth")
-        if on_workers:
-            raise InputError("--jobs/--scheduler", "only a --matrix is scored on Dask workers")
-        return _pairs_report(scores, key)
+        return _pairs_report(*_pair_inputs(scores, key, extras, on_workers))
     if matrix is None or truth is None:
         raise InputError("--matrix" if matrix is None else "--truth", "missing: give both")
     _check_matrix_options(dev_matrix, dev_truth, lid_weight, lid_bias)
@@ -92,6 +81,29 @@ def score_report_from_files(
         )
     except ValueError as error:  # input the readers accepted but the metrics cannot use
         raise InputError(str(matrix), f"cannot be scored: {error}") from error
+
+
+def _check_mode(pair_mode: bool, matrix_mode: bool, fit_loss: str) -> None:
+    """One kind of input, pairs or a matrix, and a loss the fit knows."""
+    if pair_mode and matrix_mode:
+        raise InputError("--scores/--key", "cannot be combined with --matrix/--truth")
+    if not pair_mode and not matrix_mode:
+        raise InputError("voxmeter score", "give --scores S --key K, or --matrix M --truth T")
+    if fit_loss not in FIT_LOSSES:
+        raise InputError("--fit-loss", f"{fit_loss!r} is not one of {', '.join(FIT_LOSSES)}")
+
+
+def _pair_inputs(
+    scores: Path | None, key: Path | None, extras: list[object], on_workers: bool
+) -> tuple[Path, Path]:
+    """Scores and key, both given, and none of the options only a matrix takes."""
+    if scores is None or key is None:
+        raise InputError("--scores" if scores is None else "--key", "missing: give both")
+    if any(x is not None for x in extras):
+        raise InputError("--scores/--key", "dev data and LID options need --matrix/--truth")
+    if on_workers:
+        raise InputError("--jobs/--scheduler", "only a --matrix is scored on Dask workers")
+    return scores, key
 
 
 def _pairs_report(scores: Path, key: Path) -> ScoreReport:

@@ -1,4 +1,4 @@
-"""The received view (issue 30 item 2): what a protected upstream received, measured live.
+"""The received view: what a protected upstream received, measured live.
 
 The relay's transform marks a protected utterance's ``audio-start`` with its McAdams α
 (:data:`~monitor.vocabulary.PROTECT_KEY`, read into :attr:`AudioFrame.protect_alpha`). McAdams
@@ -38,7 +38,7 @@ import numpy.typing as npt
 from monitor.audio.frames import RATE_HZ
 from monitor.errors import StoreError
 from monitor.events.figures import Disclosure, ReceivedFigures
-from monitor.events.messages import TrackedWindow
+from monitor.events.messages import FeatureWindow, TrackedWindow
 from monitor.features.base import Feature, Observation, TemplateBatch
 from monitor.scoring.evidence import ScoredWindow, TrackScorer
 from monitor.scoring.scorer import PreparedTemplates, Scorer, score_track
@@ -105,19 +105,7 @@ class ReceivedTrackScorer(TrackScorer):
                 if before is not None
                 else _View({}, 0, 0.0)
             )
-        observations = dict(window.observations)
-        if embedding is not None:
-            observations[EMBEDDING] = embedding
-            view.protected_windows += 1
-            view.protected_seconds += window.speech_seconds
-        view.pooled = {
-            name: feature.pool([view.pooled[name], observations[name]])
-            if name in view.pooled
-            else observations[name]
-            for name, feature in self.features.items()
-        }
-        view.windows += 1
-        view.speech_seconds += window.speech_seconds
+        observations = self._pool(view, window)
         self.views[tracked.track] = view
         attackers: dict[str, tuple[Disclosure, ...]] = {}
         narrow = self.narrow if window.band == "narrow" else None
@@ -149,6 +137,25 @@ class ReceivedTrackScorer(TrackScorer):
         return dataclasses.replace(
             scored, received=received, scorer_seconds=scored.scorer_seconds + spent
         )
+
+    def _pool(self, view: _View, window: FeatureWindow) -> dict[str, Observation]:
+        """The window's observations as the upstream received them (the protected embedding
+        where there was one), pooled into the view; returns them."""
+        embedding = window.received_embedding
+        observations = dict(window.observations)
+        if embedding is not None:
+            observations[EMBEDDING] = embedding
+            view.protected_windows += 1
+            view.protected_seconds += window.speech_seconds
+        view.pooled = {
+            name: feature.pool([view.pooled[name], observations[name]])
+            if name in view.pooled
+            else observations[name]
+            for name, feature in self.features.items()
+        }
+        view.windows += 1
+        view.speech_seconds += window.speech_seconds
+        return observations
 
     def expire(self, track: str) -> None:
         super().expire(track)

@@ -32,6 +32,8 @@ from monitor.vocabulary import COMBINED, SimilarityKind
 
 LN2 = math.log(2.0)
 FloatArray = npt.NDArray[np.floating]  # float64 figures; float32 where templates are stored
+_JsPlan = tuple[npt.NDArray[np.intp] | None, FloatArray, float, FloatArray]
+"""One test's plan for :meth:`_js`: bins summed (None: all), scaled p there, −H(p), sums."""
 
 
 @lru_cache(maxsize=64)
@@ -159,26 +161,29 @@ class PreparedTemplates:
         """(K, 1) column of test probabilities in the stored scale and dtype."""
         return (p * 2.0**self.scale_exp).astype(self.dtype)[:, None]
 
+    def _js_plan(self, counts: FloatArray) -> _JsPlan | None:
+        """How one test is summed against every template: (bins summed — None for all of
+        them, its scaled probabilities there, −H(p), the sums' row); None for an empty test.
+        A test on few bins sums only those, far fewer than the templates' bins."""
+        D, N = self.q_by_bin.shape
+        if counts.shape[0] != D:
+            raise ValueError(f"test has {counts.shape[0]} bins, templates {D}")
+        if np.any(counts < 0) or not np.all(np.isfinite(counts)):
+            raise ValueError("test counts must be finite and non-negative")
+        total = counts.sum()
+        if total <= 0:
+            return None
+        p = counts / total
+        support = np.flatnonzero(p)
+        ps = p[support]
+        neg_h_p = float(ps @ np.log2(ps))
+        if support.size >= _FULL_SUPPORT * D:
+            return (None, self._scaled(p), neg_h_p, np.empty(N))
+        return (support, self._scaled(ps), neg_h_p, np.empty(N))
+
     def _js(self, tests: Sequence[FloatArray]) -> list[FloatArray]:
         D, N = self.q_by_bin.shape
-        plans: list[tuple[npt.NDArray[np.intp] | None, FloatArray, float, FloatArray] | None] = []
-        for counts in tests:
-            if counts.shape[0] != D:
-                raise ValueError(f"test has {counts.shape[0]} bins, templates {D}")
-            if np.any(counts < 0) or not np.all(np.isfinite(counts)):
-                raise ValueError("test counts must be finite and non-negative")
-            total = counts.sum()
-            if total <= 0:
-                plans.append(None)
-                continue
-            p = counts / total
-            support = np.flatnonzero(p)
-            ps = p[support]
-            neg_h_p = float(ps @ np.log2(ps))
-            if support.size >= _FULL_SUPPORT * D:
-                plans.append((None, self._scaled(p), neg_h_p, np.empty(N)))
-            else:
-                plans.append((support, self._scaled(ps), neg_h_p, np.empty(N)))
+        plans = [self._js_plan(counts) for counts in tests]
         work = np.empty((D, _BLOCK), dtype=self.dtype)
         logs = np.empty((D, _BLOCK), dtype=self.dtype)
         for start in range(0, N, _BLOCK):

@@ -399,7 +399,7 @@ class ProtectSettings:
 
 @dataclass(frozen=True)
 class LoadSettings:
-    """When the device is busy: the measuring threads' priority and what is shed (issue 27)."""
+    """When the device is busy: the measuring threads' priority and what is shed."""
 
     measuring_priority: str = setting(
         "idle",

@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
@@ -417,24 +418,14 @@ def enroll_corpus(
     """
     request = _Request.checked(features, utterances, seconds, local, min_speech_seconds)
     check_speaker_names(corpus)
-    speakers = {
-        alias: _Speaker(alias, [str(u.path) for u in corpus.utterances_of(alias)])
-        for alias in corpus.speakers
-    }
+    speakers = _speakers_of(corpus)
     skipped_files = [(str(p), reason) for p, reason in corpus.unreadable]
     rounds = _Rounds(request, speakers, cache, jobs, scheduler, progress, skipped_files)
     rounds.run()
     enrolments, enrolled, skipped_speakers = _enrolments(request, speakers, corpus, local)
-    unreadable_only = sorted({Path(p).parent.name for p, _ in corpus.unreadable} - set(speakers))
-    skipped_speakers += [(alias, "no readable audio file") for alias in unreadable_only]
-    skipped_speakers += [(alias, "no audio file in its folder") for alias in corpus.empty_speakers]
+    skipped_speakers += _speakers_without_audio(corpus, speakers)
     if not enrolments:
-        example = f"; e.g. {skipped_files[0][0]}: {skipped_files[0][1]}" if skipped_files else ""
-        raise InputError(
-            str(corpus.root),
-            f"no speaker has usable speech; nothing enrolled ({len(skipped_files)} files "
-            f"skipped{example})",
-        )
+        _nothing_enrolled(corpus, skipped_files)
     _warn_duplicates(enrolled, rounds.results)
     if "embedding" in request.names and (protect is not None or narrow or room):
         enrolments = _with_variants(
@@ -451,4 +442,32 @@ def enroll_corpus(
         features=request.names,
         files_extracted=rounds.done,
         cache_hits=rounds.hits,
+    )
+
+
+def _speakers_of(corpus: Corpus) -> dict[str, _Speaker]:
+    """Every speaker of the corpus with the paths of its utterances, in corpus order."""
+    return {
+        alias: _Speaker(alias, [str(u.path) for u in corpus.utterances_of(alias)])
+        for alias in corpus.speakers
+    }
+
+
+def _speakers_without_audio(
+    corpus: Corpus, speakers: Mapping[str, _Speaker]
+) -> list[tuple[str, str]]:
+    """Speaker folders that held no file to extract: every file unreadable, or none at all."""
+    unreadable_only = sorted({Path(p).parent.name for p, _ in corpus.unreadable} - set(speakers))
+    skipped = [(alias, "no readable audio file") for alias in unreadable_only]
+    skipped += [(alias, "no audio file in its folder") for alias in corpus.empty_speakers]
+    return skipped
+
+
+def _nothing_enrolled(corpus: Corpus, skipped_files: Sequence[tuple[str, str]]) -> NoReturn:
+    """No speaker had usable speech: one line naming the corpus and a file skipped, and why."""
+    example = f"; e.g. {skipped_files[0][0]}: {skipped_files[0][1]}" if skipped_files else ""
+    raise InputError(
+        str(corpus.root),
+        f"no speaker has usable speech; nothing enrolled ({len(skipped_files)} files "
+        f"skipped{example})",
     )

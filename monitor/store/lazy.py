@@ -1,4 +1,4 @@
-"""Lazy-informed templates (issue 30): beside each speaker's embedding template, the template
+"""Lazy-informed templates: beside each speaker's embedding template, the template
 of the same files anonymised by the protection method, made where the audio is at hand
 (``voxmeter enroll --protect mcadams``), since voxmeter never stores audio.
 

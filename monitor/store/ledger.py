@@ -102,25 +102,8 @@ class LedgerMixin(Database):
         the window's place in the file or stream (seconds), beside the wall-clock times.
         Returns the window record id.
         """
-        if not track:
-            raise ValueError("track: must be a non-empty string")
-        for name, value in (
-            ("period_start", period_start),
-            ("window_start", window_start),
-            ("window_end", window_end),
-            ("speech_seconds", speech_seconds),
-        ):
-            if not np.isfinite(value):
-                raise ValueError(f"track {track!r}: {name} must be finite, got {value}")
-        if window_bits is not None and not np.isfinite(window_bits):
-            raise ValueError(f"track {track!r}: window_bits must be finite, got {window_bits}")
-        rows = []
-        for feature, observation in pooled.items():
-            what = f"track {track!r}, pooled {feature!r}"
-            if observation.feature != feature:
-                raise ValueError(f"{what}: observation is for feature {observation.feature!r}")
-            blob, dimension = vector_blob(observation.values, what)
-            rows.append((feature, dimension, float(observation.seconds), blob))
+        _check_window(track, period_start, window_start, window_end, speech_seconds, window_bits)
+        rows = _pooled_rows(track, pooled)
         figures_text = dumps(dict(figures or {}))
         now = utc_now()
         with self._transaction() as conn:
@@ -254,3 +237,41 @@ class LedgerMixin(Database):
                 "DELETE FROM ledger_windows WHERE period_start < ?", (float(before),)
             )
             return int(cursor.rowcount)
+
+
+def _check_window(
+    track: str,
+    period_start: float,
+    window_start: float,
+    window_end: float,
+    speech_seconds: float,
+    window_bits: float | None,
+) -> None:
+    """A window record names its track and holds finite times: refused before any write."""
+    if not track:
+        raise ValueError("track: must be a non-empty string")
+    for name, value in (
+        ("period_start", period_start),
+        ("window_start", window_start),
+        ("window_end", window_end),
+        ("speech_seconds", speech_seconds),
+    ):
+        if not np.isfinite(value):
+            raise ValueError(f"track {track!r}: {name} must be finite, got {value}")
+    if window_bits is not None and not np.isfinite(window_bits):
+        raise ValueError(f"track {track!r}: window_bits must be finite, got {window_bits}")
+
+
+def _pooled_rows(
+    track: str, pooled: Mapping[str, Observation]
+) -> list[tuple[str, int, float, bytes]]:
+    """(feature, dimension, seconds, vector blob) of each pooled observation, each checked to
+    be of the feature it is filed under."""
+    rows = []
+    for feature, observation in pooled.items():
+        what = f"track {track!r}, pooled {feature!r}"
+        if observation.feature != feature:
+            raise ValueError(f"{what}: observation is for feature {observation.feature!r}")
+        blob, dimension = vector_blob(observation.values, what)
+        rows.append((feature, dimension, float(observation.seconds), blob))
+    return rows

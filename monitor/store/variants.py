@@ -5,7 +5,7 @@ the feature ``embedding`` plus a suffix beside the clean template.
 - ``embedding+mcadams``: the files anonymised (``enroll --protect``, :mod:`monitor.store.lazy`);
 - ``embedding+narrow``: the files band-limited as an 8 kHz device delivers them
   (:func:`monitor.audio.band.band_limit`): the daemon scores and tracks a narrow-band stream
-  against these (issue 29).
+  against these.
 
 Each copy is written as 16 kHz FLAC into a temporary folder (deleted before the function
 returns), extracted like any file, and pooled per speaker as the clean template is.

@@ -1,4 +1,4 @@
-"""Is a window one voice? Its own parts' agreement, on the frames the splitter scored (issue 29).
+"""Is a window one voice? Its own parts' agreement, on the frames the splitter scored.
 
 A television talking on in a pause, or a voice the turn splitter could not place, leaves a
 window whose parts are not one voice. Scored as one, its embedding lands between the voices:

@@ -1,4 +1,4 @@
-"""The narrow-band copies a narrow-band stream is tracked and scored against (issue 29).
+"""The narrow-band copies a narrow-band stream is tracked and scored against.
 
 ``voxmeter enroll`` stores beside each identity's embedding template the template of the same
 files band-limited as an 8 kHz device delivers them (``embedding+narrow``,

@@ -395,30 +395,49 @@ async def receive(
                     relay = str(header.get("relay", ""))
                     on_connected(True)
                     seconds = float(header.get("unmeasured", {}).get(source, 0.0))
-                elif kind == "left":
-                    key = keys.pop(str(header.get("stream")), None)
-                    if key is not None:
-                        tap.left(key)
-                    seconds = float(header.get("unmeasured", 0.0))
                 else:
-                    key = keys.setdefault(str(header.get("stream")), str(header.get("stream")))
-                    event = Event(
-                        str(header.get("type")), header.get("data") or {}, payload or None
-                    )
-                    tap.offer(key, event, gap=bool(header.get("gap")))
-                    seconds = float(header.get("unmeasured", 0.0))
+                    seconds = _stream_message(header, payload, keys, tap)
                 if (new := unmeasured.update(relay, seconds)) > 0:
                     on_unmeasured(new)
             problem = "the relay closed the channel"
         except (OSError, ValueError) as error:
             problem = f"channel broken ({error})"
         finally:
-            if uplink is not None:
-                uplink.attach(None)
-            writer.close()
-            on_connected(False)
-            for key in keys.values():
-                tap.left(key)
+            _channel_lost(writer, uplink, on_connected, keys, tap)
         logger.warning("relay channel %s: %s; reconnecting", path, problem)
         attempt = 0
         await sleep(backoff_seconds(rng, 1, initial_seconds, max_seconds))
+
+
+def _stream_message(
+    header: dict[str, Any], payload: bytes | None, keys: dict[str, str], tap: Inbox
+) -> float:
+    """A stream's event (or its end) handed to the tap under its key; the seconds the relay
+    says it could not hand over so far."""
+    kind = header["kind"]
+    if kind == "left":
+        key = keys.pop(str(header.get("stream")), None)
+        if key is not None:
+            tap.left(key)
+        return float(header.get("unmeasured", 0.0))
+    key = keys.setdefault(str(header.get("stream")), str(header.get("stream")))
+    event = Event(str(header.get("type")), header.get("data") or {}, payload or None)
+    tap.offer(key, event, gap=bool(header.get("gap")))
+    return float(header.get("unmeasured", 0.0))
+
+
+def _channel_lost(
+    writer: asyncio.StreamWriter,
+    uplink: Uplink | None,
+    on_connected: Callable[[bool], None],
+    keys: dict[str, str],
+    tap: Inbox,
+) -> None:
+    """The channel is gone: the uplink detached, the socket closed, every stream open on it
+    ended (the relay cannot resume them on the next connection)."""
+    if uplink is not None:
+        uplink.attach(None)
+    writer.close()
+    on_connected(False)
+    for key in keys.values():
+        tap.left(key)

@@ -25,7 +25,6 @@ import pytest
 import soundfile
 
 from monitor.calibration.buckets import DEFAULT_PATH as DEFAULT_CALIBRATION
-from tests.daemon.conftest import hand_calibration
 from tests.daemon.test_e2e_exporters import (
     REPO,
     VOXMETER,
@@ -34,6 +33,7 @@ from tests.daemon.test_e2e_exporters import (
     voxmeter,
     wait_until,
 )
+from tests.daemon_corpus import hand_calibration
 from tests.realparts import stop_process
 from tests.realparts.mosquitto import MosquittoBroker
 

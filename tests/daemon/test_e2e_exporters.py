@@ -30,7 +30,7 @@ import soundfile
 from monitor.calibration.buckets import DEFAULT_PATH as DEFAULT_CALIBRATION
 from monitor.ledger.budget import BudgetMachine
 from monitor.settings.sections import BudgetSettings
-from tests.daemon.conftest import hand_calibration
+from tests.daemon_corpus import hand_calibration
 from tests.deploy.promql import RULES, dashboard_expressions, rule_expressions, without_threshold
 from tests.realparts import stop_process
 from tests.realparts.mosquitto import MosquittoBroker, free_port, wait_for_port

@@ -18,9 +18,9 @@ from monitor.daemon.build import build_pipeline
 from monitor.daemon.pipeline import Pipeline
 from monitor.settings.config import load_config
 from monitor.store.database import open_store
-from tests.daemon.conftest import PROFILE, DaemonCorpus
-from tests.daemon.test_exporter_homeassistant import configs, render, retained
-from tests.daemon.test_exporter_mqtt import Subscriber, subscribed
+from tests.daemon_corpus import PROFILE, DaemonCorpus
+from tests.exporters.test_exporter_homeassistant import configs, render, retained
+from tests.exporters.test_exporter_mqtt import Subscriber, subscribed
 from tests.realparts.mosquitto import MosquittoBroker, free_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.daemon.conftest import PROFILE, DaemonCorpus
+from tests.daemon_corpus import PROFILE, DaemonCorpus
 from tests.deploy.promql import HOUSEHOLD_RULES, RULES, dashboard_expressions
 from tests.realparts import stop_process
 from tests.realparts.mosquitto import free_port, wait_for_port

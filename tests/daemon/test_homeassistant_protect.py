@@ -1,7 +1,7 @@
 """A real Home Assistant (2025.4) transcribes through voxmeter's proxy with ``[protect] mode =
 always``: the pocketsphinx upstream receives anonymised audio (none of the original chunks), a
 transcript comes back through the voice pipeline, and the measuring side still measured the
-original audio (issue 30) — with the proxy in the daemon's process, and in ``voxmeter relay``
+original audio — with the proxy in the daemon's process, and in ``voxmeter relay``
 (``relay.socket``: the relay process anonymises, the daemon measures over the channel)."""
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from monitor.events.messages import TrackExpired
-from tests.daemon.exporter_events import N_TEMPLATES, scored, started
-from tests.daemon.test_exporter_homeassistant import exporters, handle, household
-from tests.daemon.test_exporter_mqtt import run
+from tests.exporters.exporter_events import N_TEMPLATES, scored, started
+from tests.exporters.test_exporter_homeassistant import exporters, handle, household
+from tests.exporters.test_exporter_mqtt import run
 from tests.realparts.homeassistant import HomeAssistant, wait_until
 from tests.realparts.mosquitto import MosquittoBroker
 

@@ -38,8 +38,8 @@ def test_home_assistant_transcribes_through_the_proxy(
     as the systemd units and the add-on run it) with the measuring side over the channel."""
     from wyoming.asr import Transcribe
 
-    from tests.audio.wyoming_peers import conversation, talk
     from tests.realparts.wyoming_upstreams import serve, speech
+    from tests.wyoming.wyoming_peers import conversation, talk
 
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng not installed (scripts/install-system.sh installs it)")

@@ -17,16 +17,16 @@ from monitor.ledger.writer import LedgerWriter
 from monitor.scoring.evidence import TrackEvidence, TrackScorer
 from monitor.settings.sections import BudgetSettings
 from monitor.store.database import open_store
-from tests.daemon.exporter_events import scored, started
-from tests.daemon.test_exporter_homeassistant import (
+from tests.exporters.exporter_events import scored, started
+from tests.exporters.test_exporter_homeassistant import (
     configs,
     exporters,
     handle,
     household,
     retained,
 )
-from tests.daemon.test_exporter_mqtt import TOPICS, run, subscribed
-from tests.daemon.test_exporter_prometheus import _families, make_exporter
+from tests.exporters.test_exporter_mqtt import TOPICS, run, subscribed
+from tests.exporters.test_exporter_prometheus import _families, make_exporter
 from tests.realparts.mosquitto import MosquittoBroker
 
 PERIOD = 1_800_000_000.0

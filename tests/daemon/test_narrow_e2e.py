@@ -1,4 +1,4 @@
-"""An 8 kHz device against members enrolled from 16 kHz files (issue 29), on the real corpus:
+"""An 8 kHz device against members enrolled from 16 kHz files, on the real corpus:
 ``voxmeter enroll --local`` stores each member's narrow-band copy beside their template, and the
 daemon reading an 8 kHz recording of a member gives its windows to that member through the
 copies; the same database without them (an old one) still runs, wide band, with one warning."""
@@ -102,7 +102,7 @@ def test_an_8khz_member_meets_their_narrow_copy(
     members = _members(corpus_root)
     db = _enrol(corpus_root, members, tmp_path)
     with open_store(db) as store:
-        # --local: the far-field copies too (issue 29 item 2), each recorded with its model
+        # --local: the far-field copies too, each recorded with its model
         assert store.template_counts() == {"embedding": 3, narrow_name(): 3, room_name(): 3}
         assert store.template_model(room_name()) == store.template_model("embedding") + "+room"
         assert store.template_model(narrow_name()) == store.template_model("embedding") + "+narrow"

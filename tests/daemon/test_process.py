@@ -17,7 +17,7 @@ from monitor.store.database import open_store
 pytestmark = pytest.mark.corpus
 
 # A daemon that never logs a window hangs its test in readline: pytest-timeout ends it. No
-# wall-clock assert: the 2 s requirement after SIGTERM (issue 11) is the daemon's own watchdog,
+# wall-clock assert: the 2 s requirement after SIGTERM is the daemon's own watchdog,
 # which exits with status 1 after 1.75 s (test_watchdog.py); exit status 0 shows that the
 # daemon's clean path finished first. The waits below are generous hang guards, not speed tests.
 HANG_GUARD_SECONDS = 30

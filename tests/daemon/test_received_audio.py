@@ -1,4 +1,4 @@
-"""The received view's reproduction (issue 30 item 2): the relay's transform marks a protected
+"""The received view's reproduction: the relay's transform marks a protected
 utterance's audio-start for the tap only, and the measuring side rebuilds from the original
 audio exactly the samples the upstream received, chunk by chunk, as the VAD cuts speech."""
 
@@ -21,9 +21,9 @@ from monitor.protect.relay import UpstreamAnonymiser
 from monitor.vocabulary import PROTECT_KEY
 from monitor.wyoming.source import FrameDecoder
 from monitor.wyoming.wire import encode_event
-from tests.audio.wyoming_peers import conversation
-from tests.daemon.conftest import DaemonCorpus
+from tests.daemon_corpus import DaemonCorpus
 from tests.protect.test_policy_relay import _decode
+from tests.wyoming.wyoming_peers import conversation
 
 pytestmark = pytest.mark.corpus
 

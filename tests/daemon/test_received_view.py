@@ -1,4 +1,4 @@
-"""The received view live (issue 30 item 2), through a real proxy in front of the real
+"""The received view live, through a real proxy in front of the real
 pocketsphinx upstream, scraped by a real Prometheus: what the upstream received from a
 protected speaker is scored against the clean templates (ignorant attacker) and the
 anonymised ones (``embedding+mcadams``, lazy attacker), exported as ``view="received"``, and the
@@ -31,11 +31,11 @@ from monitor.settings.sections import PrometheusSettings
 from monitor.store.database import open_store
 from monitor.store.lazy import lazy_name, lazy_templates
 from monitor.store.templates import Enrolment, current_model
-from tests.audio.wyoming_peers import conversation, talk
-from tests.daemon.conftest import TEMPLATE_UTTERANCES, DaemonCorpus
 from tests.daemon.proxy_daemon import proxied_daemon
+from tests.daemon_corpus import TEMPLATE_UTTERANCES, DaemonCorpus
 from tests.deploy.promql import dashboard_expressions
 from tests.realparts.wyoming_upstreams import serve
+from tests.wyoming.wyoming_peers import conversation, talk
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow]
 

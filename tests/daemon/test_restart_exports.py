@@ -1,5 +1,5 @@
 """After a restart every resumed speaker's series are back at once, with the values they had,
-before anyone speaks again (issue 11: ``voxmeter_disclosure_bits`` was missing until then)."""
+before anyone speaks again (``voxmeter_disclosure_bits`` included)."""
 
 from __future__ import annotations
 

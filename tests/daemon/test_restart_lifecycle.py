@@ -1,4 +1,4 @@
-"""What a restart brings back from the ledger (issue 19): expired ``unknown-N`` tracks stay
+"""What a restart brings back from the ledger: expired ``unknown-N`` tracks stay
 expired, this period's speech seconds carry on, and the retained device figures are republished
 at start from the ledger rather than zeroed or left stale until the next window."""
 
@@ -19,10 +19,17 @@ from monitor.ledger.writer import expired_on_restart
 from monitor.settings.config import load_config
 from monitor.store.database import open_store
 from monitor.store.ledger import TrackPeriod
-from tests.daemon.conftest import DaemonCorpus
-from tests.daemon.exporter_events import scored, started
-from tests.daemon.test_exporter_homeassistant import exporters, handle, household, retained
-from tests.daemon.test_exporter_mqtt import DEVICE, TOPICS, run, running, settings_for, subscribed
+from tests.daemon_corpus import DaemonCorpus
+from tests.exporters.exporter_events import scored, started
+from tests.exporters.test_exporter_homeassistant import exporters, handle, household, retained
+from tests.exporters.test_exporter_mqtt import (
+    DEVICE,
+    TOPICS,
+    run,
+    running,
+    settings_for,
+    subscribed,
+)
 from tests.realparts.mosquitto import MosquittoBroker
 
 NOW = 1_800_000_000.0

@@ -21,10 +21,10 @@ from monitor.daemon.build import build_pipeline
 from monitor.ledger.budget import period_start
 from monitor.settings.config import load_config
 from monitor.store.database import open_store
-from tests.audio.wyoming_peers import conversation
-from tests.daemon.conftest import DaemonCorpus
 from tests.daemon.household_daemon import Recorder, household_daemon, paced_talk
+from tests.daemon_corpus import DaemonCorpus
 from tests.realparts.wyoming_upstreams import serve
+from tests.wyoming.wyoming_peers import conversation
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow]
 

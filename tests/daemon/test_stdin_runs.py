@@ -1,6 +1,6 @@
 """``voxmeter run --source stdin`` ends at end of input every time and SIGTERM always stops it
 (through its own clean path, before the 1.75 s exit watchdog), with a real mosquitto broker
-connected (issue 11: about one run in ten hung after
+connected (about one run in ten hung after
 "connected to MQTT broker" and then ignored SIGTERM).
 
 The cause was a cancellation swallowed by ``asyncio.wait_for`` on Python 3.11 (inside aiomqtt's
@@ -159,7 +159,7 @@ def test_sigterm_while_reading_stdin_stops_through_the_clean_path(
         rest = process.stderr.read().decode()
     finally:
         stop_process(process, sig=signal.SIGKILL)
-    # 0, not the watchdog's 1: the clean path ended it within 1.75 s of SIGTERM (issue 11)
+    # 0, not the watchdog's 1: the clean path ended it within 1.75 s of SIGTERM
     assert rc == 0, rest
     assert "exiting now" not in rest and "Traceback" not in rest
     assert "msg=stopping reason=SIGTERM" in rest and "msg=stopped reason=SIGTERM" in rest

@@ -1,4 +1,4 @@
-"""The exit watchdog: armed by a stop signal with the 1.75 s deadline (issue 11: `voxmeter run`
+"""The exit watchdog: armed by a stop signal with the 1.75 s deadline (`voxmeter run`
 must end within 2 s of SIGTERM), once, and exiting with status 1 when it fires. Time is a fake
 timer here; the process tests (test_process.py, test_stdin_runs.py) check that a real SIGTERM
 ends through the daemon's own path, exit status 0, before this watchdog fires."""

@@ -23,11 +23,11 @@ from monitor.ledger.budget import period_start
 from monitor.settings.config import load_config
 from monitor.store.database import open_store
 from monitor.wyoming.source import WyomingSource
-from tests.audio.wyoming_peers import conversation, stream_to, talk
-from tests.daemon.conftest import DaemonCorpus
 from tests.daemon.proxy_daemon import proxied_daemon
+from tests.daemon_corpus import DaemonCorpus
 from tests.realparts.mosquitto import free_port
 from tests.realparts.wyoming_upstreams import serve
+from tests.wyoming.wyoming_peers import conversation, stream_to, talk
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow]
 

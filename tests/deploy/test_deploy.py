@@ -224,7 +224,7 @@ def test_systemd_unit_is_hardened_and_verifies(tmp_path: Path) -> None:
     # verify insists that ExecStart exists: point it at this checkout's venv.
     local = tmp_path / "voxmeter.service"
     voxmeter = REPO / ".venv" / "bin" / "voxmeter"
-    if not voxmeter.exists():  # a worktree: the venv running these tests
+    if not voxmeter.exists():  # no .venv in this checkout: the venv running these tests
         voxmeter = Path(sys.executable).with_name("voxmeter")
     if not voxmeter.exists():
         pytest.skip(f"{voxmeter} missing (make venv): the unit was not verified")

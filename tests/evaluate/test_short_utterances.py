@@ -1,4 +1,4 @@
-"""Short utterances and small N (issue 11): an 8 kHz corpus of single spoken digits by six
+"""Short utterances and small N: an 8 kHz corpus of single spoken digits by six
 espeak-ng speakers (``digits_corpus``), through calibrate and evaluate."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Long files are streamed in blocks (issue 11: a 2-hour WAV took 11.2 GB): the blocks give the
+"""Long files are streamed in blocks (memory stays flat in length): the blocks give the
 same observations as pooling the parts, and reading in blocks gives the same samples."""
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def test_frames_match_the_slow_reference() -> None:
 
 @pytest.mark.parametrize("chunk", [1, 7, 160, 333, 1024, 4800, "random"])
 def test_stream_equals_whole_utterance(chunk: int | str) -> None:
-    """REQUIRED (issue 30): the streamed output equals the whole-utterance output within 1e-4
+    """REQUIRED: the streamed output equals the whole-utterance output within 1e-4
     relative away from the first and last frame, for any chunking, over two utterances."""
     _, hop = mcadams.frame_geometry(RATE)
     rng = np.random.default_rng(1)

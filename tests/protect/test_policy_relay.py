@@ -54,7 +54,7 @@ def _state(track: str, before: str, after: str, reason: str = "window") -> State
 
 
 def test_exceeded_mode_switches_on_after_the_budget_and_off_at_the_next_period() -> None:
-    """REQUIRED (issue 30): the utterance after the crossing is anonymised; after the period
+    """REQUIRED: the utterance after the crossing is anonymised; after the period
     resets the budget, utterances pass clear again."""
     changes: list[tuple[bool, str | None]] = []
     policy = ProtectionPolicy("exceeded", Alpha(0.5, 0.9), random.Random(3))

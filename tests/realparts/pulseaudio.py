@@ -11,7 +11,7 @@ Fixtures (registered by tests/conftest.py):
   ``pulse`` device is listed; one short recording warms the daemon up, so a test's stream starts
   at once. Skips only when the PulseAudio binaries are missing.
 - :func:`start_pulseaudio` (context manager): a private daemon for a test that must kill or
-  restart it (device loss); it does not touch the session daemon's directories.
+  restart it (device loss); it does not touch the shared daemon's directories.
 
 Both tear everything down: keep-alive stream and daemon killed, directories removed, environment
 restored, PortAudio re-initialised.

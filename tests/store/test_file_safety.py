@@ -1,4 +1,4 @@
-"""voxmeter never changes a file it has not recognised as its own (issue 23).
+"""voxmeter never changes a file it has not recognised as its own.
 
 Every command that takes ``--db`` is pointed at files that are not voxmeter databases — another
 application's SQLite file (with tables, or empty with user_version 7), text, random bytes — and

@@ -1,5 +1,5 @@
 """``enroll --protect mcadams``: beside each embedding template, the template of the same files
-anonymised (lazy-informed, issue 30), recorded with its model; the clean templates unchanged."""
+anonymised (lazy-informed), recorded with its model; the clean templates unchanged."""
 
 from __future__ import annotations
 
