@@ -155,14 +155,9 @@ class Pipeline(PipelineStages):
             config, self.features, self.turns, vad=vad, clock=clock, shedder=self.shedder
         )
         self.tracker = SpeakerTracker(
-            profiles,
-            tracker_settings(config),
-            thresholds=thresholds,
-            narrow=narrow,
-            cohort=cohort_of(scorer),
-            clock=clock,
-            wall_clock=self.wall_clock,
-        )
+            profiles, tracker_settings(config), thresholds=thresholds, narrow=narrow,
+            cohort=cohort_of(scorer), clock=clock, wall_clock=self.wall_clock,
+        )  # fmt: skip
 
     def _build_accounting(self, config: Config, *, narrow: NarrowCopies | None) -> None:
         """What a track disclosed and what follows: track scorer, budget, ledger, supervisor."""

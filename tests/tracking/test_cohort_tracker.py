@@ -11,7 +11,7 @@ import numpy as np
 from monitor.calibration.cohort import MIN_COHORT
 from monitor.settings.sections import TrackerSettings
 from monitor.tracking.tracker import SpeakerTracker
-from tests.daemon.test_tracker import FakeClock, at_cosine, fitted, profile, window
+from tests.tracking.test_tracker import FakeClock, at_cosine, fitted, profile, window
 
 
 def _tracker(
