@@ -156,7 +156,7 @@ class Pipeline(PipelineStages):
         )
         self.tracker = SpeakerTracker(
             profiles, tracker_settings(config), thresholds=thresholds, narrow=narrow,
-            cohort=cohort_of(scorer), clock=clock, wall_clock=self.wall_clock,
+            cohort=cohort_of(self.scorer), clock=clock, wall_clock=self.wall_clock,
         )  # fmt: skip
 
     def _build_accounting(self, config: Config, *, narrow: NarrowCopies | None) -> None:
