@@ -114,7 +114,9 @@ class _Band:
         self, vector: npt.NDArray[np.float64], cosines: npt.NDArray[np.float64], seconds: float
     ) -> tuple[int, bool, bool]:
         """The nearest member, whether the window is theirs and whether it may be: AS-normed
-        scores against the normalised thresholds with a cohort, else the raw cosines."""
+        scores against the normalised thresholds with a cohort, else the raw cosines. (Whether
+        a window may open a track is asked of the raw cosines either way, in ``_assign``: in a
+        room the normalised scale lifts every voice's windows, a stranger's too.)"""
         t = self.thresholds
         if self.cohort is None or not t.profile_norm:
             best = int(np.argmax(cosines))
@@ -338,12 +340,12 @@ class SpeakerTracker:
         seconds = window.speech_seconds
         band = self._band(window)
         t = band.thresholds
-        best_profile, ambiguous = -1.0, False
+        best_profile = -1.0
         cosines = band.profiles.cosines(vector)
         if self.profile_aliases:
-            best, accepted, ambiguous = band.decide(vector, cosines, seconds)
+            best, accepted, maybe = band.decide(vector, cosines, seconds)
             best_profile = float(cosines.max())
-            if accepted or (ambiguous and self._sticks(window, best, band)):
+            if accepted or (maybe and self._sticks(window, best, band)):
                 best_profile = float(cosines[best])
                 alias = self.profile_aliases[best]
                 identity = self.profile_identities[alias]
@@ -365,7 +367,7 @@ class SpeakerTracker:
             tracked = TrackedWindow(window, survivor.track, "unknown", None, cosine, False)
             return tracked, events
         short = seconds < self.settings.min_open_seconds
-        if window.mixed or short or ambiguous:
+        if window.mixed or short or best_profile >= t.at(t.ambiguous, seconds):
             return self._skip(window), events
         if len(self.clusters) >= self.settings.max_unknown_tracks:
             oldest = min(self.clusters.values(), key=lambda c: c.last_seen)

