@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import CORPUS, RESULTS_DIR, best_of, write_results
+from bench.common import CORPUS, RESULTS_DIR, Run, best_of
 from monitor.audio.file import FileSource, read_audio
 from monitor.audio.frames import RATE_HZ, AudioFrame
 from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad, speech_only
@@ -118,8 +118,10 @@ def run() -> dict[str, object]:
 
 
 def main() -> None:
+    record = Run("audio", command="python -m bench audio")
     results = run()
-    write_results(RESULTS, results)
+    record.figures.update(results)
+    record.write(path=RESULTS)
     for name in ("webrtcvad", "webrtcvad_10ms", "silero", "speech_only", "file_source"):
         figures = results[name]
         print(f"{name:16s} real-time factor {figures['realtime_factor']:.5f}")  # type: ignore[index]

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import json
 import math
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -37,6 +35,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
+from bench.common import Run
 from monitor.audio.file import FileSource, read_audio
 from monitor.calibration.buckets import (
     COMBINED,
@@ -358,13 +357,14 @@ def main() -> None:
     set_embedding_backend(BACKENDS[0])
     _dims()
     if sys.argv[1:] == ["long"]:  # the memory check alone → daemon-long.json
+        record = Run("daemon-long", command="python -m bench.bench_daemon long")
         with tempfile.TemporaryDirectory(prefix="voxmeter-bench-") as folder:
-            long = bench_long(Path(folder))
-        long["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-        long["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        long["command"] = "python -m bench.bench_daemon long"
-        RESULTS.with_name("daemon-long.json").write_text(json.dumps(long, indent=2) + "\n")
+            record.figures.update(bench_long(Path(folder)))
+        growth = record.figures["growth_mb"]
+        record.target("RSS growth from the first minute to the end, MB", growth, "<=", 0)
+        record.write()
         return
+    record = Run("daemon", command="python -m bench daemon")
     calibration, source = _calibration()
     folder = Path(tempfile.mkdtemp(prefix="voxmeter-bench-"))
     try:
@@ -372,26 +372,25 @@ def main() -> None:
         live = bench_live(folder, calibration)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    document = {
-        "benchmark": "daemon",
-        "calibration": source,
-        "scoring_per_window": scoring,
-        "scoring_per_window_speech_observations": scoring_speech,
-        "scoring_target_ms_at_1e5": 20,
-        "scoring_precision": "float32 template layout (|score error| ~1e-7 vs float64)",
-        **live,
-        "targets": {"latency_p95_ms": 250, "cpu_share_per_audio_second": 0.15},
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average": [round(x, 2) for x in os.getloadavg()],
+    record.figures.update(
+        {
+            "calibration": source,
+            "scoring_per_window": scoring,
+            "scoring_per_window_speech_observations": scoring_speech,
+            "scoring_target_ms_at_1e5": 20,
+            "scoring_precision": "float32 template layout (|score error| ~1e-7 vs float64)",
+            **live,
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        },
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+        }
+    )
+    paced = live["paced"]
+    observed = (scoring_speech or scoring)["100000"]["median_ms"]  # real speech where present
+    record.target("scoring one window against 10^5 templates, ms", observed, "<=", 20)
+    record.target("end of window to metric p95, ms (paced, N = 1000)",
+                  paced["latency_p95_ms"], "<=", 250)  # fmt: skip
+    record.target("CPU share of a core per audio second (paced)",
+                  paced["cpu_share_per_audio_second"], "<=", 0.15)  # fmt: skip
+    print(f"wrote {record.write(path=RESULTS)}")
 
 
 if __name__ == "__main__":

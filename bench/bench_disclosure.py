@@ -10,7 +10,6 @@ Run: ``python -m bench disclosure`` → bench/results/disclosure.json and a mark
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import resource
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.common import Run
 from monitor.calibration.lid_fit import fit_lid_calibration
 from monitor.disclosure.lid import lid_log_posteriors, lid_per_trial, lid_summary
 from monitor.disclosure.ranks import chunk_rows, rank_histogram
@@ -117,9 +117,11 @@ def run() -> dict[str, object]:
 
 
 def main() -> None:
+    record = Run("disclosure", command="python -m bench disclosure")
     figures = run()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
+    record.figures.update(figures)
+    record.target("peak RSS, MB", figures["peak_rss_mb"], "<=", 4096)  # type: ignore[arg-type]
+    record.write(path=RESULTS)
     s = figures["seconds"]
     assert isinstance(s, dict)
     print("| T × N | ranks+hist s | fit CLL s | LID cal (10³²) s | LID/trial s | log-post (T,N) s "

@@ -18,14 +18,12 @@ Run: ``python -m bench embedding`` → bench/results/embedding.json.
 from __future__ import annotations
 
 import os
-import platform
-import time
 from typing import Any
 
 import numpy as np
 
 from bench.bench_features import _adults, _speech_of
-from bench.common import CORPUS, RESULTS_DIR, best_of, write_results
+from bench.common import CORPUS, RESULTS_DIR, Run, best_of
 from monitor.audio.vad import speech_only
 from monitor.corpus import scan_corpus
 from monitor.disclosure.baselines import eer_rocch, eer_sweep
@@ -97,6 +95,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    record = Run("embedding", command="python -m bench embedding")
     jobs = int(os.environ.get("VOXMETER_BENCH_JOBS", "1"))
     speech = speech_only(_speech_of(_adults(2), 60.0)[0], RATE)
     backends: dict[str, Any] = {}
@@ -110,19 +109,8 @@ def main() -> None:
             "separation_test_speakers": separation(jobs),
         }
         print(backend, backends[backend], flush=True)
-    write_results(
-        RESULTS,
-        {
-            "benchmark": "embedding",
-            "backends": backends,
-            "machine": {
-                "platform": platform.platform(),
-                "cpus": os.cpu_count(),
-                "load_average": [round(x, 2) for x in os.getloadavg()],
-            },
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        },
-    )
+    record.figures["backends"] = backends
+    record.write(path=RESULTS)
     print(f"wrote {RESULTS}")
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import CORPUS, RESULTS_DIR, best_of, write_results
+from bench.common import CORPUS, RESULTS_DIR, Run, best_of
 from monitor.audio.file import read_audio
 from monitor.audio.vad import speech_only
 from monitor.corpus import scan_corpus
@@ -198,8 +198,13 @@ def main() -> None:
     if not (CORPUS / "speakers.tsv").is_file():
         print(f"skipped: corpus not found at {CORPUS}")
         return
+    record = Run("features", command="python -m bench features")
     results = run()
-    write_results(RESULTS, results)
+    record.figures.update(results)
+    front = results["front_end"]
+    record.target("front end, × real time", round(front["front_end_rtf"], 4), "<=", 0.12)
+    record.target("F0 + VAD, × real time", round(front["f0_plus_vad_rtf"], 4), "<=", 0.01)
+    record.write(path=RESULTS)
     fe = results["front_end"]
     print(f"front end on {fe['audio_seconds']:.0f} s ({fe['speech_seconds']:.1f} s speech), CPU s:")
     for stage, figures in fe["stages"].items():

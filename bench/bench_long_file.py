@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from bench.common import CORPUS, RESULTS_DIR, write_results
+from bench.common import CORPUS, RESULTS_DIR, Run
 from monitor.corpus import scan_corpus
 from monitor.features.extract import BLOCK_SECONDS, PIECE_SECONDS
 
@@ -139,7 +138,7 @@ def main() -> None:
     """Each format at each length; the results file is rewritten after every run (a 2-hour run
     takes most of an hour on a loaded machine)."""
     runs: list[dict[str, Any]] = []
-    load_before = os.getloadavg()
+    record = Run(RESULTS.stem, command="python -m bench long_file")
     with tempfile.TemporaryDirectory(prefix="voxmeter-long-") as folder:
         for audio_format in FORMATS:
             for seconds in LENGTHS_SECONDS:
@@ -153,14 +152,15 @@ def main() -> None:
                     | {"load_average_after": os.getloadavg()}
                 )
                 _print_run(audio_format, seconds, result)
-                _write(runs, load_before)
+                _write(runs, record)
 
 
-def _write(runs: list[dict[str, Any]], load_before: tuple[float, float, float]) -> None:
+def _write(runs: list[dict[str, Any]], record: Run) -> None:
     peaks = [r["peak_rss_bytes"] for r in runs]
     partial = [r for r in runs if not r["completed"]]
-    write_results(
-        RESULTS,
+    record.targets.clear()
+    record.target("peak RSS, bytes", max(peaks), "<=", TARGET_PEAK_BYTES)
+    record.figures.update(
         {
             "what": "voxmeter features FILE --json on long FLAC/WAV files of back-to-back corpus "
             "speech",
@@ -172,10 +172,9 @@ def _write(runs: list[dict[str, Any]], load_before: tuple[float, float, float]) 
             "largest_over_smallest_peak": max(peaks) / min(peaks),
             "partial_runs": len(partial),
             "budget_seconds": BUDGET_SECONDS,
-            "machine": platform.platform(),
-            "load_average_before": load_before,
         },
     )
+    record.write(path=RESULTS)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import RESULTS_DIR, write_results
+from bench.common import RESULTS_DIR, Run
 
 ENROLL_IDS = 1000
 
@@ -192,6 +192,7 @@ def main(quick: bool = False) -> None:
         "scaling",
     ]
     path = RESULTS_DIR / "offline_scale.json"
+    record = Run("offline_scale", command="python -m bench offline_scale " + " ".join(words))
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="voxmeter-bench-") as scratch:
         folder = Path(scratch)
@@ -201,11 +202,9 @@ def main(quick: bool = False) -> None:
             results["matrix_1e4"] = bench_matrix(folder, 10**4)
         if "scaling" in parts:
             results["scaling"] = bench_scaling(10**4 if quick else 10**5, 10**5)
-    merged = json.loads(path.read_text()) if path.is_file() else {}  # parts may run apart
-    merged.update(results)
-    merged.setdefault("load_average", {}).update({p: round(os.getloadavg()[0], 1) for p in parts})
-    write_results(path, merged)
-    print(f"wrote {path}")
+    earlier = json.loads(path.read_text()) if path.is_file() else {}  # parts may run apart
+    record.figures.update({**earlier.get("figures", {}), **results})
+    print(f"wrote {record.write(path=path)}")
 
 
 if __name__ == "__main__":

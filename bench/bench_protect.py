@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import CORPUS, RESULTS_DIR, write_results
+from bench.common import CORPUS, RESULTS_DIR, Run
 from monitor.audio.file import read_audio
 from monitor.protect.mcadams import McAdamsStream, anonymise
 
@@ -187,18 +187,25 @@ def main(args: list[str] | None = None) -> None:
             machine,
         )
         return
-    results: dict[str, Any] = {"machine": machine(), "anonymiser": anonymiser_cpu()}
+    record = Run("protect" if "--cpu-only" not in args else "protect-cpu",
+                 command="python -m bench protect " + " ".join(args))  # fmt: skip
+    results = record.figures
+    results.update({"machine": machine(), "anonymiser": anonymiser_cpu()})
     results["relay_transform"] = relay_transform()
     print(results["anonymiser"], results["relay_transform"], flush=True)
     if "--cpu-only" not in args:
         results["audit"] = audit(int(os.environ.get("VOXMETER_BENCH_WER", "200")))
-        results["targets"] = targets(results["audit"]["protection"])
-        results["machine_after"] = machine()
+        met = targets(results["audit"]["protection"])
+        c = results["audit"]["protection"]["conditions"]
+        ignorant_eer = c["ignorant"]["features"]["embedding"]["EER"]
+        record.target("ignorant attacker's MeanD over the original's",
+                      round(met["ignorant_meand_ratio"], 4), "<=", 0.25)  # fmt: skip
+        record.target("ignorant attacker's EER", round(ignorant_eer, 4), ">=", 0.35)
+        if "wer_rise_points" in met:
+            record.target("WER rise, points", round(met["wer_rise_points"], 2), "<=", 5.0)
         print(table(results["audit"]["protection"]))
-        print(results["targets"])
-    write_results(
-        RESULTS if "--cpu-only" not in args else RESULTS_DIR / "protect-cpu.json", results
-    )
+        print(record.targets)
+    record.write()
 
 
 if __name__ == "__main__":

@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.bench_protect import machine
-from bench.common import CORPUS, RESULTS_DIR, write_results
+from bench.common import CORPUS, RESULTS_DIR, Run
 from monitor.audio.file import read_audio
 from monitor.audio.frames import AudioFrame
 from monitor.audio.vad import WebRtcVad
@@ -67,6 +66,7 @@ def protected_windows(paths: list[Any]) -> tuple[list[SpeechWindow], float, floa
 
 
 def main(args: list[str] | None = None) -> None:
+    record = Run("received", command="python -m bench received")
     paths = sorted(CORPUS.glob("*/*.flac"))[:40]
     windows, audio_seconds, reproduce_cpu = protected_windows(paths)
     features = {name: get_feature(name) for name in FEATURE_NAMES}
@@ -113,7 +113,6 @@ def main(args: list[str] | None = None) -> None:
         "scoring": scoring_cpu / audio_seconds,
     }
     results = {
-        "machine": machine(),
         "files": len(paths),
         "audio_seconds": audio_seconds,
         "speech_seconds_in_windows": speech,
@@ -129,7 +128,8 @@ def main(args: list[str] | None = None) -> None:
         },
         "cpu_per_protected_audio_second": {**per, "total": math.fsum(per.values())},
     }
-    write_results(RESULTS, results)
+    record.figures.update(results)
+    record.write(path=RESULTS)
     print(results)
 
 

@@ -9,7 +9,6 @@ the page cache (just written): the figures are CPU cost, not disk reads.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import sys
 import tempfile
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import RESULTS_DIR, best_of, write_results
+from bench.common import Run, best_of
 from monitor.features.base import Observation
 from monitor.store import Enrolment, open_store
 
@@ -61,6 +60,7 @@ def measure(folder: Path, identities: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    record = Run("store_open", command="python -m bench store_open")
     quick = "quick" in sys.argv[1:]
     sizes = [10_000] if quick else [10_000, 100_000]
     with tempfile.TemporaryDirectory(prefix="voxmeter-bench-") as scratch:
@@ -72,9 +72,8 @@ def main() -> None:
             f"{row['open_read_only']['wall_seconds']:.3f} s, quick_check alone "
             f"{row['quick_check_alone']['wall_seconds']:.3f} s"
         )
-    path = RESULTS_DIR / "store_open.json"
-    write_results(path, {"sizes": results, "load_average": round(os.getloadavg()[0], 1)})
-    print(f"wrote {path}")
+    record.figures["sizes"] = results
+    print(f"wrote {record.write()}")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import numpy as np
 from wyoming.wake import Detect
 
 from bench.bench_daemon import _calibration, _database, _dims
-from bench.common import CORPUS, RESULTS_DIR, write_results
+from bench.common import CORPUS, RESULTS_DIR, Run
 from monitor.audio.file import read_audio
 from monitor.daemon.build import build_pipeline
 from monitor.features.base import get_feature
@@ -144,9 +144,14 @@ async def run(folder: Path) -> dict[str, Any]:
 
 
 def main() -> None:
+    record = Run("streams", command="python -m bench streams")
     with tempfile.TemporaryDirectory() as folder:
         results = asyncio.run(run(Path(folder)))
-    write_results(RESULTS, results)
+    record.figures.update(results)
+    worst = max(abs(v - 1) for v in results["ratio_to_one_stream"].values())
+    record.target("per-stream CPU per audio second, largest change from 1 to 4 streams",
+                  round(worst, 3), "<=", 0.10)  # fmt: skip
+    record.write(path=RESULTS)
     print(results["ratio_to_one_stream"])
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -39,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import CORPUS, RESULTS_DIR, write_results
+from bench.common import CORPUS, RESULTS_DIR, Run, summary_targets
 from bench.household import RATE_HZ, Segment, Stream, make_stream, trimmed
 from bench.tracked import (
     SEED,
@@ -207,14 +206,9 @@ def main(argv: Sequence[str] = ()) -> None:
         "--set", action="append", default=[], help="a daemon setting, as voxmeter run --set"
     )
     args = parser.parse_args(list(argv))
-    load = os.getloadavg()
-    results: dict[str, Any] = {
-        "command": "python -m bench tracking " + " ".join(argv),
-        "load_average_at_start": load,
-        "seed": args.seed,
-        "targets": TARGETS,
-        "backends": {},
-    }
+    record = Run("tracking", command="python -m bench tracking " + " ".join(argv))
+    results = record.figures
+    results.update({"seed": args.seed, "target_bounds": TARGETS, "backends": {}})
     with tempfile.TemporaryDirectory(prefix="voxmeter-tracking-") as tmp:
         folder = Path(tmp)
         for backend in args.backends.split(","):
@@ -246,8 +240,8 @@ def main(argv: Sequence[str] = ()) -> None:
                     "summary": summary,
                     "streams": runs,
                 }
-    results["load_average_at_end"] = os.getloadavg()
-    write_results(args.out, results)
+    summary_targets(record, results["backends"], TARGETS, per_group=False)
+    record.write(path=args.out)
     print(table(results))
 
 

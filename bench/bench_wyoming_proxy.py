@@ -55,7 +55,7 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe
 
-from bench.common import CORPUS, RESULTS_DIR, write_results
+from bench.common import CORPUS, RESULTS_DIR, Run
 from monitor.audio.file import read_audio
 from monitor.audio.vad import WebRtcVad
 from monitor.audio.windows import Windower
@@ -276,8 +276,18 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--protect needs --layout relay")
     layout = "relay-protect" if args.protect else args.layout
     count = int(os.environ.get("VOXMETER_BENCH_UTTERANCES", "200"))
+    record = Run(
+        RESULTS[layout].stem, command="python -m bench wyoming_proxy " + " ".join(argv or [])
+    )
     results = asyncio.run(run(count, layout))
-    write_results(RESULTS[layout], results)
+    record.figures.update(results)
+    record.target(
+        "added latency p95, ms", results["added_ms"]["p95"], "<=", results["target_p95_ms"]
+    )
+    if "target_relay_rss_mb" in results:
+        rss = results["relay_process"]["rss_mb"]
+        record.target("relay process RSS, MB", rss, "<=", results["target_relay_rss_mb"])
+    record.write(path=RESULTS[layout])
     added, direct = results["added_ms"], results["audio_stop_to_transcript_ms"]["direct"]
     relay = results.get("relay_process")
     memory = f"relay RSS {relay['rss_mb']} MB (peak {relay['peak_rss_mb']}); " if relay else ""

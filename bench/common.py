@@ -130,8 +130,32 @@ class Run:
             "figures": self.figures,
         }
 
-    def write(self, name: str | None = None) -> Path:
-        """Write ``bench/results/<name or benchmark>.json`` and return its path."""
-        path = RESULTS_DIR / f"{name or self.benchmark}.json"
+    def write(self, name: str | None = None, *, path: Path | None = None) -> Path:
+        """Write ``path``, else ``bench/results/<name or benchmark>.json``; return the path."""
+        path = path or RESULTS_DIR / f"{name or self.benchmark}.json"
         write_results(path, self.record())
         return path
+
+
+#: Tracking figures where more is better; every other bounded figure is a ceiling.
+AT_LEAST = ("member_right", "purity", "disclosure_error_share")
+
+
+def summary_targets(
+    record: Run, groups: dict[str, Any], bounds: dict[str, Any], *, per_group: bool
+) -> None:
+    """Record each group's tracking summary (``groups[name]["summary"]``) against ``bounds``:
+    one bound set for every group, or (``per_group``) the set named by the group's prefix
+    before ``@`` (a room condition)."""
+    for group, body in groups.items():
+        these = bounds.get(group.split("@")[0], {}) if per_group else bounds
+        summary = body["summary"]
+        for key, bound in these.items():
+            if key == "disclosure_error_share":
+                value = summary["disclosure_error_lid"]["share_within_0.1"]
+            elif key in summary:
+                value = summary[key]
+            else:
+                continue
+            op = ">=" if key in AT_LEAST else "<="
+            record.target(f"{group}: {key}", round(value, 4), op, bound)

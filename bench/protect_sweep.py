@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import CORPUS, RESULTS_DIR, write_results
+from bench.common import CORPUS, RESULTS_DIR, Run
 
 RESULTS = RESULTS_DIR / "protect-alphas.json"
 
@@ -117,7 +117,10 @@ def table(rows: list[dict[str, Any]]) -> str:
 def sweep(alphas: list[str], speakers: int, wer_utterances: int, machine: Any) -> None:
     """Every α on the same subset; the summary written after each α (a long sweep that is
     stopped keeps what it measured)."""
-    results: dict[str, Any] = {"machine": machine(), "runs": {}}
+    record = Run("protect-alphas", command=f"python -m bench protect --alphas {','.join(alphas)} "
+                 f"--speakers {speakers} --wer {wer_utterances}")  # fmt: skip
+    results = record.figures
+    results.update({"machine": machine(), "runs": {}})
     with tempfile.TemporaryDirectory(prefix="voxmeter-sweep-") as scratch:
         corpus = Path(scratch) / "corpus"
         corpus.mkdir()
@@ -133,7 +136,6 @@ def sweep(alphas: list[str], speakers: int, wer_utterances: int, machine: Any) -
             results["runs"][alpha] = run
             rows.append(row(alpha, run))
             results["table"] = rows
-            results["machine_after"] = machine()
-            write_results(RESULTS, results)
+            record.write(path=RESULTS)
             print(table(rows[-1:]).splitlines()[-1], f"({run['wall_seconds']:.0f} s)", flush=True)
     print(table(rows))

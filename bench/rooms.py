@@ -42,7 +42,7 @@ import numpy as np
 import soundfile as sf
 from scipy.signal import fftconvolve
 
-from bench.common import CORPUS, RESULTS_DIR, Run, write_results
+from bench.common import CORPUS, RESULTS_DIR, Run
 from bench.household import RATE_HZ, Stream, make_stream, trimmed
 from bench.rooms_report import baseline_summaries, record_targets
 from bench.tracked import (
@@ -436,10 +436,7 @@ def main(argv: Sequence[str] = ()) -> None:
         passed = [a for a in argv if a not in ("--rooms",)]
         cut = passed.index("--baseline")
         baseline = baseline_summaries(args.baseline, [*passed[:cut], *passed[cut + 2 :]])
-    results: dict[str, Any] = {
-        "seed": args.seed,
-        "conditions": {},
-    }
+    results: dict[str, Any] = {"seed": args.seed, "conditions": {}}
     with tempfile.TemporaryDirectory(prefix="voxmeter-rooms-") as tmp:
         folder = Path(tmp)
         for backend in args.backends.split(","):
@@ -487,5 +484,5 @@ def main(argv: Sequence[str] = ()) -> None:
     summaries = {k: v["summary"] for k, v in results["conditions"].items()}
     record_targets(run_record, summaries, baseline)
     run_record.figures = results | {"baseline": baseline}
-    write_results(args.out, run_record.record())
+    run_record.write(path=args.out)
     print(table(results))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -66,3 +70,70 @@ def configure_logging(settings: LogStyle, stream: Any = None) -> None:
     root.addHandler(handler)
     root.setLevel(settings.level.upper())
     root.propagate = False
+
+
+WARNING_WINDOW_SECONDS = 60.0
+"""How often a peer's repeated warnings of one kind are summed up in one line."""
+
+
+@dataclass
+class _Tally:
+    since: float  # clock reading of the line that opened this window
+    more: int = 0  # warnings held back since
+
+
+class PeerWarnings:
+    """Warnings a peer can trigger (an MQTT command, a Wyoming client, a channel message),
+    rate-limited per peer and kind: the first is logged; the next ones of the same peer and
+    kind within :data:`WARNING_WINDOW_SECONDS` are counted, and the count is one line when the
+    window ends (at once on a running event loop, else with the next warning). 500 junk
+    commands are two lines, not 500; a peer that is wrong once a minute is logged every time."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        window_seconds: float = WARNING_WINDOW_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger = logger
+        self.window_seconds = window_seconds
+        self._clock = clock
+        self._tallies: dict[tuple[str, str], _Tally] = {}
+
+    def warn(self, peer: str, kind: str, message: str, *args: object) -> bool:
+        """Log ``message % args`` for ``peer`` unless a warning of ``kind`` from it was logged
+        within the window; whether it was logged."""
+        now = self._clock()
+        key = (peer, kind)
+        tally = self._tallies.get(key)
+        if tally is not None and now - tally.since < self.window_seconds:
+            tally.more += 1
+            if tally.more == 1:
+                self._summary_later(key, tally.since + self.window_seconds - now)
+            return False
+        if tally is not None:
+            self._summary(key)
+        if len(self._tallies) >= 4096:  # a bound on what hostile peers can make us remember
+            self._tallies.clear()
+        self._tallies[key] = _Tally(now)
+        self.logger.warning(message, *args)
+        return True
+
+    def _summary_later(self, key: tuple[str, str], delay: float) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop: the next warning of this kind says it
+            return
+        loop.call_later(max(0.0, delay), self._summary, key)
+
+    def _summary(self, key: tuple[str, str]) -> None:
+        tally = self._tallies.get(key)
+        if tally is None or not tally.more:
+            return
+        peer, kind = key
+        self.logger.warning(
+            "%s: %d more warnings (%s) in the last %g s", peer, tally.more, kind,
+            self.window_seconds,
+        )  # fmt: skip
+        tally.more = 0

@@ -109,3 +109,70 @@ def bounded_lines(
                     str(path), f"line longer than {max_bytes:,} characters", line=number
                 )
             yield number, text
+
+
+# ---- Unix socket paths (relay.socket) -----------------------------------------------------
+
+MAX_SOCKET_PATH_BYTES = 107
+"""Longest Unix socket path: Linux's ``sun_path`` holds 108 bytes, the last one the NUL."""
+
+
+def socket_path_problem(value: str) -> str | None:
+    """Why ``value`` cannot name a Unix socket, from the text alone (empty: none set)."""
+    if not value:
+        return None
+    size = len(os.fsencode(value))
+    if not value.startswith("/"):
+        return f"{value!r}: must be an absolute path"
+    if size > MAX_SOCKET_PATH_BYTES:
+        return f"{value!r}: {size} bytes, over the {MAX_SOCKET_PATH_BYTES} of a Unix socket path"
+    return None
+
+
+def _folder_problem(folder: Path) -> str | None:
+    """Why ``folder`` (or the nearest part of it that exists) cannot hold a socket."""
+    existing = folder
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent  # (lexists: False where an ancestor cannot be entered)
+    if not os.path.isdir(existing):
+        return f"{existing} is not a folder"
+    if not os.access(existing, os.X_OK):
+        return f"the folder {existing} cannot be entered (permission denied)"
+    return None
+
+
+def socket_problem(path: Path, *, listening: bool) -> str | None:
+    """Why a socket at ``path`` cannot be used, found without touching anything: the text
+    (:func:`socket_path_problem`), a parent that is a file or cannot be entered, and, for the
+    side that listens (it replaces a stale socket file), a file that is not a socket or another
+    user's socket in a sticky folder (``/tmp``), which it could not remove and must not."""
+    problem = socket_path_problem(str(path)) or _folder_problem(path.parent)
+    if problem is not None or not listening:
+        return problem
+    try:
+        mode = path.lstat()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"cannot be examined ({os.strerror(error.errno or 0)})"
+    if not stat.S_ISSOCK(mode.st_mode):
+        return "exists and is not a socket"
+    folder = path.parent.stat()
+    mine = mode.st_uid == os.geteuid() or folder.st_uid == os.geteuid()
+    if folder.st_mode & stat.S_ISVTX and not mine and os.geteuid() != 0:
+        return (
+            f"a socket of another user (uid {mode.st_uid}) in the sticky folder {path.parent}: "
+            "left as it is; remove it or choose another path"
+        )
+    return None
+
+
+def not_utf8(text: str) -> str | None:
+    """Why a name taken from the command line or a directory listing is not UTF-8 (Python
+    carries such a byte as a lone surrogate, ``\\udcXX``), naming the byte: config.toml, JSON,
+    the log and soundfile take UTF-8 only. None when it is UTF-8."""
+    for position, char in enumerate(text):
+        if "\udc80" <= char <= "\udcff":
+            byte = ord(char) - 0xDC00
+            return f"not UTF-8 (byte 0x{byte:02X} at character {position}); rename it"
+    return None

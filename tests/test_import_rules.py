@@ -32,7 +32,16 @@ SCRIPTS = REPO / "scripts"
 #: layers; two packages on one layer do not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
-    ("vocabulary", "jsonsafe", "printable", "numerals", "userfiles", "outputs", "blocks"),
+    (
+        "vocabulary",
+        "references",
+        "jsonsafe",
+        "printable",
+        "numerals",
+        "userfiles",
+        "outputs",
+        "blocks",
+    ),
     ("disclosure",),
     ("logs",),
     ("audio",),

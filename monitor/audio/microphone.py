@@ -66,9 +66,11 @@ class _SoundDeviceStream:
 
 
 class SoundDeviceBackend:
-    """PortAudio through sounddevice, at the device's own rate (``rate_hz`` overrides it)."""
+    """PortAudio through sounddevice, at the device's own rate (``rate_hz`` overrides it), in
+    blocks of ``block_ms``: each block wakes the event loop and is resampled there, so blocks
+    of 120 ms cost a quarter of 30 ms ones (the VAD splits them into its own frames)."""
 
-    def __init__(self, *, rate_hz: int | None = None, block_ms: int = 30) -> None:
+    def __init__(self, *, rate_hz: int | None = None, block_ms: int = 120) -> None:
         self.rate_hz = rate_hz
         self.block_ms = block_ms
 

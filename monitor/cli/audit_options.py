@@ -112,8 +112,14 @@ RoomOption = Annotated[
         "files in synthetic reverberant rooms): the tracker meets them across a room with it.",
     ),
 ]
+DEFAULT_PROTECT_ALPHA = "0.5,0.9"
 ProtectAlphaOption = Annotated[
-    str, typer.Option("--protect-alpha", help="McAdams α: fixed (0.8) or drawn per utterance.")
+    str | None,
+    typer.Option(
+        "--protect-alpha",
+        help=f"With --protect: McAdams α, fixed (0.8) or drawn per utterance "
+        f"(default {DEFAULT_PROTECT_ALPHA}).",
+    ),
 ]
 WerUtterancesOption = Annotated[
     int, typer.Option("--wer-utterances", help="Utterances the word error rate decodes (0: none).")
@@ -141,19 +147,25 @@ def protection_line(protection: dict[str, Any]) -> str:
     return f"protection ({protection['method']}, α {protection['alpha']}): " + "; ".join(parts)
 
 
-def lazy_template_alpha(method: str | None, alpha: str) -> Alpha | None:
+def lazy_template_alpha(method: str | None, alpha: str | None) -> Alpha | None:
     """``enroll --protect``: the α of the lazy-informed templates (None: none asked)."""
     request = protect_request(method, alpha, 0)
     return None if request is None else request.alpha
 
 
-def protect_request(method: str | None, alpha: str, wer_utterances: int) -> ProtectRequest | None:
-    """The ``--protect`` options checked (one line naming the option when wrong)."""
+def protect_request(
+    method: str | None, alpha: str | None, wer_utterances: int
+) -> ProtectRequest | None:
+    """The ``--protect`` options checked (one line naming the option when wrong; an option
+    that means something only with ``--protect`` is refused without it, never ignored)."""
     from monitor.evaluate.protection import ProtectRequest, check_method
     from monitor.protect.mcadams import parse_alpha
 
     if method is None:
+        if alpha is not None:
+            raise VoxmeterError(f"--protect-alpha {alpha}: needs --protect (mcadams)")
         return None
+    alpha = DEFAULT_PROTECT_ALPHA if alpha is None else alpha
     try:
         check_method(method)
     except ValueError as error:

@@ -164,7 +164,8 @@ EmbeddingOption = Annotated[
     str | None,
     typer.Option(
         "--embedding",
-        help="Embedding backend: ecapa (default), campplus or ge2e ($VOXMETER_EMBEDDING).",
+        help="Embedding backend: ecapa-int8 (default), ecapa, campplus-int8, campplus or ge2e "
+        "($VOXMETER_EMBEDDING).",
     ),
 ]
 

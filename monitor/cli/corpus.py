@@ -78,7 +78,7 @@ def enroll_command(
     min_speech: MinSpeechOption = 0.3,
     embedding: EmbeddingOption = None,
     protect: EnrolProtectOption = None,
-    protect_alpha: ProtectAlphaOption = "0.5,0.9",
+    protect_alpha: ProtectAlphaOption = None,
     narrow: NarrowOption = True,
     room: RoomOption = True,
 ) -> None:
@@ -119,7 +119,8 @@ def enroll_command(
                 narrow=narrow,
                 room=room and local,
             )
-    _print_enrolment(report, path, utterances, seconds)
+        references = max(store.template_counts().values(), default=0)
+    _print_enrolment(report, path, utterances, seconds, references)
 
 
 @contextmanager
@@ -168,9 +169,11 @@ def _enrolment_features(
 
 
 def _print_enrolment(
-    report: EnrolmentReport, path: Path, utterances: int | None, seconds: float | None
+    report: EnrolmentReport, path: Path, utterances: int | None, seconds: float | None, n: int
 ) -> None:
-    """What was left out (stderr, one line each) and the summary line (stdout)."""
+    """What was left out (stderr), the summary and the N references' line (stdout)."""
+    from monitor.references import advice, summary
+
     out = {"markup": False, "highlight": False, "soft_wrap": True}
     for file, reason in report.skipped_files:
         err_console.print(f"voxmeter: skipped file {file}: {reason}", **out)
@@ -196,6 +199,9 @@ def _print_enrolment(
         + (f"; {len(report.local_profiles)} local profiles" if report.local_profiles else ""),
         **out,
     )
+    if (too_few := advice(n)) is not None:  # too small to measure (monitor.references)
+        err_console.print(f"voxmeter: {too_few}", **out)
+    console.print(summary(n), **out)
 
 
 def _print_drops_per_speaker(files: Sequence[str]) -> None:
@@ -400,7 +406,7 @@ def evaluate_command(
     template_seconds: TemplateGridOption = "12",
     protected: ProtectedOption = None,
     protect: ProtectOption = None,
-    protect_alpha: ProtectAlphaOption = "0.5,0.9",
+    protect_alpha: ProtectAlphaOption = None,
     wer_utterances: WerUtterancesOption = 200,
     loss: AuditLossOption = "ll",
     calibration: CalibrationOption = None,

@@ -105,7 +105,14 @@ def _run_overrides(
 ) -> list[str]:
     """The command line's options as ``--set`` overrides, after the user's own: one way into
     the settings, so a flag and its key can never disagree."""
+    from monitor.errors import InputError
+    from monitor.userfiles import not_utf8
+
     overrides = list(set_ or [])
+    for option, value in [("--db", str(db or "")), *(("--source", s) for s in source or [])]:
+        if (problem := not_utf8(value)) is not None:  # TOML and JSON could not carry it
+            shown = value.encode(errors="replace").decode()
+            raise InputError(option, f"{shown!r}: {problem}")
     if db is not None:
         overrides.append(f"daemon.db={json.dumps(str(db))}")
     if source:  # one: daemon.source, as always; several: audio.sources

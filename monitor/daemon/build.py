@@ -37,6 +37,7 @@ from monitor.sources.spec import Retry, open_sources
 from monitor.store.database import Store, open_store
 from monitor.store.templates import model_name
 from monitor.tracking.narrow import load_narrow
+from monitor.userfiles import socket_problem
 
 logger = logging.getLogger("monitor.daemon.pipeline")  # the name operators' log filters know
 
@@ -45,13 +46,16 @@ def make_source(config: Config) -> AudioSource:
     """The configured source, or sources (``audio.sources``: several read as one, each frame
     tagged with its source's name); file pacing and device retry delays come from ``[audio]``."""
     audio = config.audio
+    channel = Path(config.relay.socket) if config.relay.socket else None
+    if channel is not None and (problem := socket_problem(channel, listening=False)):
+        raise ConfigError("relay.socket", problem)  # the rule voxmeter relay applies
     retry = Retry(audio.retry_min_seconds, audio.retry_max_seconds, audio.wait_for_device)
     return open_sources(
         source_specs(config),
         fast=audio.pace == "fast",
         retry=retry,
         zeroconf=config.wyoming.zeroconf,
-        channel=Path(config.relay.socket) if config.relay.socket else None,
+        channel=channel,
     )
 
 

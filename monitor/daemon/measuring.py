@@ -112,3 +112,21 @@ def leaves(error: BaseException) -> list[BaseException]:
     if isinstance(error, BaseExceptionGroup):
         return [leaf for inner in error.exceptions for leaf in leaves(inner)]
     return [error]
+
+
+#: How long a stopping supervisor lets cancelled tasks clean up (say offline to the broker,
+#: close the metrics server) before it cancels those still running again.
+CANCEL_RETRY_SECONDS = 2.0
+
+
+async def cancel_until_done(tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and repeat for those still running: a task may swallow one
+    cancellation (``asyncio.wait_for`` does when its inner future completes in the same loop
+    turn, cpython gh-86296, e.g. inside a library) and would otherwise keep the TaskGroup, and
+    the daemon, waiting for ever."""
+    pending = [t for t in tasks if not t.done()]
+    while pending:
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending, timeout=CANCEL_RETRY_SECONDS)
+        pending = [t for t in pending if not t.done()]

@@ -38,7 +38,7 @@ from typing import Any
 from monitor import __version__
 from monitor.audio.frames import AudioSource
 from monitor.audio.vad import FrameVad
-from monitor.daemon.measuring import MeasuringSupervisor, leaves
+from monitor.daemon.measuring import MeasuringSupervisor, cancel_until_done, leaves
 from monitor.daemon.stages import PipelineStages, one_blas_thread
 from monitor.daemon.streams import measured_streams
 from monitor.daemon.watchdog import EXIT_DEADLINE_SECONDS as EXIT_DEADLINE_SECONDS
@@ -56,6 +56,7 @@ from monitor.exporters.mqtt import topics_for
 from monitor.features.base import Feature
 from monitor.ledger.budget import BudgetMachine, period_start
 from monitor.ledger.writer import LedgerWriter, expired_on_restart, restored_track
+from monitor.load.cpu import StageCpu
 from monitor.load.shedding import LoadShedder, measuring_executor
 from monitor.scoring.evidence import TrackEvidence, WindowFeatures
 from monitor.scoring.received import track_scorer_for
@@ -199,6 +200,7 @@ class Pipeline(PipelineStages):
         self._windows = 0
         self.period_speech_seconds = 0.0  # restored from the ledger at start (DaemonStarted)
         self._busy: dict[str, float] = {"features": 0.0, "scorer": 0.0, "ledger": 0.0}
+        self.cpu = StageCpu()  # the daemon's own CPU per stage (monitor.daemon.cpu)
         self.audio_seconds = 0.0
         self.last: dict[str, Figures] = {}
         self._alerts = 0
@@ -334,7 +336,7 @@ class Pipeline(PipelineStages):
             except TimeoutError:
                 self.stop("duration")
         await self._stop.wait()
-        await _cancel_until_done([t for t in self._tasks if t is not asyncio.current_task()])
+        await cancel_until_done([t for t in self._tasks if t is not asyncio.current_task()])
         raise _StopRequestError
 
     def _check_budget(self) -> None:
@@ -372,6 +374,7 @@ class Pipeline(PipelineStages):
         self._check_budget()
         await loop.run_in_executor(executor, self.window_features.warm_up)
         await loop.run_in_executor(feeder, self.streams.parts()[2].warm_up)
+        self.cpu.start()
         startup = self.restore()
         for event in (self._opening(started_unix), *startup):
             await self.queues["events"].put(event)
@@ -458,24 +461,6 @@ class Pipeline(PipelineStages):
             last=dict(self.last),
             alerts=self._alerts,
         )
-
-
-#: How long a stopping supervisor lets cancelled tasks clean up (say offline to the broker,
-#: close the metrics server) before it cancels those still running again.
-CANCEL_RETRY_SECONDS = 2.0
-
-
-async def _cancel_until_done(tasks: Sequence[asyncio.Task[Any]]) -> None:
-    """Cancel ``tasks`` and repeat for those still running: a task may swallow one
-    cancellation (``asyncio.wait_for`` does when its inner future completes in the same loop
-    turn, cpython gh-86296, e.g. inside a library) and would otherwise keep the TaskGroup, and
-    the daemon, waiting for ever."""
-    pending = [t for t in tasks if not t.done()]
-    while pending:
-        for task in pending:
-            task.cancel()
-        await asyncio.wait(pending, timeout=CANCEL_RETRY_SECONDS)
-        pending = [t for t in pending if not t.done()]
 
 
 def _quiet_cancellation(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

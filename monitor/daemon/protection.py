@@ -119,8 +119,10 @@ def _log_change(protecting: bool, speaker: str | None) -> None:
 def protection_for(
     config: Config, source: object, exporters: Sequence[Exporter], device_id: str
 ) -> list[Exporter]:
-    """The exporters of ``[protect]`` (none when off): the observer that feeds the policy and,
-    with Home Assistant discovery, the switch's; the relay of ``source`` hooked to the policy."""
+    """The exporters of ``[protect]``: the observer that feeds the policy and, with Home
+    Assistant discovery, the switch's; the relay of ``source`` hooked to the policy. With mode
+    off, none — unless Home Assistant shows a relaying daemon: its switch and *Protecting* are
+    there all the same, saying that the mode is off."""
     settings = config.protect
     named = getattr(source, "named", None) or {"": source}  # a SourceSet, or the one source
     relaying = {n: s for n, s in named.items() if hasattr(s, "upstream_transform")}
@@ -131,24 +133,28 @@ def protection_for(
     }  # relayed by voxmeter relay: it is told; the others are relayed here
     policy = ProtectionPolicy(settings.mode, parse_alpha(settings.alpha), random.Random())
     feed = RelayFeed(policy, settings.alpha, uplinks) if uplinks else None
+    ha = [e for e in exporters if isinstance(e, HomeAssistantExporter)]
     if settings.mode == "off":
         if feed is not None:  # told at once: a relay configured otherwise passes all clear
             feed.ready = True
             feed.push()
-        return []
-    if not relaying:
+        if not (relaying and ha):
+            return []
+    elif not relaying:
         raise ConfigError("protect.mode", "needs a source that relays (wyoming-proxy://...)")
-    for name, relay in relaying.items():  # the others (a microphone) have no upstream to protect
-        if name not in uplinks:
-            relay.upstream_transform = transform_factory(policy, name)
-    if feed is not None:
-        policy.on_update = feed.push
-    added: list[Exporter] = [ProtectionObserver(policy, feed)]
-    ha = [e for e in exporters if isinstance(e, HomeAssistantExporter)]
+    else:
+        for name, relay in relaying.items():  # the others (a microphone) have no upstream
+            if name not in uplinks:
+                relay.upstream_transform = transform_factory(policy, name)
+        if feed is not None:
+            policy.on_update = feed.push
+    added: list[Exporter] = [ProtectionObserver(policy, feed if settings.mode != "off" else None)]
+    # Home Assistant shows the switch whenever the daemon relays, mode off included (it says so)
     switch = ProtectionMqtt(policy, config.mqtt, device_id=device_id) if ha else None
     for exporter in ha:
         exporter.extra_entities = protection_entities
     if switch is not None:
+        switch.display_name = ha[0].display_name
         added.append(switch)
 
     def changed(protecting: bool, speaker: str | None) -> None:

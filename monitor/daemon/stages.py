@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -21,7 +22,7 @@ from monitor.audio.frames import RATE_HZ, AudioFrame, AudioSource
 from monitor.audio.vad import SpeechChunk
 from monitor.audio.windows import SpeechWindow
 from monitor.daemon.measuring import MeasuringSupervisor
-from monitor.daemon.streams import Streams, StreamState, named_stats
+from monitor.daemon.streams import FEED_BLOCK_SAMPLES, Streams, StreamState, named_stats
 from monitor.events.messages import (
     ClosedWindow,
     DaemonEvent,
@@ -36,6 +37,7 @@ from monitor.events.messages import (
 from monitor.features.base import Feature
 from monitor.ledger.budget import period_start
 from monitor.ledger.writer import LedgerWriter
+from monitor.load.cpu import StageCpu
 from monitor.load.shedding import LoadShedder
 from monitor.scoring.evidence import TrackScorer
 from monitor.scoring.received import received_embedding
@@ -48,7 +50,11 @@ from monitor.tracking.turns import TurnSplitter
 logger = logging.getLogger(__name__)
 
 _NO_FRAME: Any = object()
-"""The vad stage's wake-up without a frame: time to look for idle streams."""
+"""The vad stage's wake-up without a frame (the stats stage's, each interval while streams
+live): time to look for idle streams. A timeout around every frame's wait cost a timer per
+frame on the loop."""
+IDLE_CHECK_SECONDS = 1.0
+"""While frames flow, idle streams are looked for at most this often."""
 
 
 class PipelineStages:
@@ -70,6 +76,7 @@ class PipelineStages:
     queues: dict[str, asyncio.Queue[Any]]
     measuring: MeasuringSupervisor
     shedder: LoadShedder
+    cpu: StageCpu
     audio_seconds: float
     last: dict[str, Figures]
     _feed_counted: float
@@ -97,15 +104,14 @@ class PipelineStages:
         the order they close. A stream's end, an idle stream and the end of input close turns."""
         inbox, out = self.queues["frames"], self.queues["windows"]
         streams = self.streams
+        checked = self.clock()
         while True:
-            try:
-                async with asyncio.timeout(streams.idle_seconds if streams.live else None):
-                    frame = await inbox.get()
-            except TimeoutError:
-                frame = _NO_FRAME
-            for state in streams.idle():  # gone without an end: the turn ends now
-                await self._stream_frames(state, None, executor, feeder)
-                streams.end(state.key)
+            frame = await inbox.get()
+            if frame is _NO_FRAME or self.clock() - checked >= IDLE_CHECK_SECONDS:
+                checked = self.clock()
+                for state in streams.idle():  # gone without an end: the turn ends now
+                    await self._stream_frames(state, None, executor, feeder)
+                    streams.end(state.key)
             if frame is _NO_FRAME:
                 continue
             if frame is None:  # end of input: every stream ends
@@ -133,21 +139,24 @@ class PipelineStages:
         filterbank frames (and two parts' embeddings where that is uncertain); the speech also
         goes, as it arrives, to the stream's incremental features."""
         out = self.queues["windows"]
-        loop = asyncio.get_running_loop()
         ends = frame is None or frame.utterance_end or frame.stream_end
+        started = time.thread_time()
         chunks = state.vad.flush() if frame is None else state.vad.process(frame)
         if frame is not None and ends:  # the turn ends: a short window
             chunks = [*chunks, *state.vad.flush()]
+        self.cpu.vad += time.thread_time() - started
         chunks = state.received.attach(frame, chunks, ends)  # what a protected upstream got
         windows = []
         for chunk in chunks:
-            closed = self._process_chunk(state, chunk, feeder)
+            windows += self._process_chunk(state, chunk, feeder)
             # features work on the speech as it arrives, in order, on the feeder thread
-            self.shedder.submitted()
-            loop.run_in_executor(feeder, state.incremental.feed, chunk.samples)
-            windows += closed
+            state.unfed.hold(chunk.samples, self.clock())
+            if state.unfed.samples >= FEED_BLOCK_SAMPLES:
+                self._feed(state, feeder)
         if ends:  # the turn ends with the utterance/stream
             windows += self._close_turn(state, feeder)
+        if windows:  # the window's take (and its split) come after all of its speech
+            self._feed(state, feeder)
         windower = state.windower
         for window in windows:
             pieces = await self._split(state, window, executor, feeder)
@@ -183,6 +192,17 @@ class PipelineStages:
             return await loop.run_in_executor(executor, self.turns.split, window)
         return await loop.run_in_executor(feeder, incremental.split, window)
 
+    def _feed(self, state: StreamState, feeder: ThreadPoolExecutor) -> None:
+        """The speech held for the feeder as one call: a 30 ms frame at a time, each call's
+        future, thread hand-over and loop wake-up cost more than the work (the streams push
+        blocks of 0.25 s anyway). Submitted as a plain future: nothing on the loop waits for
+        it, the feeder keeps order, and :meth:`IncrementalWindows.take` raises what failed."""
+        samples, since = state.unfed.take()
+        if samples is None:
+            return
+        self.shedder.submitted(since)
+        feeder.submit(state.incremental.feed, samples)
+
     def _process_chunk(
         self, state: StreamState, chunk: SpeechChunk, feeder: ThreadPoolExecutor
     ) -> list[SpeechWindow]:
@@ -194,16 +214,19 @@ class PipelineStages:
         closed = windower.process(chunk)
         before = [w for w in closed if w.end_seconds <= chunk.start_seconds]
         if before:
-            _call(feeder, incremental.close_window)
+            self._feed(state, feeder)
+            feeder.submit(incremental.close_window)
         elif windower.dropped_seconds > dropped:
-            _call(feeder, incremental.discard)
+            self._feed(state, feeder)
+            feeder.submit(incremental.discard)
         return closed
 
     def _close_turn(self, state: StreamState, feeder: ThreadPoolExecutor) -> list[SpeechWindow]:
         """The held speech as a short window (or dropped), told to the incremental features."""
         windower, incremental = state.windower, state.incremental
         closed = windower.close_turn(windower.min_window_seconds)
-        _call(feeder, incremental.close_window if closed else incremental.discard)
+        self._feed(state, feeder)
+        feeder.submit(incremental.close_window if closed else incremental.discard)
         return closed
 
     async def _feature_stage(
@@ -363,6 +386,7 @@ class PipelineStages:
             at_unix=self.wall_clock(),
             measuring_restarts=self.measuring.restarts,
             shed_seconds=dict(self.shedder.shed_seconds),
+            cpu_seconds=self.cpu.seconds(),
             lag_seconds=self.shedder.lag_seconds,
             sources={
                 name: dataclasses.replace(
@@ -383,18 +407,15 @@ class PipelineStages:
                 await self.queues["tracked"].put(event)
             with contextlib.suppress(asyncio.QueueFull):
                 self.queues["events"].put_nowait(self.stats())
+            if self.streams.live:  # the vad stage looks for idle streams
+                with contextlib.suppress(asyncio.QueueFull):
+                    self.queues["frames"].put_nowait(_NO_FRAME)
 
     def stop(self, reason: str) -> None:
         """Ask the pipeline to stop (signal handlers, end of input, duration, tests)."""
         if not self._stop.is_set():
             self._stop_reason = reason
             self._stop.set()
-
-
-def _call(feeder: ThreadPoolExecutor, function: Callable[[], None]) -> None:
-    """``function`` on the feeder thread, after every call submitted before it (fire and forget:
-    the feeder keeps order, and :meth:`IncrementalWindows.take` raises what failed)."""
-    asyncio.get_running_loop().run_in_executor(feeder, function)
 
 
 def one_blas_thread() -> Callable[[], None]:

@@ -22,6 +22,8 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from monitor.audio.frames import RATE_HZ, AudioFrame, AudioSource, SourceStats, StreamKey
 from monitor.audio.vad import FrameVad, SileroVad, WebRtcVad
 from monitor.audio.windows import Windower
@@ -39,6 +41,33 @@ logger = logging.getLogger(__name__)
 StreamParts = Callable[[], tuple[FrameVad, Windower, IncrementalWindows]]
 """Makes a fresh VAD, windower and incremental feature streams for one stream."""
 
+FEED_BLOCK_SAMPLES = 4000
+"""Speech handed to the feeder in calls of at least this much (0.25 s; less at a window's or
+a turn's end): the incremental streams work in blocks of this size anyway."""
+
+
+@dataclass
+class Unfed:
+    """Speech chunks the loop holds for the feeder, and when the first of them arrived."""
+
+    chunks: list[np.ndarray] = field(default_factory=list)
+    samples: int = 0
+    since: float = 0.0  # monotonic arrival of the oldest held chunk (the shedder's lag)
+
+    def hold(self, samples: np.ndarray, now: float) -> None:
+        if not self.chunks:
+            self.since = now
+        self.chunks.append(samples)
+        self.samples += samples.shape[0]
+
+    def take(self) -> tuple[np.ndarray | None, float]:
+        """The held speech as one array (None: nothing held) and its oldest arrival."""
+        if not self.chunks:
+            return None, self.since
+        held = self.chunks[0] if len(self.chunks) == 1 else np.concatenate(self.chunks)
+        self.chunks, self.samples = [], 0
+        return held, self.since
+
 
 @dataclass
 class StreamState:
@@ -53,6 +82,7 @@ class StreamState:
     pending: int = 0  # windows closed and not yet taken by the features stage
     received: ReceivedAudio = field(default_factory=ReceivedAudio)  # protected utterances
     source_rate_hz: int = RATE_HZ  # as its last frame with audio came from the source
+    unfed: Unfed = field(default_factory=Unfed)  # speech not yet handed to the feeder
 
     @property
     def speech_seconds(self) -> float:
@@ -94,11 +124,17 @@ class Streams:
         self.live: dict[StreamKey, StreamState] = {}
         self._ended: list[StreamState] = []  # ended with windows still to take, oldest first
         self._totals: dict[str, _Totals] = {}
+        self._unnamed = (StreamKey(), StreamKey(source=default_source))  # key() 's last
 
     def key(self, frame: AudioFrame) -> StreamKey:
-        """The frame's stream key, with the source's name filled in."""
+        """The frame's stream key, with the source's name filled in (the last one kept: frames
+        come in runs of one stream)."""
         stream = frame.stream
-        return stream if stream.source else stream._replace(source=self.default_source)
+        if stream.source:
+            return stream
+        if stream != self._unnamed[0]:
+            self._unnamed = (stream, stream._replace(source=self.default_source))
+        return self._unnamed[1]
 
     def state(self, frame: AudioFrame) -> StreamState | None:
         """The frame's stream state (made on its first frame), or None: the stream is refused

@@ -206,6 +206,7 @@ class PipelineStats:
     shed_seconds: Mapping[str, float] = field(default_factory=dict)  # feature → speech shed
     lag_seconds: float = 0.0  # how far the measuring side is behind live audio now
     sources: Mapping[str, SourceCounts] = field(default_factory=dict)  # named source → totals
+    cpu_seconds: Mapping[str, float] = field(default_factory=dict)  # stage → thread CPU, total
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Protocol
 
@@ -15,7 +16,8 @@ from monitor.events.messages import Exporter
 from monitor.exporters.homeassistant import HomeAssistantExporter, Profiles
 from monitor.exporters.mqtt import MqttExporter, Outbox, Topics, topic_level, topics_for
 from monitor.exporters.prometheus import Metrics, PrometheusExporter
-from monitor.settings.sections import Config
+from monitor.settings.sections import Config, PrometheusSettings
+from monitor.sources.spec import parse_source
 
 __all__ = [
     "HomeAssistantExporter",
@@ -67,6 +69,34 @@ def build_exporters(
                 device_id=device_id,
                 show_seconds=config.tracker.show_seconds,
                 show_windows=config.tracker.show_windows,
+                sources=named_sources(config),
+                configuration_url=metrics_url(config.prometheus),
             )
         )
     return exporters
+
+
+def named_sources(config: Config) -> dict[str, str]:
+    """The sources a user named (``kitchen=wyoming-proxy://…``: rooms), name → source kind."""
+    specs = config.audio.sources or (config.daemon.source,)
+    named: dict[str, str] = {}
+    for spec in specs:
+        head, equals, _ = spec.partition("=")
+        if equals and not any(c in head for c in ":/"):
+            source = parse_source(spec)
+            named[source.name] = source.kind
+    return named
+
+
+def metrics_url(settings: PrometheusSettings) -> str | None:
+    """The metrics page, as Home Assistant's "Visit" link of every device (None: none served
+    on a known port)."""
+    if not settings.enabled or not settings.port:
+        return None
+    host = settings.host
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"
+    scheme = "https" if settings.certfile else "http"
+    return f"{scheme}://{host}:{settings.port}/metrics"

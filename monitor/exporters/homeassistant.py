@@ -1,21 +1,17 @@
-"""Home Assistant MQTT discovery: voxmeter's figures as entities of one HA device.
+"""Home Assistant MQTT discovery, kept on the broker: the configs of monitor.exporters.discovery
+published, updated and cleared as the household's tracks come and go.
 
-Home Assistant creates an entity for every retained JSON config on
-``<discovery_prefix>/<component>/<node_id>/<object_id>/config``. This exporter publishes:
-
-- per speaker (local profile or ``unknown-N``): ``sensor`` *disclosure* (unit ``bit``, state
-  class ``measurement``, the budget figure) and ``sensor`` *budget* (enum ``ok``, ``warning``,
-  ``exceeded``), both reading the speaker's retained state topic that
-  :class:`~monitor.exporters.mqtt.MqttExporter` already publishes;
-- per device: ``binary_sensor`` *online* (connectivity, the existing status topic and its last
-  will), ``sensor`` *templates* (N) and ``sensor`` *speech seconds* (scored in the current
-  budget period: restored from the ledger at start, zero at a new period), the last two from a
-  retained device state topic this exporter publishes.
+Per speaker (local profile or ``unknown-N``) the entities read the speaker's retained state
+topic that :class:`~monitor.exporters.mqtt.MqttExporter` publishes; the device's figures
+(templates, speech seconds this budget period — restored from the ledger at start, zero at a new
+period — and whether one window reaches the ceiling) and each named source's (its speech, the
+last voice it heard) come from retained topics this exporter publishes.
 
 An ``unknown-N`` track's entities appear only once the track holds ``[tracker] show_seconds``
 of speech in ``show_windows`` windows (its pooled figures, merged fragments included): a
 fragment of a voice, or of a television, that merges or expires before never shows; its
-disclosure is in the ledger, MQTT and Prometheus all the same.
+disclosure is in the ledger, MQTT and Prometheus all the same. A shown track is called
+"Unrecognised voice K", K the smallest number no other shown track holds.
 
 Every entity has a ``device`` block, an ``origin`` block, a ``unique_id`` and the status topic
 as availability. Entities vanish (an empty retained config) when an ``unknown-N`` track expires
@@ -24,8 +20,6 @@ subscribes to its own node's configs, and a *retained* one (published before thi
 speaker it does not know is cleared, with that speaker's retained state. A speaker's state is
 cleared only after every config reading it (acknowledged, on this one connection): an empty
 state reaching an entity that still exists is a template error in Home Assistant's log.
-Topics come from :func:`~monitor.exporters.mqtt.topics_for`; object ids are escaped to
-``[a-zA-Z0-9_-]``.
 
 It keeps its own broker connection (client id ``<mqtt client id>-ha``), so the alert path of
 the MQTT exporter is untouched by discovery.
@@ -37,16 +31,14 @@ import asyncio
 import json
 import logging
 import random
-import re
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 import aiomqtt
 
-from monitor import __version__
 from monitor.events.figures import Figures
 from monitor.events.messages import (
     DaemonEvent,
@@ -56,17 +48,24 @@ from monitor.events.messages import (
     WindowScored,
 )
 from monitor.exporters.connection import Reconnect, client_options, tls_context
-from monitor.exporters.mqtt import Topics, iso_utc, publish, topics_for
+from monitor.exporters.discovery import (
+    Discovery,
+    Entity,
+    device_state_topic,
+    safe_id,
+    source_state_topic,
+)
+from monitor.exporters.mqtt import iso_utc, publish, topics_for
+from monitor.exporters.words import STRANGER, stranger_numbers
+from monitor.references import MEANINGFUL_REFERENCES, saturated
 from monitor.settings.sections import HomeAssistantSettings, MqttSettings
 from monitor.store.templates import LocalProfile
-from monitor.vocabulary import BUDGET_STATES as STATES
+from monitor.vocabulary import FigureKey
+
+__all__ = ["Discovery", "Entity", "HomeAssistantExporter", "Profiles", "safe_id"]
 
 logger = logging.getLogger(__name__)
 
-ONLINE, OFFLINE = "online", "offline"
-SPEAKER_ENTITIES = ("disclosure", "budget")
-"""Object-id suffixes of one speaker's entities."""
-SUPPORT_URL = "https://github.com/voxmeter/voxmeter"
 STATE_CLEAR_GRACE_SECONDS = 1.0
 """Wait between a speaker's acknowledged empty configs and its empty state (see _publisher)."""
 
@@ -75,152 +74,6 @@ class Profiles(Protocol):
     """The part of :class:`monitor.store.Store` this exporter reads (the household members)."""
 
     def local_profiles(self) -> list[LocalProfile]: ...
-
-
-def safe_id(text: str) -> str:
-    """``text`` as ``[a-zA-Z0-9_-]`` for HA object and unique ids, injectively.
-
-    Letters, digits and ``-`` stay; every other character (``_`` too) becomes ``_xx`` per UTF-8
-    byte, so ``a.b`` and ``a_b`` never share an entity.
-    """
-    return re.sub(
-        r"[^a-zA-Z0-9-]",
-        lambda m: "".join(f"_{byte:02x}" for byte in m.group().encode()),
-        text,
-    )
-
-
-def device_state_topic(topics: Topics) -> str:
-    """Retained device figures (templates, speech seconds) under the device's prefix."""
-    return f"{topics.prefix}/device"
-
-
-@dataclass(frozen=True)
-class Entity:
-    """One discovery config: where it goes and what it says."""
-
-    component: str
-    object_id: str
-    config: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Discovery:
-    """Builds the discovery configs of one device (pure: no network)."""
-
-    settings: HomeAssistantSettings
-    topics: Topics
-    device_id: str
-    version: str = __version__
-
-    @property
-    def node_id(self) -> str:
-        return self.settings.node_id or safe_id(self.device_id)
-
-    def config_topic(self, component: str, object_id: str) -> str:
-        prefix = self.settings.discovery_prefix.rstrip("/")
-        return f"{prefix}/{component}/{self.node_id}/{object_id}/config"
-
-    @property
-    def subscription(self) -> str:
-        """Every config of this node, whatever the component."""
-        return self.config_topic("+", "+")
-
-    def _device(self) -> dict[str, Any]:
-        return {
-            "identifiers": [f"voxmeter_{self.node_id}"],
-            "name": f"voxmeter {self.device_id}",
-            "manufacturer": "voxmeter",
-            "model": "speaker disclosure monitor",
-            "sw_version": self.version,
-        }
-
-    def _origin(self) -> dict[str, Any]:
-        """Who publishes the entity (HA shows it in the MQTT info and logs of the entity)."""
-        return {"name": "voxmeter", "sw_version": self.version, "support_url": SUPPORT_URL}
-
-    def _common(self, object_id: str, name: str) -> dict[str, Any]:
-        return {
-            "name": name,
-            "unique_id": f"voxmeter_{self.node_id}_{object_id}",
-            "device": self._device(),
-            "origin": self._origin(),
-            "availability": [
-                {
-                    "topic": self.topics.status,
-                    "value_template": "{{ value_json.state }}",
-                    "payload_available": ONLINE,
-                    "payload_not_available": OFFLINE,
-                }
-            ],
-        }
-
-    def device_entities(self) -> list[Entity]:
-        """Online status (last will), number of templates, seconds of speech scored."""
-        status = {
-            **self._common("online", "Online"),
-            "state_topic": self.topics.status,
-            "value_template": "{{ value_json.state }}",
-            "payload_on": ONLINE,
-            "payload_off": OFFLINE,
-            "device_class": "connectivity",
-            "entity_category": "diagnostic",
-        }
-        del status["availability"]  # it *is* the availability: unavailable would hide offline
-        state = device_state_topic(self.topics)
-        templates = {
-            **self._common("templates", "Templates"),
-            "state_topic": state,
-            "value_template": "{{ value_json.templates }}",
-            "state_class": "measurement",
-            "icon": "mdi:account-group",
-            "entity_category": "diagnostic",
-        }
-        speech = {
-            **self._common("speech_seconds", "Speech seconds"),
-            "state_topic": state,
-            "value_template": "{{ value_json.speech_seconds }}",
-            "unit_of_measurement": "s",
-            "device_class": "duration",
-            "state_class": "total_increasing",
-        }
-        return [
-            Entity("binary_sensor", "online", status),
-            Entity("sensor", "templates", templates),
-            Entity("sensor", "speech_seconds", speech),
-        ]
-
-    def speaker_entities(self, alias: str) -> list[Entity]:
-        """Disclosure bits and budget state of one speaker, from its retained state topic."""
-        base = safe_id(alias)
-        state_topic = self.topics.speaker_state(alias)
-        disclosure = {
-            **self._common(f"{base}_disclosure", f"{alias} disclosure"),
-            "state_topic": state_topic,
-            "value_template": "{{ value_json.bits }}",
-            "unit_of_measurement": "bit",
-            "state_class": "measurement",
-            "suggested_display_precision": 2,
-            "icon": "mdi:account-voice",
-            "json_attributes_topic": state_topic,
-            "json_attributes_template": (
-                "{{ {'budget': value_json.budget, 'measure': value_json.measure, "
-                "'ceiling': value_json.ceiling, 'windows': value_json.windows, "
-                "'speech_seconds': value_json.speech_seconds} | tojson }}"
-            ),
-        }
-        budget = {
-            **self._common(f"{base}_budget", f"{alias} budget"),
-            "state_topic": state_topic,
-            "value_template": "{{ value_json.state }}",
-            "device_class": "enum",
-            "options": list(STATES),
-            "icon": "mdi:shield-account",
-        }
-        return [
-            Entity("sensor", f"{base}_disclosure", disclosure),
-            Entity("sensor", f"{base}_budget", budget),
-        ]
 
 
 class HomeAssistantExporter:
@@ -244,13 +97,21 @@ class HomeAssistantExporter:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         show_seconds: float = 0.0,
         show_windows: int = 1,
+        sources: Mapping[str, str] | None = None,
+        configuration_url: str | None = None,
     ) -> None:
         self.mqtt = mqtt
         # an unknown-N track shows once it holds this much ([tracker] show_*): a fragment that
         # merges or expires before never appears (its figures are in the ledger all the same)
         self.show_seconds, self.show_windows = show_seconds, show_windows
         self.topics = topics_for(mqtt, device_id)
-        self.discovery = Discovery(settings, self.topics, device_id)
+        self.discovery = Discovery(
+            settings,
+            self.topics,
+            device_id,
+            sources=dict(sources or {}),
+            configuration_url=configuration_url,
+        )
         self.client_id = f"{mqtt.client_id or f'voxmeter-{device_id}'}-ha"
         self._tls = tls_context(mqtt)
         self._store = store
@@ -265,16 +126,25 @@ class HomeAssistantExporter:
             on_connection=self._set_connected,
         )
         self._speakers: set[str] = set()
+        self._strangers: dict[str, int] = {}  # shown unknown-N track → its number in HA
         self._configs: dict[str, bytes] = {}  # config topic → payload wanted on the broker
         self._dirty: dict[str, bytes] = {}  # config topic → payload to publish (b"" clears)
         self._cleared: dict[str, None] = {}  # speaker state topics to clear, after the configs
-        self._device: dict[str, Any] = {"templates": 0, "speech_seconds": 0.0}
+        self._device, self._rooms = self._figures()
+        self._rooms_dirty: set[str] = set(self._rooms)
         self._device_dirty = False
         self._period_start_unix: float | None = None
         self._started = asyncio.Event()
         self._wake = asyncio.Event()
         self.connected = False
         self.extra_entities: Callable[[Discovery], list[Entity]] | None = None  # protection's
+
+    def _figures(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """The figures this exporter publishes itself, as they start: the device's, each
+        room's."""
+        device = {"templates": 0, "speech_seconds": 0.0, "saturated": False}
+        rooms = {name: {"speech_seconds": 0.0, "last_voice": "nobody yet"} for name in self.sources}
+        return device, rooms
 
     # ---- what should exist (no network) ----------------------------------------------------
 
@@ -289,6 +159,7 @@ class HomeAssistantExporter:
     def _forget(self, alias: str) -> None:
         """Clear the speaker's configs, then (once they are acknowledged) its state."""
         self._speakers.discard(alias)
+        self._strangers.pop(alias, None)
         for entity in self.discovery.speaker_entities(alias):
             topic = self.discovery.config_topic(entity.component, entity.object_id)
             self._configs.pop(topic, None)
@@ -303,20 +174,57 @@ class HomeAssistantExporter:
             and figures.pooled_speech_seconds >= self.show_seconds
         )
 
-    def _add_speaker(self, alias: str) -> None:
+    @property
+    def sources(self) -> Mapping[str, str]:
+        """The named sources (rooms) shown as devices: name → source kind."""
+        return self.discovery.sources
+
+    def display_name(self, alias: str) -> str:
+        """What Home Assistant calls a speaker: a member by alias, a shown ``unknown-N`` track
+        "Unrecognised voice K" (numbered without gaps)."""
+        number = self._strangers.get(alias)
+        return alias if number is None else f"{STRANGER} {number}"
+
+    def _add_speaker(self, alias: str, *, stranger: bool = False) -> None:
         if alias not in self._speakers:
             self._speakers.add(alias)
+            if stranger:
+                self._strangers[alias] = stranger_numbers(self._strangers, alias)
             self._cleared.pop(self.topics.speaker_state(alias), None)
-            self._want(self.discovery.speaker_entities(alias))
+            self._want(self.discovery.speaker_entities(alias, self.display_name(alias)))
+
+    def _reference_set(self, figures: Figures) -> None:
+        """Whether this window alone reached the ceiling log2 N (the set is too small)."""
+        key = FigureKey.parse(figures.budget_measure)
+        window_bits = figures.bits(key.feature, key.measure, cumulative=False)
+        if saturated(window_bits, figures.ceiling_bits):
+            self._device["saturated"] = True  # for the rest of the run: said once, kept
+        self._device["reference_set"] = {  # the problem sensor's attributes
+            "Reference voices": figures.templates,
+            "Needed for a meaningful figure": MEANINGFUL_REFERENCES,
+            "Most a figure can reach": f"{figures.ceiling_bits:.2f} bits",
+        }
+
+    def _heard(self, event: WindowScored) -> None:
+        """The room the window was heard in: its speech, and who spoke last."""
+        room = self._rooms.get(event.stream.source)
+        if room is None:
+            return
+        if event.figures.track in self._speakers:
+            room["last_voice"] = self.display_name(event.figures.track)
+        room["speech_seconds"] = round(room["speech_seconds"] + event.window_speech_seconds, 3)
+        self._rooms_dirty.add(event.stream.source)
 
     async def handle(self, event: DaemonEvent) -> None:
         match event:
             case DaemonStarted():
-                self.discovery = Discovery(
-                    self.discovery.settings, self.topics, event.device_id, event.version
+                self.discovery = replace(
+                    self.discovery, device_id=event.device_id, version=event.version
                 )
                 self._configs.clear()
                 self._want(self.discovery.device_entities())
+                for source in self.sources:
+                    self._want(self.discovery.source_entities(source))
                 if self.extra_entities is not None:
                     self._want(self.extra_entities(self.discovery))
                 household = {p.alias for p in self._store.local_profiles()}
@@ -324,6 +232,10 @@ class HomeAssistantExporter:
                     self._speakers.discard(alias)
                     self._add_speaker(alias)
                 self._device["templates"] = max(event.templates.values(), default=0)
+                self._device["reference_set"] = {
+                    "Reference voices": self._device["templates"],
+                    "Needed for a meaningful figure": MEANINGFUL_REFERENCES,
+                }
                 # this period's figure as the ledger holds it: a restart neither zeroes it nor
                 # leaves the last run's retained figure standing until the first new window
                 self._device["speech_seconds"] = round(event.speech_seconds, 3)
@@ -332,10 +244,14 @@ class HomeAssistantExporter:
                 self._started.set()
             case WindowScored():
                 if self._shows(event.figures):
-                    self._add_speaker(event.figures.track)
+                    self._add_speaker(event.figures.track, stranger=event.figures.kind == "unknown")
                 if event.figures.period_start_unix != self._period_start_unix:
                     self._period_start_unix = event.figures.period_start_unix
                     self._device["speech_seconds"] = 0.0  # a new budget period counts afresh
+                    for room in self._rooms.values():
+                        room["speech_seconds"] = 0.0
+                self._heard(event)
+                self._reference_set(event.figures)
                 self._device["speech_seconds"] = round(
                     self._device["speech_seconds"] + event.window_speech_seconds, 3
                 )
@@ -348,7 +264,7 @@ class HomeAssistantExporter:
                     self._cleared[self.topics.speaker_state(event.track)] = None
             case TrackRestored():  # resumed after a restart: its entities exist again at once
                 if self._shows(event.figures):
-                    self._add_speaker(event.figures.track)
+                    self._add_speaker(event.figures.track, stranger=event.figures.kind == "unknown")
             case _:
                 return  # PipelineStats, StateChanged, DaemonStopping: nothing to show
         self._wake.set()
@@ -378,6 +294,7 @@ class HomeAssistantExporter:
         await client.subscribe(self.discovery.subscription, qos=1)
         self._dirty.update(self._configs)  # a restarted broker has forgotten retained messages
         self._device_dirty = True
+        self._rooms_dirty.update(self._rooms)
         try:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self._sweep(client), name="voxmeter.exporter.homeassistant.sweep")
@@ -444,6 +361,13 @@ class HomeAssistantExporter:
                     qos=qos,
                     retain=True,
                 )
+            while self._rooms_dirty:
+                source = self._rooms_dirty.pop()
+                payload = json.dumps(
+                    {**self._rooms[source], "updated": iso_utc(self._clock())}
+                ).encode()
+                topic = source_state_topic(self.topics, source)
+                await publish(client, topic, payload, qos=qos, retain=True)
             await self._wake.wait()
 
 

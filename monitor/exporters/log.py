@@ -17,6 +17,8 @@ from monitor.events.messages import (
     TrackRestored,
     WindowScored,
 )
+from monitor.references import MEANINGFUL_REFERENCES, saturated
+from monitor.vocabulary import FigureKey
 
 
 class LogExporter:
@@ -26,6 +28,7 @@ class LogExporter:
 
     def __init__(self, log: logging.Logger | None = None) -> None:
         self.log = log or logging.getLogger("monitor.events.messages")
+        self.saturated = False  # a window reached the ceiling log2 N: said once per run
 
     async def run(self) -> None:
         await asyncio.Event().wait()
@@ -34,6 +37,7 @@ class LogExporter:
         match event:
             case WindowScored():
                 self.log.info("window", extra={"fields": _window_fields(event)})
+                self._reference_set(event.figures)
             case StateChanged():
                 self.log.warning("budget", extra={"fields": _budget_fields(event)})
             case TrackExpired(merged_into=None):
@@ -71,6 +75,25 @@ class LogExporter:
                 )
             case DaemonStopping():
                 self.log.info("stopping", extra={"fields": {"reason": event.reason}})
+
+    def _reference_set(self, figures: Figures) -> None:
+        """Warn once per run when one window alone reaches the ceiling log2 N."""
+        key = FigureKey.parse(figures.budget_measure)
+        window_bits = figures.bits(key.feature, key.measure, cumulative=False)
+        if self.saturated or not saturated(window_bits, figures.ceiling_bits):
+            return
+        self.saturated = True
+        fields = {
+            "templates": figures.templates,
+            "ceiling_bits": round(figures.ceiling_bits, 3),
+            "window_bits": round(window_bits, 3),
+            "needed": MEANINGFUL_REFERENCES,
+        }
+        self.log.warning(
+            "reference set too small: one window of speech reached the ceiling log2 N; enrol "
+            "more reference voices (voxmeter enroll --corpus)",
+            extra={"fields": fields},
+        )
 
 
 def _window_fields(event: WindowScored) -> dict[str, Any]:

@@ -63,8 +63,11 @@ from monitor.exporters.connection import (
     client_options,
     tls_context,
 )
+from monitor.exporters.topics import TOPICS
+from monitor.exporters.words import BUDGET_WORDS, budget_share, one_in, speaker_words
 from monitor.settings.config import is_loopback
 from monitor.settings.sections import MqttSettings
+from monitor.store.ledger import WindowRecord
 from monitor.store.outbox import OutboxMessage
 
 logger = logging.getLogger(__name__)
@@ -82,6 +85,8 @@ class Outbox(Protocol):
 
     def ack(self, seq: int) -> bool: ...
 
+    def windows(self, track: str, period_start: float) -> list[WindowRecord]: ...
+
 
 @dataclass(frozen=True)
 class Topics:
@@ -89,16 +94,32 @@ class Topics:
 
     prefix: str
 
+    def at(self, name: str, **levels: str) -> str:
+        """The topic declared as ``name`` in :data:`~monitor.exporters.topics.TOPICS`."""
+        return TOPICS[name].pattern.format(prefix=self.prefix, **levels)
+
     @property
     def status(self) -> str:
-        return f"{self.prefix}/status"
+        return self.at("status")
 
     @property
     def alerts(self) -> str:
-        return f"{self.prefix}/alerts"
+        return self.at("alerts")
+
+    @property
+    def device(self) -> str:
+        return self.at("device_state")
+
+    @property
+    def protection(self) -> str:
+        return self.at("protection_state")
+
+    @property
+    def protection_set(self) -> str:
+        return self.at("protection_set")
 
     def speaker_state(self, alias: str) -> str:
-        return f"{self.prefix}/speakers/{topic_level(alias)}/state"
+        return self.at("speaker_state", alias=topic_level(alias))
 
 
 def topic_level(name: str) -> str:
@@ -121,10 +142,16 @@ def iso_utc(unix: float) -> str:
     return datetime.fromtimestamp(unix, UTC).isoformat(timespec="milliseconds")
 
 
-def speaker_state_payload(figures: Figures, *, updated_unix: float) -> dict[str, Any]:
+def speaker_state_payload(
+    figures: Figures, *, updated_unix: float, highest_bits: float | None = None
+) -> dict[str, Any]:
     """The retained state of one speaker after a window: the record's ``to_json()`` as
-    ``figures``, and the flat keys dashboards and Home Assistant read (renamings of that JSON:
-    cumulative bits; ``features {feature: {measure: bits}}``)."""
+    ``figures``, the flat keys dashboards and Home Assistant read (renamings of that JSON:
+    cumulative bits; ``features {feature: {measure: bits}}``), and the same figures in words
+    (monitor.exporters.words): ``one_in`` (K of "1 in K of N"), ``budget_share`` (percent),
+    ``budget_state`` ("OK", "Nearly used", "Over budget"), ``highest`` (the highest pooled
+    figure of the period so far: the pooled ``bits`` can fall as more speech arrives) and
+    ``words`` (attributes named in words, with units)."""
     data = figures.to_json()
     features: dict[str, dict[str, float]] = {}
     for key, values in data["disclosures"].items():
@@ -150,6 +177,13 @@ def speaker_state_payload(figures: Figures, *, updated_unix: float) -> dict[str,
         payload["top_candidate"] = data["top_candidate"]
         payload["top_candidate_bits"] = data["top_candidate_bits"]
     payload["figures"] = data
+    bits, templates = payload["bits"], data["templates"]
+    highest = bits if highest_bits is None else max(highest_bits, bits)
+    payload["highest"] = highest
+    payload["one_in"] = one_in(bits, templates)
+    payload["budget_share"] = budget_share(bits, payload["budget"])
+    payload["budget_state"] = BUDGET_WORDS.get(payload["state"], payload["state"])
+    payload["words"] = speaker_words(payload, highest)
     return payload
 
 
@@ -214,11 +248,18 @@ class MqttExporter:
                 self._started_unix = event.started_unix
                 self._status_dirty = True
             case WindowScored():
-                self._set_state(speaker_state_payload(event.figures, updated_unix=self._clock()))
+                figures = event.figures
+                highest = self._highest_before(figures.track, figures.period_start_unix)
+                self._set_state(
+                    speaker_state_payload(figures, updated_unix=self._clock(), highest_bits=highest)
+                )
             case TrackRestored():  # a restart: figures of its last window, as they were
                 figures = event.figures
+                highest = self._highest_in_ledger(figures.track, figures.period_start_unix)
                 self._set_state(
-                    speaker_state_payload(figures, updated_unix=figures.window_end_unix)
+                    speaker_state_payload(
+                        figures, updated_unix=figures.window_end_unix, highest_bits=highest
+                    )
                 )
             case StateChanged():
                 pass  # the alert is already in the outbox: just wake the drain
@@ -231,6 +272,23 @@ class MqttExporter:
             case PipelineStats() | DaemonStopping():
                 return
         self._wake.set()
+
+    def _highest_before(self, track: str, period_start_unix: float) -> float | None:
+        """The highest pooled figure ``track`` showed earlier in this period (None: none)."""
+        last = self._states.get(track)
+        if last is None or last["figures"]["period_start_unix"] != period_start_unix:
+            return None
+        return float(last["highest"])
+
+    def _highest_in_ledger(self, track: str, period_start_unix: float) -> float | None:
+        """The highest pooled figure of the track's windows in the period, as the ledger holds
+        them (a restart keeps "highest this period" as it was)."""
+        figures = [
+            w.figures.get("budget_figure_bits")
+            for w in self._outbox.windows(track, period_start_unix)
+        ]
+        values = [float(bits) for bits in figures if isinstance(bits, int | float)]
+        return max(values, default=None)
 
     def _set_state(self, payload: dict[str, Any]) -> None:
         self._states[payload["alias"]] = payload

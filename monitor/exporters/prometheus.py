@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from monitor.events.messages import (
     WindowScored,
 )
 from monitor.exporters.prometheus_received import ReceivedMetrics
+from monitor.load import cpu
 from monitor.load.shedding import SHED_ORDER
 from monitor.settings.config import is_loopback
 from monitor.settings.sections import PrometheusSettings
@@ -88,12 +89,11 @@ class Metrics:
         self._declare_disclosure(gauge)
         self._declare_audio(gauge, counter, registry)
         self._declare_health(gauge, counter)
-        for kind in ("total", "speech"):
-            self.frames.labels(kind)  # export 0 before the first stats, so rate() works
-        for shed in SHED_ORDER:
-            self.shed_seconds.labels(shed)
-        for state in BUDGET_STATES:
-            self.alerts.labels(state)
+        zeros = {self.frames: ("total", "speech"), self.shed_seconds: SHED_ORDER}
+        zeros |= {self.alerts: BUDGET_STATES, self.cpu_seconds: cpu.STAGES}
+        for instrument, labels in zeros.items():  # 0 before the first stats, so rate() works
+            for label in labels:
+                instrument.labels(label)
 
     def _declare_disclosure(self, gauge: _Make) -> None:
         """What a speaker disclosed, its bounds and budget: the figures the product is for."""
@@ -206,6 +206,7 @@ class Metrics:
             "embedding).",
             ("feature",),
         )
+        self.cpu_seconds = counter("voxmeter_cpu_seconds", cpu.HELP, ("stage",))
         self.measuring_lag = gauge(
             "voxmeter_measuring_lag_seconds",
             "How far the measuring side is behind live audio now (shedding starts at "
@@ -438,12 +439,14 @@ class PrometheusExporter:
         m.audio_device_errors.inc(max(0, event.audio_device_errors - previous_errors))
         previous_restarts = last.measuring_restarts if last else 0
         m.measuring_restarts.inc(max(0, event.measuring_restarts - previous_restarts))
-        shed_before = last.shed_seconds if last else {}
-        for feature, seconds in event.shed_seconds.items():
-            m.shed_seconds.labels(feature).inc(max(0.0, seconds - shed_before.get(feature, 0.0)))
+        for name in ("shed_seconds", "cpu_seconds"):  # running totals per label: their growth
+            before = getattr(last, name) if last else {}
+            for label, total in getattr(event, name).items():
+                getattr(m, name).labels(label).inc(max(0.0, total - before.get(label, 0.0)))
         m.measuring_lag.set(event.lag_seconds)
         m.realtime_factor.set(event.realtime_factor)
-        _set_all(m.queue_depth, event.queue_depths)
+        for queue, depth in event.queue_depths.items():
+            m.queue_depth.labels(queue).set(depth)
         for source, counts in event.sources.items():
             before = last.sources.get(source, SourceCounts()) if last else SourceCounts()
             for field, instrument in m.source_counters.items():
@@ -492,8 +495,3 @@ def _tls_options(settings: PrometheusSettings) -> dict[str, Any]:
         "client_cafile": client_cafile,
         "client_auth_required": client_auth_required,
     }
-
-
-def _set_all(gauge: Gauge, values: Mapping[str, float]) -> None:
-    for label, value in values.items():
-        gauge.labels(label).set(value)

@@ -1,15 +1,29 @@
-"""Protection in Home Assistant: a switch to turn it on and off, a binary sensor *protecting*,
-and an alert when protection starts for a person.
+"""Protection in Home Assistant: a switch to turn it on and off, a binary sensor *Protecting*
+with its reason, a *Protection status* sentence, and an alert when protection starts for a
+person.
 
-The two entities are discovery configs of the device (:func:`protection_entities`), published
-and kept by the Home Assistant exporter (its ``extra_entities``), so its sweep of stale configs
+The entities are discovery configs of the device (:func:`protection_entities`), published and
+kept by the Home Assistant exporter (its ``extra_entities``), so its sweep of stale configs
 leaves them be. :class:`ProtectionMqtt` is the exporter with its own connection (client id
 ``<mqtt client id>-protect``): it subscribes to the switch's command topic
 (``<prefix>/protection/set``, ``ON``/``OFF``), applies it to the policy (``enabled``), and keeps
-the retained state ``<prefix>/protection`` = ``{"enabled", "protecting", "speaker"}`` (``ON``
-or ``OFF``) up to date. When the policy starts protecting because a person is over budget,
-``{"alias", "event": "protection", "protecting": true, "device", "sent"}`` goes to the alerts
-topic (QoS 1; not through the outbox: the budget alert that caused it already did).
+the retained state ``<prefix>/protection`` = ``{"enabled", "protecting", "speaker", "mode",
+"reason", "switch", "status"}`` up to date. When the policy starts protecting because a person
+is over budget, ``{"alias", "event": "protection", "protecting": true, "device", "sent"}`` goes
+to the alerts topic (QoS 1; not through the outbox: the budget alert that caused it already
+did).
+
+Every start turns protection on: a user's OFF lasts until the daemon restarts. The switch says
+so in its *Reason* attribute, and *Protection status* — a text sensor, so Home Assistant's
+logbook lists each change — reads "On since voxmeter started; …" after a restart, beside the
+line that the switch turned on.
+
+A command is an act of now: a *retained* one (Home Assistant never retains commands; one left on
+the broker is a misconfiguration or an attack) is ignored with one warning and cleared, so the
+switch is ON at each start, as documented. A command that changes the switch goes to the log
+and, as ``{"event": "protection-switched", "enabled", "device", "sent"}``, to the alerts topic:
+protection never goes off unnoticed. Junk commands are one warning, then a count a minute
+(:class:`~monitor.logs.PeerWarnings`).
 """
 
 from __future__ import annotations
@@ -19,19 +33,26 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiomqtt
 
-from monitor.events.messages import DaemonEvent, DaemonStarted
+from monitor.events.messages import (
+    DaemonEvent,
+    DaemonStarted,
+    StateChanged,
+    TrackExpired,
+    TrackRestored,
+    WindowScored,
+)
 from monitor.exporters.connection import Reconnect, client_options, tls_context
-from monitor.exporters.mqtt import publish, topics_for
+from monitor.exporters.discovery import Discovery, Entity
+from monitor.exporters.mqtt import Topics, publish, topics_for
+from monitor.logs import PeerWarnings
 from monitor.protect.policy import ProtectionPolicy
 from monitor.settings.sections import MqttSettings
-
-if TYPE_CHECKING:
-    from monitor.exporters.homeassistant import Discovery, Entity
 
 logger = logging.getLogger(__name__)
 
@@ -39,41 +60,54 @@ ON, OFF = "ON", "OFF"
 
 
 def state_topic(prefix: str) -> str:
-    return f"{prefix}/protection"
+    return Topics(prefix).protection
 
 
 def command_topic(prefix: str) -> str:
-    return f"{prefix}/protection/set"
+    return Topics(prefix).protection_set
 
 
 def protection_entities(discovery: Discovery) -> list[Entity]:
-    """The switch *Protection* and the binary sensor *Protecting* of the device."""
-    from monitor.exporters.homeassistant import Entity
+    """The switch *Protection*, the binary sensor *Protecting* and the *Protection status*.
 
-    prefix = discovery.topics.prefix
+    No fixed icons: Home Assistant's own differ between on and off (a switch's toggle, a binary
+    sensor's filled or empty circle).
+    """
+    topic = state_topic(discovery.topics.prefix)
     switch = {
         **discovery._common("protection", "Protection"),
-        "state_topic": state_topic(prefix),
+        "state_topic": topic,
         "value_template": "{{ value_json.enabled }}",
-        "command_topic": command_topic(prefix),
+        "command_topic": command_topic(discovery.topics.prefix),
         "payload_on": ON,
         "payload_off": OFF,
         "state_on": ON,
         "state_off": OFF,
-        "icon": "mdi:account-voice-off",
+        "device_class": "switch",
+        "json_attributes_topic": topic,
+        "json_attributes_template": "{{ {'Reason': value_json.switch} | tojson }}",
     }
     protecting = {
         **discovery._common("protecting", "Protecting"),
-        "state_topic": state_topic(prefix),
+        "state_topic": topic,
         "value_template": "{{ value_json.protecting }}",
-        "json_attributes_topic": state_topic(prefix),
         "payload_on": ON,
         "payload_off": OFF,
-        "icon": "mdi:shield-account",
+        "json_attributes_topic": topic,
+        "json_attributes_template": (
+            "{{ {'Reason': value_json.reason, 'Mode': value_json.mode} | tojson }}"
+        ),
+    }
+    status = {
+        **discovery._common("protection_status", "Protection status"),
+        "state_topic": topic,
+        "value_template": "{{ value_json.status }}",
+        "icon": "mdi:shield-half-full",
     }
     return [
         Entity("switch", "protection", switch),
         Entity("binary_sensor", "protecting", protecting),
+        Entity("sensor", "protection_status", status),
     ]
 
 
@@ -109,6 +143,9 @@ class ProtectionMqtt:
         self._alerts: list[dict[str, Any]] = []
         self._speaker: str | None = None
         self._started = asyncio.Event()
+        self._warnings = PeerWarnings(logger)
+        self._switched = "On since voxmeter started (every start turns protection on)"
+        self.display_name: Callable[[str], str] = str  # a track alias as Home Assistant names it
         self.connected = False
 
     def changed(self, protecting: bool, speaker: str | None) -> None:
@@ -125,20 +162,50 @@ class ProtectionMqtt:
             )
         self._wake.set()
 
+    def reason(self) -> str:
+        """Why *Protecting* is on or off, in a sentence."""
+        policy = self.policy
+        if policy.mode == "off":
+            return "Off: protect.mode is off in config.toml"
+        if not policy.enabled:
+            return "Off: switched off in Home Assistant"
+        if policy.mode == "always":
+            return "Anonymising every utterance (protect.mode is always)"
+        if policy.protecting and self._speaker is not None:
+            return f"Anonymising: {self.display_name(self._speaker)} is over budget"
+        over = sorted(self.display_name(alias) for alias in policy.exceeded)
+        if over:
+            return f"Waiting: {', '.join(over)} over budget, no relayed audio since"
+        return "Not needed: nobody is over budget"
+
     def state(self) -> bytes:
         policy = self.policy
+        switch = self._switched if policy.enabled else "Switched off in Home Assistant"
+        reason = self.reason()
+        status = f"{switch}; {reason[:1].lower()}{reason[1:]}" if policy.enabled else switch
         return json.dumps(
             {
                 "enabled": ON if policy.enabled else OFF,
                 "protecting": ON if policy.protecting and policy.enabled else OFF,
                 "speaker": self._speaker,
                 "mode": policy.mode,
+                "reason": reason,
+                "switch": switch,
+                "status": status,
             }
         ).encode()
 
     async def handle(self, event: DaemonEvent) -> None:
-        if isinstance(event, DaemonStarted):
-            self._started.set()
+        match event:
+            case DaemonStarted():
+                self._started.set()
+            case StateChanged() | TrackRestored() | TrackExpired():
+                pass  # who is over budget may have changed: the reason with it
+            case WindowScored(figures=figures) if figures.windows == 1:
+                pass  # a new period starts afresh
+            case _:
+                return
+        self._wake.set()
 
     async def run(self) -> None:
         """After ``DaemonStarted``: connect and reconnect (``connection.Reconnect``, the policy
@@ -165,23 +232,54 @@ class ProtectionMqtt:
             raise lost.exceptions[0] from group
 
     async def _commands(self, client: aiomqtt.Client) -> None:
+        topic = command_topic(self.topics.prefix)
         async for message in client.messages:
-            command = bytes(message.payload or b"").decode(errors="replace").strip().upper()
-            if command not in (ON, OFF):
-                logger.warning("protection switch: ignored command %r (ON or OFF)", command[:20])
+            payload = bytes(message.payload or b"")
+            if message.retain:  # stale: a command is an act of now, never a standing order
+                if payload:
+                    self._warnings.warn(
+                        topic, "retained", "protection switch: ignored the retained command %r "
+                        "on %s and cleared it (commands are never retained; protection starts "
+                        "ON)", payload[:20].decode(errors="replace"), topic,
+                    )  # fmt: skip
+                    await client.publish(topic, b"", qos=1, retain=True)
                 continue
-            self.policy.switch(command == ON)
-            logger.info("protection switched %s from Home Assistant", command)
-            self._wake.set()
+            if not payload:  # a retained command being cleared (ours or anyone's)
+                continue
+            command = payload.decode(errors="replace").strip().upper()
+            if command not in (ON, OFF):
+                self._warnings.warn(
+                    topic, "command", "protection switch: ignored command %r (ON or OFF)",
+                    command[:20],
+                )  # fmt: skip
+                continue
+            self._switch(command == ON)
         raise aiomqtt.MqttError("message stream ended")
+
+    def _switch(self, on: bool) -> None:
+        """A command from Home Assistant: applied, logged, and a change an alert (turning
+        protection off must never go unnoticed)."""
+        changed = self.policy.enabled != on
+        self.policy.switch(on)
+        self._switched = f"Switched {'on' if on else 'off'} in Home Assistant"
+        if on:
+            logger.info("protection switched ON from Home Assistant")
+        else:
+            logger.warning("protection switched OFF from Home Assistant: audio passes clear")
+        if changed:
+            self._alerts.append(
+                {"event": "protection-switched", "enabled": on, "device": self.device_id}
+            )
+        self._wake.set()
 
     async def _publisher(self, client: aiomqtt.Client) -> None:
         qos = max(1, self.mqtt.qos)
+        published = b""
         while True:
             self._wake.clear()
-            await publish(
-                client, state_topic(self.topics.prefix), self.state(), qos=qos, retain=True
-            )
+            if (state := self.state()) != published:
+                await publish(client, state_topic(self.topics.prefix), state, qos=qos, retain=True)
+                published = state
             while self._alerts:
                 alert = {
                     **self._alerts[0],

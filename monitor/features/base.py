@@ -36,10 +36,12 @@ EMBEDDING_BACKENDS: dict[str, str] = {
     "ecapa-int8": "monitor.features.embedding:EcapaInt8Embedding",
     "campplus-int8": "monitor.features.embedding:CampplusInt8Embedding",
 }
-"""The ``embedding`` feature's backends, strongest attacker first (default: ``ecapa-int8``)."""
-DEFAULT_EMBEDDING = "ecapa-int8"
-"""ECAPA as static int8: the strongest attacker at less than half of float32's CPU, the same EER
-(5.02 -> 4.93 %, bench/results/edge-int8-shipped.json)."""
+"""The ``embedding`` feature's backends (default: ``campplus-int8``)."""
+DEFAULT_EMBEDDING = "campplus-int8"
+"""CAM++ as static int8, chosen by measurement (``python -m bench.bench_int8``,
+bench/results/edge-int8-shipped.json): the lowest corpus EER of the graphs that fit a third of
+the edge budget (0.01 of a core per speech second), well below ECAPA's at less than half its
+CPU. ECAPA (float and int8) stays for comparison with VoicePrivacy results."""
 EMBEDDING_ENV = "VOXMETER_EMBEDDING"
 """Carries the selected backend to worker processes (spawned children inherit it)."""
 RUNTIME_ENV = "VOXMETER_EMBEDDING_RUNTIME"

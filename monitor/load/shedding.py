@@ -117,9 +117,10 @@ class LoadShedder:
         self.max_lag_seconds = 0.0
         self.shed_seconds: dict[str, float] = dict.fromkeys(SHED_ORDER, 0.0)
 
-    def submitted(self) -> None:
-        """Audio was handed to the feeder now (loop thread)."""
-        self._pending.append(self._clock())
+    def submitted(self, since: float | None = None) -> None:
+        """Audio was handed to the feeder now (loop thread); ``since``: when the oldest of it
+        arrived, if the loop held it a while."""
+        self._pending.append(self._clock() if since is None else since)
 
     def processed(self) -> None:
         """The feeder finished the oldest audio handed to it (feeder thread)."""

@@ -6,8 +6,9 @@ the policy whether this utterance is protected and draws its α; then each ``aud
 through a :class:`~monitor.protect.mcadams.McAdamsStream` (state kept across chunks, whatever
 their size) and leaves as a chunk of the samples that became final, stamped as it came; at
 ``audio-stop`` the rest is flushed as one more chunk before the stop. Every other event, and the
-audio of an unprotected utterance, passes byte for byte. Audio other than 16-bit mono cannot be
-anonymised here: such an utterance passes clear and one warning says so.
+audio of an unprotected utterance, passes byte for byte. Audio the anonymiser does not take
+(:func:`~monitor.wyoming.formats.anonymisable`: 16-bit mono at 8–48 kHz) passes clear, and one
+warning says so; audio outside the accepted formats never gets here (the relay refused it).
 
 A protected utterance's ``audio-start`` event object (the one the tap is offered next, never the
 bytes sent upstream) gets ``data["voxmeter_protect"] = {"method": "mcadams", "alpha": α}``
@@ -27,6 +28,7 @@ from wyoming.event import Event
 from monitor.protect.mcadams import McAdamsStream
 from monitor.protect.policy import ProtectionPolicy
 from monitor.vocabulary import PROTECT_KEY
+from monitor.wyoming.formats import AudioFormat, anonymisable, audio_format
 from monitor.wyoming.wire import encode_event
 
 logger = logging.getLogger(__name__)
@@ -47,7 +49,7 @@ class UpstreamAnonymiser:
 
     def __call__(self, event: Event, raw: bytes) -> bytes:
         if AudioStart.is_type(event.type):
-            self._start(AudioStart.from_event(event))
+            self._start(audio_format(event.data))
             if self.stream is not None:  # for the tap only: ``raw`` goes upstream as it came
                 event.data[PROTECT_KEY] = protect_mark(self.stream.alpha)
             return raw
@@ -62,22 +64,23 @@ class UpstreamAnonymiser:
             return tail + raw
         return raw
 
-    def _start(self, start: AudioStart) -> None:
+    def _start(self, start: AudioFormat) -> None:
+        """``start``: the format the relay accepted (monitor/wyoming/formats.py, checked where
+        the event entered, so nothing here is sized by an unchecked field)."""
         decision = self.policy.decide(self.source)
-        self.stream, self.format = None, (start.rate, start.width, start.channels)
+        self.stream = None
+        self.format = (start.rate_hz, start.width_bytes, start.channels)
         if decision.alpha is None:
             return
-        if start.width != 2 or start.channels != 1 or start.rate < 8000:
+        if not anonymisable(start):
             if not self._warned:
                 logger.warning(
                     "protection cannot anonymise %d Hz, %d-byte, %d-channel audio: passed clear",
-                    start.rate,
-                    start.width,
-                    start.channels,
+                    *self.format,
                 )
                 self._warned = True
             return
-        self.stream = McAdamsStream(start.rate, decision.alpha)
+        self.stream = McAdamsStream(start.rate_hz, decision.alpha)
 
     def _samples(self, chunk: AudioChunk) -> np.ndarray:
         return np.frombuffer(chunk.audio, dtype="<i2").astype(np.float64)

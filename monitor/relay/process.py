@@ -41,7 +41,7 @@ from monitor.errors import ConfigError, InputError, VoxmeterError
 from monitor.logs import configure_logging
 from monitor.protect import METHODS, MODES
 from monitor.relay.messages import PROTECT
-from monitor.userfiles import read_bytes
+from monitor.userfiles import read_bytes, socket_path_problem
 from monitor.wyoming.channel import CAPACITY_BYTES, ChannelServer
 from monitor.wyoming.relay import SCHEME, ProxyEndpoint, ProxyServer, parse_proxy
 
@@ -122,8 +122,10 @@ def load_relay_config(path: Path | None = None, overrides: Sequence[str] = ()) -
                 key, f"must be {' or '.join(k.__name__ for k in kinds)}, got {value!r}"
             )
     socket = str(values.get("relay.socket", ""))
-    if not socket.startswith("/"):
+    if not socket:
         raise ConfigError("relay.socket", "must be set (an absolute path) for voxmeter relay")
+    if (problem := socket_path_problem(socket)) is not None:  # as voxmeter run checks it
+        raise ConfigError("relay.socket", problem)
     sources = values.get("audio.sources") or [values.get("daemon.source", "")]
     key = "audio.sources" if values.get("audio.sources") else "daemon.source"
     specs = [_without_name(str(spec)) for spec in sources]

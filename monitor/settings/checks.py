@@ -14,17 +14,28 @@ from typing import Any
 
 from monitor.errors import InputError
 from monitor.sources.spec import parse_source, parse_sources
+from monitor.userfiles import socket_path_problem
 from monitor.vocabulary import EXTRACTORS, TRACKING_FEATURE, FigureKey
 
 Check = Callable[[Any], str | None]
 
 
-def setting(default: Any, doc: str, check: Check | None = None, *, secret: bool = False) -> Any:
+def setting(
+    default: Any,
+    doc: str,
+    check: Check | None = None,
+    *,
+    secret: bool = False,
+    unit: str = "",
+    example: str = "",
+) -> Any:
     """A documented field; ``check`` returns a problem string for a bad value, else None.
-    A ``secret`` value is never shown in an error (the key is named, the value is not)."""
-    return field(
-        default=default, repr=not secret, metadata={"doc": doc, "check": check, "secret": secret}
-    )
+    A ``secret`` value is never shown in an error (the key is named, the value is not).
+    ``unit`` is stated where the key's name does not carry it (``_seconds``, ``_ms``,
+    ``_bytes`` do); ``example`` is a TOML line shown commented out above the key in config.toml
+    and on the configuration page (one source for both: :mod:`monitor.settings.reference`)."""
+    metadata = {"doc": doc, "check": check, "secret": secret, "unit": unit, "example": example}
+    return field(default=default, repr=not secret, metadata=metadata)
 
 
 def positive(value: float) -> str | None:
@@ -118,12 +129,10 @@ def delta(value: float) -> str | None:
 
 
 def socket_path(value: str) -> str | None:
-    """A Unix socket's path: absolute, and short enough for ``sun_path`` (108 bytes)."""
-    if not value:
-        return None
-    if not value.startswith("/") or len(value.encode()) > 100:
-        return "must be empty or an absolute path of at most 100 bytes"
-    return None
+    """A Unix socket's path: empty, or absolute and short enough for ``sun_path`` (the same
+    rule ``voxmeter relay`` applies: :func:`monitor.userfiles.socket_path_problem`)."""
+    problem = socket_path_problem(value)
+    return None if problem is None else problem.split(": ", 1)[1]
 
 
 def topic_level(value: str) -> str | None:

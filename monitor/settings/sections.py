@@ -19,7 +19,10 @@ class DaemonSettings:
 
     source: str = setting(
         "mic",
-        "mic, mic:DEVICE, file:PATH or stdin[:RATE[:CHANNELS]] (s16le PCM); NAME=SPEC names it",
+        "mic, mic:DEVICE, file:PATH, stdin[:RATE[:CHANNELS]] (s16le PCM), wyoming://HOST:PORT "
+        "or wyoming-listen://HOST:PORT (?once: end with the connection), "
+        "wyoming-proxy://HOST:PORT?upstream=tcp://HOST:PORT (relay a Wyoming service, measure "
+        "what passes); NAME=SPEC names it (kitchen=mic)",
         check.source,
     )
     db: str = setting(
@@ -54,7 +57,9 @@ class AudioSettings:
         "shortest pause that ends a turn (0.15 s: a quick answer still ends the window)",
         check.non_negative,
     )
-    window_seconds: float = setting(3.0, "seconds of speech per window", check.window_length)
+    window_seconds: float = setting(
+        3.0, "seconds of speech per window (0.5..60)", check.window_length
+    )
     turn_pause_seconds: float = setting(
         0.05,
         "a pause this long (after the VAD's hangover) ends the window: a turn may change hands; "
@@ -89,6 +94,8 @@ class AudioSettings:
         "several sources in one daemon, each NAME=SPEC (a name: letters, digits, - and _); "
         "one tracker and ledger pool a person across them; empty = daemon.source alone",
         check.sources,
+        example='sources = ["kitchen=wyoming-proxy://0.0.0.0:10400?upstream=tcp://127.0.0.1:'
+        '10400", "stt=wyoming-proxy://0.0.0.0:10300?upstream=tcp://127.0.0.1:10300"]',
     )
     max_streams: int = setting(
         8,
@@ -140,18 +147,20 @@ class FeatureSettings:
     )
     workers: int = setting(2, "threads running features (in parallel) and scoring", check.positive)
     embedding: str = setting(
-        "ecapa-int8",
+        "campplus-int8",
         "embedding backend: ecapa (SpeechBrain ECAPA-TDNN), campplus (CAM++) or ge2e "
         "(resemblyzer); ecapa-int8, campplus-int8: the same networks in static int8 (ONNX "
-        "Runtime, ~3x less CPU); must be the one the database was enrolled with",
+        "Runtime, less CPU); must be the one the database was enrolled with",
         check.one_of("ecapa", "campplus", "ge2e", "ecapa-int8", "campplus-int8"),
     )
     runtime: str = setting(
         "auto",
         "what runs the float ECAPA / CAM++ network: onnx (ONNX Runtime, graphs exported by "
         "make models), torch (the reference port) or auto (whichever took less CPU for a 3 s "
-        "window on this CPU model: measured once in a child process, cached in the feature "
-        "cache folder; torch where the graph is absent); the -int8 backends always run on onnx",
+        "window on this CPU model: measured once in a child process the first time a float "
+        "backend runs on that CPU, ~10 s, cached in the feature cache folder as "
+        "runtime-probe.json; torch where the graph is absent); the -int8 backends always run on "
+        "onnx",
         check.one_of("auto", "onnx", "torch"),
     )
 
@@ -179,6 +188,7 @@ class TrackerSettings:
         "the calibration's cosines (false_member_rate), else the backend's (ecapa 0.60, "
         "campplus 0.60, ge2e 0.75)",
         check.cosine,
+        unit="cosine",
     )
     cluster_threshold: float = setting(
         0.0,
@@ -186,6 +196,7 @@ class TrackerSettings:
         "the calibration's cosines (false_join_rate), else the backend's (ecapa 0.50, "
         "campplus 0.55, ge2e 0.70)",
         check.cosine,
+        unit="cosine",
     )
     false_member_rate: float = setting(
         0.002,
@@ -262,9 +273,13 @@ class TrackerSettings:
         "a window teaches a member's adapted profile only this far (cosine) above the member "
         "threshold on the enrolled profile, and above every other profile and unknown track",
         check.non_negative,
+        unit="cosine",
     )
     adapt_drift: float = setting(
-        0.95, "an adapted profile never falls below this cosine to the enrolled one", check.cosine
+        0.95,
+        "an adapted profile never falls below this cosine to the enrolled one",
+        check.cosine,
+        unit="cosine",
     )
 
 
@@ -282,7 +297,7 @@ class ScorerSettings:
 class BudgetSettings:
     """Disclosure budget per speaker and period (DESIGN §12 step 6)."""
 
-    bits: float = setting(5.0, "budget per speaker and period (bits)", check.positive)
+    bits: float = setting(5.0, "budget per speaker and period (bits)", check.positive, unit="bits")
     warn_fraction: float = setting(0.8, "warning at this fraction of the budget", check.fraction)
     hysteresis_bits: float = setting(
         0.25, "step down only this far below a threshold", check.non_negative

@@ -16,6 +16,7 @@ from monitor.audio.stdin import StdinSource
 from monitor.errors import InputError
 from monitor.numerals import ascii_digits
 from monitor.sources.several import SourceSet
+from monitor.userfiles import not_utf8
 from monitor.wyoming.proxy import WyomingProxySource, parse_proxy
 from monitor.wyoming.source import WyomingSource, parse_endpoint
 
@@ -81,6 +82,8 @@ def _parse_spec(spec: str) -> SourceSpec:
         device: str | int | None = (int(arg) if ascii_digits(arg) else arg) if arg else None
         return SourceSpec("mic", spec, device=device, name="mic")
     if kind == "file" and arg:
+        if (problem := not_utf8(arg)) is not None:
+            raise InputError("source", f"file {arg.encode(errors='replace').decode()!r}: {problem}")
         fast = arg.endswith("?fast")
         return SourceSpec("file", spec, path=arg.removesuffix("?fast"), fast=fast, name="file")
     if kind == "stdin":

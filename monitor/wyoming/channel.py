@@ -28,6 +28,9 @@ process's anonymiser, see :mod:`monitor.relay.protect`). The relay hands each to
 (re)subscription, so a restarted relay learns the state at once. Neither side waits on the other
 for them: they are written to the socket like everything else.
 
+Every message read is checked against one schema (:mod:`monitor.wyoming.channel_schema`) by
+both ends: one that does not fit is one warning and is ignored.
+
 Wire format: per message an 8-byte header (big-endian lengths of the JSON header and of the
 payload), the JSON header, the payload (PCM samples, for chunks). Measuring side: :func:`receive`
 reads it, reconnecting with random capped backoff, and hands events to the same tap the in-process
@@ -45,7 +48,6 @@ import json
 import logging
 import os
 import random
-import stat
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -56,9 +58,15 @@ from wyoming.event import Event
 
 from monitor.audio.retry import backoff_seconds
 from monitor.errors import AudioDeviceError
+from monitor.logs import PeerWarnings
+from monitor.userfiles import socket_problem
+from monitor.wyoming.channel_schema import message_problem
 from monitor.wyoming.wire import MAX_DATA_BYTES, MAX_PAYLOAD_BYTES, audio_seconds
 
 logger = logging.getLogger(__name__)
+warnings = PeerWarnings(logger)
+"""Warnings the other end can trigger, rate-limited per end and kind."""
+MEASURING = "the measuring process"
 
 CAPACITY_BYTES = 1 << 20
 """Default bound of what waits for the measuring process: 1 MiB, 33 s of 16 kHz 16-bit mono."""
@@ -75,7 +83,9 @@ def encode(header: dict[str, Any], payload: bytes = b"") -> bytes:
 
 
 async def read_message(reader: asyncio.StreamReader) -> tuple[dict[str, Any], bytes] | None:
-    """The next message, or None at the end of the stream; ValueError for a malformed one."""
+    """The next message, or None at the end of the stream; ValueError for a frame over the
+    limits or cut short. A header that is not a JSON object reads as ``{"kind": None}``, which
+    :func:`~monitor.wyoming.channel_schema.message_problem` refuses."""
     try:
         lengths = await reader.readexactly(_LENGTHS.size)
     except asyncio.IncompleteReadError as error:
@@ -85,10 +95,14 @@ async def read_message(reader: asyncio.StreamReader) -> tuple[dict[str, Any], by
     size, payload_size = _LENGTHS.unpack(lengths)
     if size > MAX_DATA_BYTES or payload_size > MAX_PAYLOAD_BYTES:
         raise ValueError(f"channel message of {size} + {payload_size} bytes is over the limits")
-    header = json.loads(await reader.readexactly(size))
-    if not isinstance(header, dict) or not isinstance(header.get("kind"), str):
-        raise ValueError("channel message without a kind")
+    text = await reader.readexactly(size)
     payload = await reader.readexactly(payload_size) if payload_size else b""
+    try:
+        header = json.loads(text)
+    except ValueError:  # the frame was whole: the next message is read as usual
+        header = None
+    if not isinstance(header, dict):  # the schema's to refuse (monitor/wyoming/channel_schema.py)
+        return {"kind": None}, payload
     return header, payload
 
 
@@ -157,24 +171,26 @@ class ChannelServer:
 
     async def start(self) -> None:
         """Listen; a live relay on the path already is one :class:`AudioDeviceError`, a stale
-        socket file (a relay that was killed) is replaced."""
+        socket file (a relay that was killed) is replaced; every other problem with the path
+        (:func:`~monitor.userfiles.socket_problem`) is one line, and nothing is touched."""
         path = self.path
-        if path.exists() or path.is_symlink():
-            if not stat.S_ISSOCK(path.lstat().st_mode):
-                raise AudioDeviceError(f"relay.socket {path}: exists and is not a socket")
-            try:
-                _, writer = await asyncio.open_unix_connection(str(path))
-            except OSError:
-                path.unlink()  # nobody listens: left by a relay that was killed
-            else:
-                writer.close()
-                raise AudioDeviceError(f"relay.socket {path}: another relay is listening there")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if (problem := socket_problem(path, listening=True)) is not None:
+            raise AudioDeviceError(f"relay.socket {path}: {problem}")
         try:
+            if path.is_symlink() or path.exists():
+                try:
+                    _, writer = await asyncio.open_unix_connection(str(path))
+                except OSError:
+                    path.unlink()  # nobody listens: left by a relay that was killed
+                else:
+                    writer.close()
+                    raise AudioDeviceError(f"relay.socket {path}: another relay is listening there")
+            path.parent.mkdir(parents=True, exist_ok=True)
             self._server = await asyncio.start_unix_server(self._subscribe, str(path))
+            path.chmod(0o660)  # the measuring process runs as the same user (or group)
         except OSError as error:
-            raise AudioDeviceError(f"relay.socket {path}: cannot listen ({error})") from error
-        path.chmod(0o660)  # the measuring process runs as the same user (or group)
+            why = os.strerror(error.errno) if error.errno else str(error)
+            raise AudioDeviceError(f"relay.socket {path}: cannot listen ({why})") from error
         logger.info("relay channel listening on %s", path)
 
     async def stop(self) -> None:
@@ -199,7 +215,9 @@ class ChannelServer:
             message = await asyncio.wait_for(read_message(reader), 10.0)
             if message is None or message[0].get("kind") != "subscribe":
                 raise ValueError("the first message is not a subscription")
-            names = [n for n in message[0].get("sources", []) if n in self.unmeasured]
+            if (problem := message_problem(*message)) is not None:
+                raise ValueError(problem)
+            names = [n for n in message[0]["sources"] if n in self.unmeasured]
             subscriber = _Subscriber(writer, self.capacity_bytes)
             for name in names:
                 old = self.subscribers.get(name)
@@ -210,9 +228,13 @@ class ChannelServer:
             writer.write(encode(hello))
             logger.info("measuring process subscribed to %s", ", ".join(names) or "nothing")
             while (message := await read_message(reader)) is not None:  # until its end
+                if (problem := message_problem(*message)) is not None:
+                    warnings.warn(MEASURING, "malformed", "relay channel: ignored %s", problem)
+                    continue
                 self._heard(names, message[0])
         except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError) as error:
-            logger.warning("relay channel: a subscriber was dropped (%s)", error)
+            why = error
+            warnings.warn(MEASURING, "dropped", "relay channel: a subscriber was dropped (%s)", why)
         finally:
             for name in names:
                 mine = self.subscribers.get(name)
@@ -234,7 +256,10 @@ class ChannelServer:
                 self.on_message(name, header)
             except (KeyError, TypeError, ValueError) as error:  # a peer's mistake, not ours
                 kind = header["kind"]
-                logger.warning("relay channel: a %s message was ignored (%s)", kind, error)
+                warnings.warn(
+                    MEASURING, "malformed", "relay channel: a %s message was ignored (%s)",
+                    kind, error,
+                )  # fmt: skip
 
 
 @dataclass
@@ -390,11 +415,14 @@ async def receive(
             logger.info("measuring %s through the relay channel %s", source, path)
             while (message := await read_message(reader)) is not None:
                 header, payload = message
+                if (problem := message_problem(header, len(payload))) is not None:
+                    warnings.warn(str(path), "malformed", "relay channel: ignored %s", problem)
+                    continue
                 kind = header["kind"]
                 if kind == "hello":
-                    relay = str(header.get("relay", ""))
+                    relay = header["relay"]
                     on_connected(True)
-                    seconds = float(header.get("unmeasured", {}).get(source, 0.0))
+                    seconds = float(header["unmeasured"].get(source, 0.0))
                 else:
                     seconds = _stream_message(header, payload, keys, tap)
                 if (new := unmeasured.update(relay, seconds)) > 0:
@@ -413,17 +441,20 @@ def _stream_message(
     header: dict[str, Any], payload: bytes | None, keys: dict[str, str], tap: Inbox
 ) -> float:
     """A stream's event (or its end) handed to the tap under its key; the seconds the relay
-    says it could not hand over so far."""
-    kind = header["kind"]
-    if kind == "left":
-        key = keys.pop(str(header.get("stream")), None)
+    says it could not hand over so far (0 for a kind not meant for this side: ignored).
+    ``header`` fits the schema (checked already)."""
+    if header["kind"] not in ("left", "event"):
+        logger.debug("relay channel: ignored a %s message", header["kind"])
+        return 0.0
+    if header["kind"] == "left":
+        key = keys.pop(header["stream"], None)
         if key is not None:
             tap.left(key)
-        return float(header.get("unmeasured", 0.0))
-    key = keys.setdefault(str(header.get("stream")), str(header.get("stream")))
-    event = Event(str(header.get("type")), header.get("data") or {}, payload or None)
+        return float(header["unmeasured"])
+    key = keys.setdefault(header["stream"], header["stream"])
+    event = Event(header["type"], header["data"], payload or None)
     tap.offer(key, event, gap=bool(header.get("gap")))
-    return float(header.get("unmeasured", 0.0))
+    return float(header["unmeasured"])
 
 
 def _channel_lost(

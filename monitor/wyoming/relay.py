@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
 import json
@@ -43,16 +44,22 @@ from wyoming.server import AsyncEventHandler
 
 from monitor.audio.retry import backoff_seconds
 from monitor.errors import InputError
+from monitor.logs import PeerWarnings
 from monitor.wyoming.wire import (
     BROKEN_EVENT,
+    RefusedAudioError,
     broken,
     encode_event,
+    peer_name,
     read_event_bytes,
     reason,
+    refuse,
     serving,
 )
 
 logger = logging.getLogger(__name__)
+warnings = PeerWarnings(logger)
+"""Warnings clients can trigger, rate-limited per client host and kind."""
 
 SCHEME = "wyoming-proxy"
 CONNECT_SECONDS = 0.5
@@ -245,6 +252,7 @@ class Relay(AsyncEventHandler):
         super().__init__(*args)
         self.proxy = proxy
         self.upstream: asyncio.StreamWriter | None = None  # None: none, or it is gone
+        self._back: asyncio.Task[None] | None = None  # the upstream → client pump
 
     async def handle_event(self, event: Event) -> bool:  # the pumps below read raw bytes
         raise NotImplementedError
@@ -259,7 +267,7 @@ class Relay(AsyncEventHandler):
                 why = _problem(error)
                 await self._farewell(f"upstream {proxy.endpoint.upstream} unavailable: {why}")
             else:
-                back = asyncio.get_running_loop().create_task(
+                back = self._back = asyncio.get_running_loop().create_task(
                     self._pump_back(up_reader), name="voxmeter.wyoming-proxy.back"
                 )
             await self._pump_up()
@@ -283,12 +291,15 @@ class Relay(AsyncEventHandler):
         try:
             while True:
                 wait = None if self.upstream is not None else LINGER_SECONDS
-                read = await asyncio.wait_for(read_event_bytes(self.reader), wait)
+                read = await asyncio.wait_for(read_event_bytes(self.reader, peer=True), wait)
                 if read is None:
                     return
                 event, raw = read
                 if transform is not None:  # the one place audio may change on its way
                     raw = transform(event, raw)
+                    # one event's work per turn of the loop: chunks already buffered must not
+                    # add up to one stall (their work is bounded each, not together)
+                    await asyncio.sleep(0)
                 if self.upstream is not None and raw:
                     try:
                         self.upstream.write(raw)
@@ -298,10 +309,29 @@ class Relay(AsyncEventHandler):
                 self.proxy.tap.offer(self, event)
         except TimeoutError:
             return
+        except RefusedAudioError as error:
+            await self._refuse(str(error))
         except BROKEN_EVENT as error:
-            logger.warning("%s: client dropped: %s", self.proxy.name, broken(error))
+            peer = peer_name(self.writer)
+            name = self.proxy.name
+            warnings.warn(peer, "malformed", "%s: client %s dropped: %s", name, peer, broken(error))
         except OSError as error:  # the client is gone
             logger.debug("%s: client left: %s", self.proxy.name, reason(error))
+
+    async def _refuse(self, problem: str) -> None:
+        """Audio outside the accepted formats (:mod:`monitor.wyoming.formats`): nothing of it
+        went upstream; the client hears why, and is let go (other clients are not touched)."""
+        peer = peer_name(self.writer)
+        name = self.proxy.name
+        warnings.warn(peer, "refused", "%s: client %s refused: %s", name, peer, problem)
+        if self._back is not None:  # nothing of the upstream's goes after the error
+            self._back.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._back
+        if self.upstream is not None:  # its request is cut: the upstream must not wait on it
+            self.upstream.close()
+            self.upstream = None
+        await refuse(self.reader, self.writer, problem, seconds=LINGER_SECONDS)
 
     async def _pump_back(self, upstream: asyncio.StreamReader) -> None:
         """Upstream → client: each event's bytes as they came (``info`` annotated); when the
@@ -379,8 +409,9 @@ class ProxyServer:
         host, port = self.endpoint.host, self.endpoint.port
         handler = functools.partial(Relay, self)
         async with serving(self.name, host, port, handler, zeroconf=self.zeroconf) as bound:
-            self.port = bound
-            logger.info("relaying Wyoming %s → %s", self.name, self.endpoint.upstream)
+            self.port = bound  # the log names the port bound (the one the OS chose for 0)
+            listening = dataclasses.replace(self.endpoint, port=bound)
+            logger.info("relaying Wyoming %s → %s", listening, self.endpoint.upstream)
             try:
                 yield
             finally:

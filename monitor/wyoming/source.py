@@ -25,7 +25,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -49,21 +49,26 @@ from monitor.audio.frames import (
     check_frame_ms,
 )
 from monitor.errors import AudioDeviceError, InputError
+from monitor.logs import PeerWarnings
+from monitor.wyoming.formats import MAX_CHANNELS, WIDTHS, audio_format
 from monitor.wyoming.wire import (
     BROKEN_EVENT,
+    RefusedAudioError,
     audio_seconds,
     broken,
+    peer_name,
     protected_alpha,
     read_event,
     reason,
+    refuse,
     serving,
 )
 
 logger = logging.getLogger(__name__)
+warnings = PeerWarnings(logger)
+"""Warnings clients can trigger, rate-limited per client host and kind."""
 
 SCHEMES = ("wyoming", "wyoming-listen")
-WIDTHS = (1, 2, 3, 4)
-"""Sample widths in bytes: signed little-endian PCM, as the wyoming package's audioop reads it."""
 
 
 @dataclass(frozen=True)
@@ -107,8 +112,8 @@ def pcm_to_float(audio: bytes, *, width: int, channels: int) -> np.ndarray:
     """Signed little-endian PCM → float32 (n, channels) in [-1, 1); a partial last frame is cut."""
     if width not in WIDTHS:
         raise ValueError(f"sample width {width} bytes not supported (1, 2, 3 or 4)")
-    if not 1 <= channels <= 64:
-        raise ValueError(f"channel count {channels} not supported (1..64)")
+    if not 1 <= channels <= MAX_CHANNELS:
+        raise ValueError(f"channel count {channels} not supported (1..{MAX_CHANNELS})")
     usable = len(audio) - len(audio) % (width * channels)
     raw = np.frombuffer(audio, dtype=np.uint8, count=usable)
     if width == 3:  # 24-bit: assemble, then sign-extend from bit 23
@@ -119,20 +124,6 @@ def pcm_to_float(audio: bytes, *, width: int, channels: int) -> np.ndarray:
         values = raw.view({1: "i1", 2: "<i2", 4: "<i4"}[width])
     scale = np.float32(2.0 ** (8 * width - 1))
     return (values.astype(np.float32) / scale).reshape(-1, channels)
-
-
-def _chunk_format(event: Event) -> tuple[int, int, int]:
-    """(rate Hz, width bytes, channels) of an audio-chunk; ValueError when a field is missing
-    or not a whole number (a peer's bad event must not end the source)."""
-    data = event.data if isinstance(event.data, dict) else {}
-    values = []
-    for key in ("rate", "width", "channels"):
-        value = data.get(key)
-        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-        if isinstance(value, bool) or not whole:
-            raise ValueError(f"audio-chunk field {key!r} is {value!r}, not a whole number")
-        values.append(int(value))  # type: ignore[arg-type]
-    return values[0], values[1], values[2]
 
 
 class WyomingDecoder:
@@ -161,7 +152,8 @@ class WyomingDecoder:
             return self.flush()
         if not AudioChunk.is_type(event.type):
             return np.zeros(0, dtype=np.int16)
-        fmt = _chunk_format(event)
+        chunk = audio_format(event.data if isinstance(event.data, dict) else {})
+        fmt = (chunk.rate_hz, chunk.width_bytes, chunk.channels)  # ValueError: not whole
         if not MIN_RATE_HZ <= fmt[0] <= MAX_RATE_HZ:
             raise ValueError(
                 f"sample rate {fmt[0]} Hz not supported ({MIN_RATE_HZ}..{MAX_RATE_HZ})"
@@ -318,14 +310,19 @@ class _Listener(AsyncEventHandler):
         """The package's loop with :func:`read_event`: a client that breaks the protocol is
         dropped with one warning (its audio so far is kept), never a traceback, and the source
         goes on listening."""
+        name, peer = self.source.name, peer_name(self.writer)
         try:
-            while (event := await read_event(self.reader)) is not None:
+            while (event := await read_event(self.reader, peer=True)) is not None:
                 if not await self.handle_event(event):
                     break
+        except RefusedAudioError as error:  # outside monitor/wyoming/formats.py: told why
+            self.source.stats.dropped_seconds += error.seconds
+            warnings.warn(peer, "refused", "%s: client %s refused: %s", name, peer, error)
+            await refuse(self.reader, self.writer, str(error))
         except BROKEN_EVENT as error:
-            logger.warning("%s: client dropped: %s", self.source.name, broken(error))
+            warnings.warn(peer, "malformed", "%s: client %s dropped: %s", name, peer, broken(error))
         except OSError as error:  # reset by the peer
-            logger.warning("%s: client lost: %s", self.source.name, reason(error))
+            warnings.warn(peer, "lost", "%s: client %s lost: %s", name, peer, reason(error))
         finally:
             await self.disconnect()
             self.writer.close()
@@ -430,7 +427,7 @@ class WyomingSource:
         """The next event; TimeoutError after ``idle_seconds`` of nothing: a microphone service
         streams all the time, and one whose host lost power leaves a connection that never
         closes (no FIN), so silence is the only sign that it is gone."""
-        return await asyncio.wait_for(read_event(reader), self.idle_seconds)
+        return await asyncio.wait_for(read_event(reader, peer=True), self.idle_seconds)
 
     # ---- wyoming-listen:// — a server clients stream to --------------------------------------
 
@@ -439,8 +436,9 @@ class WyomingSource:
         host, port = self.endpoint.host, self.endpoint.port
         handler = functools.partial(_Listener, self)
         async with serving(self.name, host, port, handler, zeroconf=self.zeroconf) as bound:
-            self.port = bound
-            logger.info("listening for Wyoming audio on %s", self.name)
+            self.port = bound  # the log names the port bound (the one the OS chose for 0)
+            listening = replace(self.endpoint, port=bound)
+            logger.info("listening for Wyoming audio on %s", listening)
             while (item := await self._queue.get()) is not _END:
                 yield item  # type: ignore[misc]
 

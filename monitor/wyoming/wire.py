@@ -18,6 +18,7 @@ from wyoming.server import AsyncTcpServer, HandlerFactory
 
 from monitor.errors import AudioDeviceError
 from monitor.vocabulary import PROTECT_KEY
+from monitor.wyoming.formats import audio_problem
 
 WYOMING_VERSION = "1.10.2"
 """The protocol version our own events carry (the pinned ``wyoming`` package's)."""
@@ -31,13 +32,18 @@ def audio_seconds(event: Event) -> float:
     """Seconds of audio in a chunk: what dropped audio is counted in. A chunk whose format fields
     are unusable counts as 16 kHz 16-bit mono (its bytes were audio all the same)."""
     data = event.data if isinstance(event.data, dict) else {}
+    return payload_seconds(data, len(event.payload or b""))
+
+
+def payload_seconds(data: dict[str, Any], payload_bytes: int) -> float:
+    """Seconds of ``payload_bytes`` of audio in the format of ``data`` (:func:`audio_seconds`)."""
     try:
         per_second = int(data["rate"]) * int(data["width"]) * int(data["channels"])
     except (KeyError, TypeError, ValueError):
         per_second = PLAIN_BYTES_PER_SECOND
     if per_second <= 0:
         per_second = PLAIN_BYTES_PER_SECOND
-    return len(event.payload or b"") / per_second
+    return payload_bytes / per_second
 
 
 def bound_port(server: AsyncTcpServer) -> int:
@@ -91,6 +97,16 @@ class ProtocolError(ValueError):
     """A Wyoming peer sent something that is not a well-formed event."""
 
 
+class RefusedAudioError(ProtocolError):
+    """A well-formed audio event outside the accepted formats (:mod:`monitor.wyoming.formats`):
+    its payload was not read. The peer is told (:func:`refusal`) and let go."""
+
+    def __init__(self, problem: str, seconds: float) -> None:
+        super().__init__(problem)
+        self.seconds = seconds
+        """The audio it announced, in seconds (:func:`payload_seconds`): what is dropped."""
+
+
 BROKEN_EVENT = (ProtocolError, ValueError, EOFError)
 """A peer that breaks the protocol: see :func:`read_event`; EOFError is asyncio's
 IncompleteReadError (cut off in the middle of an event)."""
@@ -103,17 +119,21 @@ def _length(header: dict[str, Any], key: str, limit: int) -> int:
     return value
 
 
-async def read_event(reader: asyncio.StreamReader) -> Event | None:
+async def read_event(reader: asyncio.StreamReader, *, peer: bool = False) -> Event | None:
     """The next event, or None at the end of the stream: the ``wyoming`` package's
     ``async_read_event`` with limits. A malformed header (not JSON, no type, lengths that are not
     counts or exceed :data:`MAX_DATA_BYTES` / :data:`MAX_PAYLOAD_BYTES`) raises ProtocolError, a
     header line over 64 KiB ValueError, a stream cut mid-event IncompleteReadError — where the
-    package reads garbage as a clean end and buffers any announced payload."""
-    read = await read_event_bytes(reader)
+    package reads garbage as a clean end and buffers any announced payload. With ``peer`` (a
+    client or service whose audio we decode or anonymise), audio outside the accepted formats
+    raises :class:`RefusedAudioError` before its payload is read."""
+    read = await read_event_bytes(reader, peer=peer)
     return None if read is None else read[0]
 
 
-async def read_event_bytes(reader: asyncio.StreamReader) -> tuple[Event, bytes] | None:
+async def read_event_bytes(
+    reader: asyncio.StreamReader, *, peer: bool = False
+) -> tuple[Event, bytes] | None:
     """The next event and the exact bytes it came in (header line, data, payload), for a relay
     that must pass events on unchanged; None at the end. Checked as :func:`read_event` says."""
     line = await reader.readline()
@@ -140,6 +160,8 @@ async def read_event_bytes(reader: asyncio.StreamReader) -> tuple[Event, bytes] 
         if not isinstance(extra, dict):
             raise ProtocolError("event data is not a JSON object")
         data = {**data, **extra}
+    if peer and (problem := audio_problem(header["type"], data, payload_length)) is not None:
+        raise RefusedAudioError(problem, payload_seconds(data, payload_length))
     payload = await reader.readexactly(payload_length) if payload_length else None
     if payload is not None:
         raw.append(payload)
@@ -151,6 +173,48 @@ def broken(error: Exception) -> str:
     if isinstance(error, asyncio.IncompleteReadError):
         return f"connection cut in the middle of an event ({len(error.partial)} bytes of it read)"
     return f"malformed event ({error})"
+
+
+REFUSED_CODE = "unsupported-audio"
+"""The ``code`` of the Wyoming ``error`` a peer whose audio is refused gets."""
+
+
+def refusal(problem: str) -> bytes:
+    """The Wyoming ``error`` event that tells a peer why its audio was refused."""
+    return encode_event(Event("error", {"text": f"voxmeter: {problem}", "code": REFUSED_CODE}))
+
+
+async def let_go(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, seconds: float = 5.0
+) -> None:
+    """After a refusal: the end of what we send, then what the peer still sends is read (in
+    pieces, kept nowhere) for at most ``seconds`` so closing does not reset the connection
+    before the peer read the error."""
+    with contextlib.suppress(OSError, TimeoutError):
+        await writer.drain()
+        writer.write_eof()
+        async with asyncio.timeout(seconds):
+            while await reader.read(1 << 16):
+                pass
+
+
+async def refuse(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    problem: str,
+    *,
+    seconds: float = 5.0,
+) -> None:
+    """Tell a peer why its audio was refused (:func:`refusal`), then let it go (:func:`let_go`)."""
+    with contextlib.suppress(OSError, RuntimeError):  # RuntimeError: already told why (EOF sent)
+        writer.write(refusal(problem))
+    await let_go(reader, writer, seconds=seconds)
+
+
+def peer_name(writer: asyncio.StreamWriter) -> str:
+    """A peer's host (not its port: one host opening many connections is one peer)."""
+    address = writer.get_extra_info("peername")
+    return str(address[0]) if isinstance(address, tuple) and address else "a peer"
 
 
 def encode_event(event: Event) -> bytes:

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 
 HA_VERSION=2025.4.4
 VENV=${VOXMETER_HA_VENV:-.venv-ha}
-INTEGRATIONS="mqtt wyoming assist_pipeline stt"
+INTEGRATIONS="mqtt wyoming assist_pipeline stt frontend recorder history logbook"
 STAMP="$VENV/.installed-$HA_VERSION-$(cat scripts/ha/install.sh scripts/ha/requirements.py | cksum | cut -d' ' -f1)"
 
 if [[ -f "$STAMP" ]]; then

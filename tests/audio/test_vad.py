@@ -252,3 +252,37 @@ def test_digital_silence_is_never_speech(rng: np.random.Generator) -> None:
     assert np.allclose(spans, [(0.0, 1.0), (1.5, 2.5)], atol=1e-6)
     floor = (rng.standard_normal(RATE_HZ) * 3).astype(np.int16)  # a microphone's noise floor
     assert np.allclose(merged(feed(EagerVad(), floor, [RATE_HZ])), [(0.0, 1.0)], atol=1e-6)
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("hangover_ms", [0, 90, 300])
+def test_frame_at_a_time_decides_as_a_whole_buffer(
+    utterance: np.ndarray, rng: np.random.Generator, hangover_ms: int
+) -> None:
+    """A live source's frames of exactly one detector frame take the scalar path; a whole
+    buffer takes the array path: the same speech, sample for sample, and the same counts."""
+    pcm = utterance.copy()
+    pcm[RATE_HZ + 8000 : RATE_HZ + 12000] = 0  # digital silence inside the speech
+    pcm[RATE_HZ + 20000 : RATE_HZ + 21000] = 1
+    frame = WebRtcVad().frame_samples
+    runs = []
+    for sizes in ([frame] * (pcm.shape[0] // frame + 1), [pcm.shape[0]]):
+        vad = WebRtcVad(hangover_ms=hangover_ms)
+        chunks = feed(vad, pcm, sizes)
+        kept = np.zeros(pcm.shape[0], dtype=bool)
+        for c in chunks:
+            lo = round(c.start_seconds * RATE_HZ)
+            np.testing.assert_array_equal(c.samples, pcm[lo : lo + c.samples.shape[0]])
+            kept[lo : lo + c.samples.shape[0]] = True
+        runs.append((kept, merged(chunks), vad.frames_total, vad.frames_speech))
+    (one, spans_one, *counts_one), (whole, spans_whole, *counts_whole) = runs
+    assert one.any() and np.array_equal(one, whole)
+    assert np.allclose(spans_one, spans_whole, atol=1e-9) and counts_one == counts_whole
+    mixed = WebRtcVad(hangover_ms=hangover_ms)  # one path then the other, mid-stream
+    sizes = [frame] * 50 + [int(n) for n in rng.integers(1, 2000, size=40)]
+    sizes.append(pcm.shape[0] - sum(sizes))
+    kept = np.zeros(pcm.shape[0], dtype=bool)
+    for c in feed(mixed, pcm, sizes):
+        lo = round(c.start_seconds * RATE_HZ)
+        kept[lo : lo + c.samples.shape[0]] = True
+    assert np.array_equal(kept, whole)

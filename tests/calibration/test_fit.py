@@ -240,11 +240,11 @@ def test_shipped_calibrations_are_package_data() -> None:
     shipped = importlib.resources.files("monitor.calibration") / "shipped"
     names = sorted(p.name for p in shipped.iterdir() if p.name.endswith(".json"))
     assert names == [
-        "calibration-campplus-int8.json",
         "calibration-campplus.json",
+        "calibration-ecapa-int8.json",
         "calibration-ecapa.json",
         "calibration-ge2e.json",
-        "calibration.json",  # the default backend's (ecapa-int8)
+        "calibration.json",  # the default backend's (campplus-int8)
         "consistency.json",  # the window-consistency thresholds (monitor.tracking.consistency)
         "turns.json",  # the turn splitter's change projection (not per backend)
     ]

@@ -16,6 +16,7 @@ import soundfile as sf
 from monitor.audio.file import FileSource
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.pipeline import Pipeline
+from monitor.exporters.words import BUDGET_WORDS
 from monitor.settings.config import load_config
 from monitor.store.database import open_store
 from tests.daemon_corpus import PROFILE, DaemonCorpus
@@ -88,7 +89,7 @@ def test_daemon_publishes_entities_carrying_its_figures(
                     assert payload, entity["state_topic"]
                     shown[topic.split("/")[3]] = render(entity["value_template"], payload)
                 assert float(shown[f"{PROFILE}_disclosure"]) == last.budget_figure_bits
-                assert shown[f"{PROFILE}_budget"] == last.state
+                assert shown[f"{PROFILE}_budget"] == BUDGET_WORDS[last.state]
                 assert shown["online"] == "online"
                 assert int(shown["templates"]) == len(daemon_corpus.aliases)
                 pipeline.stop("test")

@@ -67,32 +67,32 @@ def test_entities_appear_update_and_vanish_without_a_log_line(
                 await handle(pair, started())
                 await handle(pair, scored("member-a", combined_bits=4.2, state="warning"))
                 await handle(pair, scored("unknown-3", unknown=True, combined_bits=5.6))
-                await until("unknown-3 disclosure", "5.6")
-                await until("member-a budget", "warning")
-                await until("Templates", str(N_TEMPLATES))
-                await until("Speech seconds", "6.0")  # two windows of 3 s of speech
+                await until("Unrecognised voice 1 disclosure now", "5.6")
+                await until("member-a budget", "Nearly used")
+                await until("Reference voices", str(N_TEMPLATES))
+                await until("Speech heard this period", "0.1")  # two windows of 3 s, in minutes
                 await until("Online", "on")
-                assert shown(ha, "member.b disclosure") == "unknown"  # a member not heard yet
+                assert shown(ha, "member.b disclosure now") == "unknown"  # a member not heard yet
 
                 await handle(pair, scored("unknown-3", index=1, unknown=True, combined_bits=6.1))
-                await until("unknown-3 disclosure", "6.1")
-                await until("Speech seconds", "9.0")
+                await until("Unrecognised voice 1 disclosure now", "6.1")
+                await until("Speech heard this period", "0.15")
 
                 await handle(pair, TrackExpired("unknown-3", "unknown", 30.0, 1.8e9))
-                await until("unknown-3 disclosure", None)
-                await until("unknown-3 budget", None)
+                await until("Unrecognised voice 1 disclosure now", None)
+                await until("Unrecognised voice 1 budget", None)
                 await asyncio.sleep(2.0)  # anything HA would log about late messages, logged
             # the daemon stops: HA shows it offline, entities unavailable
             await until("Online", "off")
-            await until("member-a disclosure", "unavailable")
+            await until("member-a disclosure now", "unavailable")
 
             # member.b leaves the household; the next run clears its entities
             store.remove_local_profile("member.b")
             async with exporters(mosquitto, store, prefix=PREFIX) as pair:
                 await handle(pair, started())
-                await until("member.b disclosure", None)
+                await until("member.b disclosure now", None)
                 await until("member.b budget", None)
-                await until("member-a disclosure", "4.2")
+                await until("member-a disclosure now", "4.2")
                 await asyncio.sleep(2.0)
 
     run(scenario)

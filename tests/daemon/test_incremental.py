@@ -13,7 +13,7 @@ from monitor.audio.file import read_audio
 from monitor.audio.vad import SpeechChunk
 from monitor.audio.windows import SpeechWindow, Windower
 from monitor.daemon.incremental import IncrementalWindows
-from monitor.features.base import get_feature, open_stream
+from monitor.features.base import get_feature, open_stream, set_embedding_backend
 from monitor.features.embedding import EmbeddingStream
 from monitor.scoring.evidence import WindowFeatures
 from monitor.tracking.turns import TurnSplitter, frames_of
@@ -134,7 +134,10 @@ def test_a_failed_feed_is_raised_by_the_next_take() -> None:
 def test_the_change_score_reads_the_embedding_streams_frames(speech: np.ndarray) -> None:
     """The turn splitter's change score reads the filterbank frames the embedding stream
     computed while the window filled (not computed twice): the frames and the cuts are those of
-    the window's own samples, and the embedding observation is still the whole window's."""
+    the window's own samples, and the embedding observation is still the whole window's.
+    ECAPA's: the change score reads ECAPA's log-mel frames, which CAM++'s Kaldi front end
+    does not compute (with it the frames are computed at the window's end)."""
+    set_embedding_backend("ecapa-int8")
     embedding = get_feature("embedding")
     splitter = TurnSplitter(lambda s: embedding.observe(s, 16000).values, change_cosine=0.5)
     windower = Windower(3.0)

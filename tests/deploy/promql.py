@@ -24,7 +24,13 @@ def dashboard() -> dict:
     return json.loads(DASHBOARD.read_text())
 
 
-PROTECTED_PANELS = frozenset({"What the assistant received (protected speech)"})
+PROTECTED_PANELS = frozenset(
+    {
+        "What the assistant received (protected speech)",
+        "Protection: speech the assistant received anonymised, per person",
+        "Protection: the last protected window as the assistant received it",
+    }
+)
 """Panels with series only while ``[protect]`` anonymises someone's speech: the end-to-end test
 of a protecting daemon checks them (tests/daemon/test_received_view.py), the plain one not."""
 

@@ -129,6 +129,11 @@ def test_dashboard_panels_ids_datasources_and_variables() -> None:
         "voxmeter_window_latency_seconds_bucket",
         "voxmeter_frames_total",
         "voxmeter_queue_depth",
+        "voxmeter_source_streams",  # per source (room)
+        "voxmeter_source_audio_seconds_total",
+        "voxmeter_source_unattributed_seconds_total",
+        "voxmeter_received_speech_seconds_total",  # protection
+        "voxmeter_received_window_disclosure_bits",
     ):
         assert metric in exprs, f"dashboard lacks {metric}"
 

@@ -100,6 +100,7 @@ def test_options_become_a_config_the_daemon_accepts(
     config: dict[str, Any], tmp_path: Path, with_broker: bool
 ) -> None:
     options = {**config["options"], "budget_bits": 3.5, "device_id": "kitchen"}
+    options["protection"] = "exceeded"
     (tmp_path / "options.json").write_text(json.dumps(options))
     broker = ["--mqtt-host", "core-mosquitto", "--mqtt-port", "1883"]
     broker += ["--mqtt-username", "addons", "--mqtt-password", 'p"w\\1']
@@ -120,6 +121,7 @@ def test_options_become_a_config_the_daemon_accepts(
         f"wyoming-proxy://0.0.0.0:10555?upstream={config['options']['upstream']}"
     )
     assert (loaded.daemon.device_id, loaded.budget.bits) == ("kitchen", 3.5)
+    assert loaded.protect.mode == "exceeded"
     # two processes (run.sh): the relay reads the same file and relays that proxy
     assert loaded.relay.socket == "/run/voxmeter/relay.sock"
     relay = load_relay_config(tmp_path / "config.toml")
@@ -136,6 +138,78 @@ def test_options_become_a_config_the_daemon_accepts(
         # the Mosquitto add-on without TLS: on the Supervisor's network, accepted explicitly
         assert (loaded.mqtt.tls, loaded.mqtt.allow_plaintext_password) == (False, True)
     assert (tmp_path / "config.toml").stat().st_mode & 0o077 == 0  # it holds a password
+
+
+#: The add-on config keys the Supervisor reads (supervisor/addons/validate.py); it drops any
+#: other key without a word, so a misspelt key would silently do nothing.
+SUPERVISOR_KEYS = {
+    "name", "version", "slug", "description", "arch", "machine", "url", "startup", "boot",
+    "init", "advanced", "stage", "ports", "ports_description", "watchdog", "webui", "ingress",
+    "ingress_port", "ingress_entry", "ingress_stream", "panel_icon", "panel_title",
+    "panel_admin", "homeassistant", "host_network", "host_pid", "host_ipc", "host_uts",
+    "host_dbus", "devices", "udev", "tmpfs", "map", "environment", "privileged", "apparmor",
+    "full_access", "audio", "video", "gpio", "usb", "uart", "devicetree", "kernel_modules",
+    "realtime", "hassio_api", "hassio_role", "homeassistant_api", "stdin", "legacy",
+    "docker_api", "auth_api", "services", "discovery", "backup_exclude", "backup_pre",
+    "backup_post", "restore_pre", "restore_post", "backup", "options", "schema", "image",
+    "ulimits", "timeout", "journald", "breaking_versions",
+}  # fmt: skip
+CHOICES = {
+    "startup": {"initialize", "system", "services", "application", "once"},
+    "boot": {"auto", "manual", "manual_only"},
+    "stage": {"stable", "experimental", "deprecated"},
+    "backup": {"hot", "cold"},
+}
+BOOLEANS = {"init", "advanced", "ingress", "host_network", "udev", "tmpfs", "apparmor", "stdin"}
+
+
+def test_config_yaml_keys_and_values_are_the_supervisors(config: dict[str, Any]) -> None:
+    assert set(config) <= SUPERVISOR_KEYS, set(config) - SUPERVISOR_KEYS
+    for key, allowed in CHOICES.items():
+        assert config.get(key, next(iter(allowed))) in allowed, key
+    for key in BOOLEANS & set(config):
+        assert isinstance(config[key], bool), key
+    assert isinstance(config["version"], str)  # a version tag, quoted so YAML keeps it text
+    assert re.fullmatch(r"https?://[^\s/]+(/\S*)?", config["url"])
+    assert 10 <= config.get("timeout", 10) <= 300
+    assert all(isinstance(d, str) for d in config["discovery"])
+
+
+def test_translations_name_every_option_and_port(config: dict[str, Any]) -> None:
+    """translations/en.yaml in the Supervisor's shape: configuration → option → name (required)
+    and description; network → port → text."""
+    english = yaml.safe_load((ADDON / "translations" / "en.yaml").read_text())
+    assert set(english) <= {"configuration", "network"}
+    options = english["configuration"]
+    assert set(options) == set(config["schema"])
+    for key, text in options.items():
+        assert isinstance(text["name"], str) and text["name"], key
+        assert isinstance(text.get("description"), str | None), key
+        assert set(text) <= {"name", "description"}, key
+    assert set(english["network"]) == set(config["ports"])
+
+
+def test_the_addon_presents_itself(config: dict[str, Any]) -> None:
+    """The store card, the documentation tab (every option in it), the changelog with this
+    version, and the images at the sizes Home Assistant shows them."""
+    for name in ("README.md", "DOCS.md", "CHANGELOG.md"):
+        assert (ADDON / name).read_text().startswith("# "), name
+    docs = (ADDON / "DOCS.md").read_text()
+    for option in config["schema"]:
+        assert f"| `{option}` |" in docs, option
+    assert f"## {config['version']}" in (ADDON / "CHANGELOG.md").read_text()
+    for name, size in (("icon.png", (128, 128)), ("logo.png", (250, 100))):
+        head = (ADDON / name).read_bytes()[:24]
+        assert head[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert (int.from_bytes(head[16:20]), int.from_bytes(head[20:24])) == size, name
+
+
+def test_the_images_are_drawn_by_the_script(tmp_path: Path) -> None:
+    sys.path.insert(0, str(DEPLOY.parent / "scripts"))
+    from draw_addon_images import draw
+
+    for path in draw(tmp_path):
+        assert path.read_bytes() == (ADDON / path.name).read_bytes(), path.name
 
 
 def _project_version() -> str:

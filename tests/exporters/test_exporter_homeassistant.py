@@ -20,13 +20,13 @@ from prometheus_client import CollectorRegistry as Registry
 from monitor.errors import ConfigError
 from monitor.events.messages import TrackExpired
 from monitor.exporters import build_exporters
+from monitor.exporters.discovery import SPEAKER_ENTITIES
 from monitor.exporters.homeassistant import HomeAssistantExporter, safe_id
 from monitor.exporters.mqtt import MqttExporter
 from monitor.features.base import Observation
 from monitor.settings.config import load_config
 from monitor.settings.sections import HomeAssistantSettings
 from monitor.store.database import Store, open_store
-from monitor.vocabulary import BUDGET_STATES
 from tests.exporters.exporter_events import N_TEMPLATES, scored, started
 from tests.exporters.test_exporter_mqtt import (
     DEVICE,
@@ -79,7 +79,12 @@ def retained(sub: Subscriber, topic: str) -> bytes | None:
 
 @contextlib.asynccontextmanager
 async def exporters(
-    broker: MosquittoBroker, store: Store, *, prefix: str = PREFIX
+    broker: MosquittoBroker,
+    store: Store,
+    *,
+    prefix: str = PREFIX,
+    sources: dict[str, str] | None = None,
+    configuration_url: str | None = None,
 ) -> AsyncIterator[tuple[MqttExporter, HomeAssistantExporter]]:
     mqtt = settings_for(broker)
     plain = MqttExporter(mqtt, store=store, device_id=DEVICE, clear_expired=False)  # as built
@@ -88,6 +93,8 @@ async def exporters(
         mqtt,
         store=store,
         device_id=DEVICE,
+        sources=sources,
+        configuration_url=configuration_url,
     )
     tasks = [asyncio.create_task(e.run()) for e in (plain, ha)]
     try:
@@ -113,8 +120,12 @@ def check_config(topic: str, config: dict[str, Any]) -> None:
     assert config["unique_id"] == f"voxmeter_{node}_{object_id}"
     assert config["name"] and config["state_topic"] and config["value_template"]
     device = config["device"]
-    assert device["identifiers"] == [f"voxmeter_{node}"] and device["name"] == f"voxmeter {DEVICE}"
     assert {"manufacturer", "model", "sw_version"} <= device.keys()
+    if object_id.startswith("source_"):  # a room: its own device, through the daemon's
+        assert device["via_device"] == f"voxmeter_{node}" and device["suggested_area"]
+    else:
+        assert device["identifiers"] == [f"voxmeter_{node}"]
+        assert device["name"] == f"voxmeter {DEVICE}"
     assert config["origin"]["name"] == "voxmeter" and config["origin"]["sw_version"]
     if object_id == "online":
         assert component == "binary_sensor" and config["device_class"] == "connectivity"
@@ -124,11 +135,22 @@ def check_config(topic: str, config: dict[str, Any]) -> None:
     (availability,) = config["availability"]
     assert availability["topic"] == TOPICS.status
     assert availability["payload_available"] == "online"
-    if object_id.endswith("_disclosure"):
+    assert "entity_category" not in config or object_id in ("templates", "reference_set")
+    if object_id.endswith(("_disclosure", "_highest")):
         assert config["unit_of_measurement"] == "bit" and config["state_class"] == "measurement"
-        assert config["json_attributes_topic"] == config["state_topic"]
     elif object_id.endswith("_budget"):
-        assert config["device_class"] == "enum" and config["options"] == list(BUDGET_STATES)
+        assert config["device_class"] == "enum"
+        assert config["options"] == ["OK", "Nearly used", "Over budget"]
+    elif object_id.endswith("_budget_used"):
+        assert config["unit_of_measurement"] == "%" and config["state_class"] == "measurement"
+    elif object_id.endswith("speech_seconds"):
+        assert config["device_class"] == "duration" and config["state_class"] == "total_increasing"
+
+
+def speaker_shown(base: str, bits: str, one_in: str, used: str, budget: str) -> dict[str, str]:
+    """What Home Assistant shows for one speaker's five entities, by object id."""
+    values = (bits, bits, one_in, used, budget)
+    return {f"{base}_{suffix}": v for suffix, v in zip(SPEAKER_ENTITIES, values, strict=True)}
 
 
 def test_safe_ids_are_safe_and_distinct() -> None:
@@ -173,8 +195,8 @@ def test_entities_carry_the_figures_and_vanish_with_their_speaker(
                 await handle(pair, scored("member-a", combined_bits=4.2, state="warning"))
                 await handle(pair, scored("member.b", index=1, combined_bits=1.5))
                 await handle(pair, scored("unknown-3", unknown=True, combined_bits=5.6))
-                # 3 device entities + 2 for each of the two members and unknown-3
-                await sub.wait(lambda: len(configs(sub)) == 9)
+                # 4 device entities + 5 for each of the two members and unknown-3
+                await sub.wait(lambda: len(configs(sub)) == 19)
                 await sub.wait(lambda: retained(sub, TOPICS.speaker_state("unknown-3")) is not None)
                 await sub.wait(
                     lambda: (
@@ -185,7 +207,7 @@ def test_entities_carry_the_figures_and_vanish_with_their_speaker(
 
                 found = configs(sub)
                 ids = [c["unique_id"] for c in found.values() if c]
-                assert len(set(ids)) == len(ids) == 9
+                assert len(set(ids)) == len(ids) == 19
                 shown: dict[str, str] = {}
                 for topic, config in found.items():
                     assert config is not None
@@ -193,27 +215,29 @@ def test_entities_carry_the_figures_and_vanish_with_their_speaker(
                     payload = retained(sub, config["state_topic"])
                     assert payload, f"{config['state_topic']} carries nothing"
                     shown[topic.split("/")[3]] = render(config["value_template"], payload)
-                    if "json_attributes_template" in config:
+                    if config["name"].endswith("disclosure now"):
                         attributes = json.loads(render(config["json_attributes_template"], payload))
-                        assert attributes["budget"] == 5.0
+                        assert attributes["Budget"] == "5.00 bits"
+                        assert attributes["Speech heard"].endswith(" s")
                 assert shown == {
                     "online": "online",
                     "templates": str(N_TEMPLATES),
-                    "speech_seconds": "9.0",  # three windows of 3 s of speech
-                    "member-a_disclosure": "4.2",
-                    "member-a_budget": "warning",
-                    "member_2eb_disclosure": "1.5",
-                    "member_2eb_budget": "ok",
-                    "unknown-3_disclosure": "5.6",
-                    "unknown-3_budget": "ok",
+                    "reference_set": "OFF",  # no window reached log2 250
+                    "speech_seconds": "0.15",  # three windows of 3 s of speech, in minutes
+                    **speaker_shown("member-a", "4.2", "14", "84.0", "Nearly used"),
+                    **speaker_shown("member_2eb", "1.5", "88", "30.0", "OK"),
+                    **speaker_shown("unknown-3", "5.6", "5", "112.0", "OK"),
                 }
+                names = {c["name"] for c in found.values() if c}
+                assert "Unrecognised voice 1 disclosure now" in names
+                assert "member-a as identifying as 1 in" in names
 
                 await handle(pair, TrackExpired("unknown-3", "unknown", 30.0, 1.8e9))
                 gone = TOPICS.speaker_state("unknown-3")
                 await sub.wait(
                     lambda: (
                         [k for k, v in configs(sub).items() if v is None and "unknown-3" in k]
-                        and len([v for v in configs(sub).values() if v is None]) == 2
+                        and len([v for v in configs(sub).values() if v is None]) == 5
                         and retained(sub, gone) == b""
                     )
                 )
@@ -230,25 +254,27 @@ def test_entities_carry_the_figures_and_vanish_with_their_speaker(
                 await handle(pair, started())
                 await sub.wait(
                     lambda: (
-                        len([v for k, v in configs(sub).items() if v is None]) == 2
+                        len([v for k, v in configs(sub).items() if v is None]) == 5
                         and retained(sub, TOPICS.speaker_state("member.b")) == b""
                     )
                 )
                 cleared = sorted(k for k, v in configs(sub).items() if v is None)
-                assert cleared == [
-                    f"{PREFIX}/sensor/{DEVICE}/member_2eb_budget/config",
-                    f"{PREFIX}/sensor/{DEVICE}/member_2eb_disclosure/config",
-                ]
+                assert cleared == sorted(
+                    f"{PREFIX}/sensor/{DEVICE}/member_2eb_{suffix}/config"
+                    for suffix in SPEAKER_ENTITIES
+                )
 
             async with subscribed(mosquitto, "#") as late:
                 await late.settled()  # every retained message is in: exactly these remain
-                assert sorted(t.split("/")[3] for t in configs(late)) == [
-                    "member-a_budget",
-                    "member-a_disclosure",
-                    "online",
-                    "speech_seconds",
-                    "templates",
-                ]
+                assert sorted(t.split("/")[3] for t in configs(late)) == sorted(
+                    [
+                        *(f"member-a_{suffix}" for suffix in SPEAKER_ENTITIES),
+                        "online",
+                        "reference_set",
+                        "speech_seconds",
+                        "templates",
+                    ]
+                )
                 assert retained(late, TOPICS.speaker_state("member.b")) is None
                 assert retained(late, TOPICS.speaker_state("member-a")) is not None
                 assert json.loads(retained(late, TOPICS.status) or b"{}")["state"] == "offline"
@@ -272,7 +298,7 @@ def test_odd_aliases_survive_a_broker_restart_and_are_rediscovered(
         store.add_local_profile(
             member, f"id-{member}", Observation("embedding", vector / np.linalg.norm(vector), 30.0)
         )
-    wanted = 3 + 2 * len(ODD_MEMBERS)
+    wanted = 4 + len(SPEAKER_ENTITIES) * len(ODD_MEMBERS)
 
     async def scenario() -> None:
         async with exporters(mosquitto, store) as pair:

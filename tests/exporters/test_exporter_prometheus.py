@@ -389,3 +389,18 @@ def test_build_exporters_wires_the_mqtt_connection_into_prometheus(tmp_path: Pat
         Config(), store=store, db_path=tmp_path / "v.db", device_id="dev"
     )
     assert [e.name for e in only_prometheus] == ["prometheus"]
+
+
+def test_the_daemons_cpu_per_stage_is_a_counter_of_every_stage() -> None:
+    """``voxmeter_cpu_seconds_total{stage}``: each stage from the first scrape (0 until it
+    spends), then the growth of the stats' running totals."""
+    from monitor.load.cpu import STAGES
+
+    exporter, registry = make_exporter()
+    get = registry.get_sample_value
+    assert [get("voxmeter_cpu_seconds_total", {"stage": s}) for s in STAGES] == [0.0] * 4
+    first = {"vad": 0.01, "loop": 0.05, "feeder": 0.4, "workers": 0.2}
+    exporter.apply(replace(stats(1000, 400, 0.0), cpu_seconds=first))
+    exporter.apply(replace(stats(2000, 900, 0.0), cpu_seconds={**first, "feeder": 0.9}))
+    assert get("voxmeter_cpu_seconds_total", {"stage": "feeder"}) == pytest.approx(0.9)
+    assert get("voxmeter_cpu_seconds_total", {"stage": "loop"}) == pytest.approx(0.05)

@@ -22,7 +22,7 @@ from monitor.exporters.protection import (
 )
 from monitor.protect.mcadams import Alpha
 from monitor.protect.policy import ProtectionPolicy
-from monitor.settings.sections import HomeAssistantSettings
+from monitor.settings.sections import HomeAssistantSettings, MqttSettings
 from tests.exporters.exporter_events import scored, started
 from tests.exporters.test_exporter_homeassistant import configs, household, render, retained
 from tests.exporters.test_exporter_mqtt import DEVICE, TOPICS, settings_for, subscribed
@@ -112,3 +112,122 @@ def test_switch_sensor_and_alert_through_a_real_broker(
                         await task
 
     asyncio.run(scenario())
+
+
+class Relaying:
+    """A source that relays (what protection_for looks for: an upstream transform)."""
+
+    upstream_transform = None
+
+
+def test_protection_says_why_and_is_there_whenever_the_daemon_relays(tmp_path: Path) -> None:
+    from monitor.daemon.protection import protection_for
+    from monitor.settings.config import load_config
+
+    settings = MqttSettings(enabled=True, host="127.0.0.1", port=1883)  # never connected
+    policy = ProtectionPolicy("exceeded", Alpha.fixed(0.8))
+    switch = ProtectionMqtt(policy, settings, device_id=DEVICE)
+    switch.display_name = {"unknown-7": "Unrecognised voice 2"}.get  # type: ignore[assignment]
+
+    def said() -> tuple[str, str]:
+        state = json.loads(switch.state())
+        return state["reason"], state["status"]
+
+    assert said() == (
+        "Not needed: nobody is over budget",
+        "On since voxmeter started (every start turns protection on); not needed: nobody is "
+        "over budget",
+    )
+    policy.budget("unknown-7", "exceeded")
+    assert said()[0] == "Waiting: Unrecognised voice 2 over budget, no relayed audio since"
+    switch.changed(True, "unknown-7")
+    policy.report(True, "unknown-7")
+    assert said()[0] == "Anonymising: Unrecognised voice 2 is over budget"
+    policy.switch(False)
+    assert said() == ("Off: switched off in Home Assistant", "Switched off in Home Assistant")
+    policy.mode = "off"
+    assert said()[0] == "Off: protect.mode is off in config.toml"
+
+    # mode off, a relaying source, Home Assistant discovery: the entities are there all the same
+    config = load_config(None, ["mqtt.enabled=true", "homeassistant.discovery=true"])
+    ha = HomeAssistantExporter(config.homeassistant, config.mqtt, store=household(
+        tmp_path / "v.db"), device_id=DEVICE)  # fmt: skip
+    added = protection_for(config, Relaying(), [ha], DEVICE)
+    assert [e.name for e in added] == ["protect", "protection-mqtt"]
+    assert ha.extra_entities is protection_entities
+    assert protection_for(config, object(), [ha], DEVICE) == []  # nothing relays: nothing shown
+
+
+# ---- a stale or hostile command cannot switch protection off -------------------------------
+
+
+@contextlib.asynccontextmanager
+async def running_switch(switch: ProtectionMqtt):  # type: ignore[no-untyped-def]
+    task = asyncio.create_task(switch.run())
+    try:
+        await switch.handle(started())
+        await until(lambda: switch.connected)
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def test_a_retained_off_is_ignored_cleared_and_protection_starts_on(
+    mosquitto: MosquittoBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A retained ``OFF`` on the command topic (Home Assistant never retains commands: a
+    misconfiguration or an attack) does not turn protection off at the start: one warning, the
+    retained message is cleared, and the state is the documented one (ON at each start)."""
+    mqtt = settings_for(mosquitto)
+    policy = ProtectionPolicy("always", Alpha.fixed(0.8))
+    switch = ProtectionMqtt(policy, mqtt, device_id=DEVICE)
+    topic = command_topic(TOPICS.prefix)
+
+    async def scenario() -> None:
+        async with aiomqtt.Client(mosquitto.host, mosquitto.port, identifier="stale") as stale:
+            await stale.publish(topic, b"OFF", qos=1, retain=True)
+        async with subscribed(mosquitto, "#") as sub, running_switch(switch):
+            await until(lambda: retained(sub, state_topic(TOPICS.prefix)) is not None)
+            await asyncio.sleep(1.0)  # the retained command has long been delivered
+            assert policy.enabled and policy.decide().alpha == 0.8
+            assert json.loads(retained(sub, state_topic(TOPICS.prefix)))["enabled"] == "ON"
+        async with subscribed(mosquitto, topic) as fresh:  # a new subscriber: nothing retained
+            await asyncio.sleep(0.5)
+            assert [m for m in fresh.messages if m.payload] == []
+
+    with caplog.at_level("WARNING"):
+        asyncio.run(scenario())
+    stale_lines = [r for r in caplog.records if "retained" in r.getMessage()]
+    assert len(stale_lines) == 1, [r.getMessage() for r in caplog.records]
+
+
+def test_switching_protection_off_is_an_alert_and_junk_commands_are_rate_limited(
+    mosquitto: MosquittoBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Home Assistant turns protection off: an event on the alerts topic and a line in the log.
+    500 junk commands are two warnings at most (the first, then a count), not 500."""
+    mqtt = settings_for(mosquitto)
+    policy = ProtectionPolicy("always", Alpha.fixed(0.8))
+    switch = ProtectionMqtt(policy, mqtt, device_id=DEVICE)
+    topic = command_topic(TOPICS.prefix)
+
+    async def scenario() -> list[dict[str, object]]:
+        async with subscribed(mosquitto, "#") as sub, running_switch(switch):
+            async with aiomqtt.Client(mosquitto.host, mosquitto.port, identifier="ha") as ha:
+                for number in range(500):
+                    await ha.publish(topic, f"junk {number}".encode(), qos=1)
+                await ha.publish(topic, b"OFF", qos=1)
+            await until(lambda: not policy.enabled)
+            await until(lambda: any(m.topic.value == TOPICS.alerts for m in sub.messages))
+            return [json.loads(m.payload) for m in sub.messages if m.topic.value == TOPICS.alerts]
+
+    with caplog.at_level("INFO"):
+        alerts = asyncio.run(scenario())
+    assert [(a["event"], a["enabled"], a["device"]) for a in alerts] == [
+        ("protection-switched", False, DEVICE)
+    ]
+    lines = [r.getMessage() for r in caplog.records if r.name == "monitor.exporters.protection"]
+    assert sum("ignored command" in line for line in lines) <= 2, lines
+    assert any("protection switched OFF" in line for line in lines)

@@ -24,6 +24,10 @@ from tests.realparts.mosquitto import MosquittoBroker
 pytestmark = pytest.mark.mosquitto
 
 
+#: The entities of one track: disclosure now, highest this period, 1 in K, budget used, budget.
+PER_TRACK = 5
+
+
 def _entities(found: dict[str, object], track: str) -> list[str]:
     """Config topics of ``track``'s entities ever published (a clearing one included)."""
     return sorted(t for t in found if f"/{track}_" in t)
@@ -77,11 +81,11 @@ def test_a_short_unknown_fragment_never_shows_and_a_lasting_track_does(
                     await handle(scored("unknown-2", unknown=True, combined_bits=2.0))
                     assert not _entities(configs(sub), "unknown-2")
                     await handle(scored("unknown-2", unknown=True, index=1, combined_bits=2.5))
-                    await sub.wait(lambda: len(_entities(configs(sub), "unknown-2")) == 2)
+                    await sub.wait(lambda: len(_entities(configs(sub), "unknown-2")) == PER_TRACK)
                     await sub.wait(lambda: retained(sub, fragment_state) == b"")
                     found = configs(sub)
                     assert all(found[t] is not None for t in _entities(found, "unknown-2"))
-                    assert len(_entities(found, "member-a")) == 2
+                    assert len(_entities(found, "member-a")) == PER_TRACK
                     # the fragments never had an entity, not even an empty (clearing) config
                     assert _entities(found, "unknown-1") == _entities(found, "unknown-4") == []
                     # yet the fragment's figures reached MQTT before it expired

@@ -23,8 +23,8 @@ from monitor.features.base import (
 )
 from monitor.features.embedding import (
     CampplusEmbedding,
+    CampplusInt8Embedding,
     EcapaEmbedding,
-    EcapaInt8Embedding,
     GE2EEmbedding,
     UnitEmbedding,
 )
@@ -140,10 +140,10 @@ def test_selection_picks_the_backend_and_its_version() -> None:
         set_embedding_backend("xvector")
 
 
-def test_default_backend_is_ecapa_int8(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_backend_is_campplus_int8(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(EMBEDDING_ENV)
-    assert embedding_backend() == "ecapa-int8"
-    assert get_feature("embedding").version == EcapaInt8Embedding.version
+    assert embedding_backend() == "campplus-int8"
+    assert get_feature("embedding").version == CampplusInt8Embedding.version
 
 
 def _child_backend() -> str:

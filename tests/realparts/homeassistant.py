@@ -34,6 +34,7 @@ from tests.realparts import stop_process
 REPO = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("VOXMETER_HA_VENV", REPO / ".venv-ha"))
 ASSIST = REPO / "scripts" / "ha" / "assist.py"
+COMMANDS = REPO / "scripts" / "ha" / "commands.py"
 UNAVAILABLE = VENV / "UNAVAILABLE"  # the installer's one-line reason when it could not install
 START_TIMEOUT_SECONDS = 180.0
 T = TypeVar("T")
@@ -58,6 +59,15 @@ websocket_api:
 logger:
   default: warning
 """
+FRONTEND = """\
+frontend:
+recorder:
+  db_url: sqlite:///{directory}/home-assistant.db
+  commit_interval: 1
+history:
+logbook:
+"""
+"""What a person's browser needs on top: the frontend, and the history and logbook it shows."""
 
 
 class HomeAssistantError(RuntimeError):
@@ -81,6 +91,7 @@ class HomeAssistant:
     port: int
     process: subprocess.Popen[bytes]
     token: str = ""
+    refresh_token: str = ""  # the frontend's (a browser signed in keeps both)
 
     @property
     def url(self) -> str:
@@ -136,6 +147,15 @@ class HomeAssistant:
             form=True,
         )
         self.token = granted["access_token"]
+        self.refresh_token = granted.get("refresh_token", "")
+
+    def finish_onboarding(self) -> None:
+        """The onboarding steps after the owner (location, analytics, integrations), as the
+        frontend's wizard sends them: until then the frontend shows the wizard, not the pages."""
+        client = {"client_id": f"{self.url}/", "redirect_uri": f"{self.url}/?auth_callback=1"}
+        self.request("POST", "/api/onboarding/core_config", {})
+        self.request("POST", "/api/onboarding/analytics", {})
+        self.request("POST", "/api/onboarding/integration", client)
 
     # ---- what the tests ask ------------------------------------------------------------------
 
@@ -155,6 +175,20 @@ class HomeAssistant:
     def states(self) -> dict[str, dict[str, Any]]:
         """entity_id → state object, every entity."""
         return {s["entity_id"]: s for s in self.request("GET", "/api/states")}
+
+    def commands(self, *commands: dict[str, Any]) -> list[Any]:
+        """WebSocket commands (registries, dashboards) in order, their results
+        (scripts/ha/commands.py, in Home Assistant's venv)."""
+        result = subprocess.run(
+            [str(VENV / "bin" / "python"), str(COMMANDS), self.url, self.token],
+            input=json.dumps(list(commands)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if result.returncode != 0:
+            raise HomeAssistantError(f"WebSocket commands failed: {result.stderr[-2000:]}")
+        return list(json.loads(result.stdout))
 
     def assist(
         self, stt_entity: str, pcm: bytes, wake: tuple[str, str] | None = None
@@ -211,12 +245,14 @@ def wait_until(probe: Callable[[], T | None], timeout_seconds: float, what: str)
         time.sleep(0.2)
 
 
-def start_home_assistant(directory: Path) -> HomeAssistant:
-    """Write a fresh config folder, start ``hass`` on a free port and onboard: running on return."""
+def start_home_assistant(directory: Path, *, frontend: bool = False) -> HomeAssistant:
+    """Write a fresh config folder, start ``hass`` on a free port and onboard: running on return.
+    ``frontend``: with the web frontend, recorder, history and logbook (:data:`FRONTEND`)."""
     from tests.realparts.mosquitto import free_port  # imported late: pytest registers it after us
 
     port = free_port()
-    (directory / "configuration.yaml").write_text(CONFIGURATION.format(port=port))
+    extra = FRONTEND.format(directory=directory) if frontend else ""
+    (directory / "configuration.yaml").write_text(CONFIGURATION.format(port=port) + extra)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     process = subprocess.Popen(
         [
@@ -245,6 +281,8 @@ def start_home_assistant(directory: Path) -> HomeAssistant:
     try:
         wait_until(onboarding_open, START_TIMEOUT_SECONDS, "Home Assistant's HTTP API")
         ha.onboard()
+        if frontend:
+            ha.finish_onboarding()
         wait_until(
             lambda: ha.request("GET", "/api/config").get("state") == "RUNNING",
             START_TIMEOUT_SECONDS,
@@ -256,15 +294,25 @@ def start_home_assistant(directory: Path) -> HomeAssistant:
     return ha
 
 
-@pytest.fixture
-def home_assistant(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HomeAssistant]:
-    """A running, onboarded Home Assistant, stopped after the test; skips with the reason where
-    it cannot run (no Python ≥ 3.13, venv not installed)."""
+def _running(factory: pytest.TempPathFactory, *, frontend: bool) -> Iterator[HomeAssistant]:
     reason = unavailable_reason()
     if reason is not None:
         pytest.skip(f"real Home Assistant unavailable: {reason}")
-    ha = start_home_assistant(tmp_path_factory.mktemp("homeassistant"))
+    ha = start_home_assistant(factory.mktemp("homeassistant"), frontend=frontend)
     try:
         yield ha
     finally:
         stop_process(ha.process, grace_seconds=30)
+
+
+@pytest.fixture
+def home_assistant(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HomeAssistant]:
+    """A running, onboarded Home Assistant, stopped after the test; skips with the reason where
+    it cannot run (no Python ≥ 3.13, venv not installed)."""
+    yield from _running(tmp_path_factory, frontend=False)
+
+
+@pytest.fixture
+def home_assistant_frontend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HomeAssistant]:
+    """:func:`home_assistant` with the web frontend, history and logbook a person uses."""
+    yield from _running(tmp_path_factory, frontend=True)

@@ -227,11 +227,14 @@ class FakeClock:
         await asyncio.sleep(0)
 
 
-def test_file_source_realtime_paces_to_the_clock(tmp_path: Path) -> None:
+def _paced(
+    tmp_path: Path, seconds: float, frame_ms: int
+) -> tuple[FileSource, FakeClock, list[tuple[float, float]]]:
+    """A tone replayed in real time on a fake clock: (when it left, its start) per frame."""
     path = tmp_path / "tone.wav"
-    sf.write(path, tone(16000, 1.0, 300.0), 16000)
+    sf.write(path, tone(16000, seconds, 300.0), 16000)
     clock = FakeClock()
-    source = FileSource(path, realtime=True, frame_ms=100, clock=clock, sleep=clock.sleep)
+    source = FileSource(path, realtime=True, frame_ms=frame_ms, clock=clock, sleep=clock.sleep)
     frames: list[tuple[float, float]] = []
 
     async def run() -> None:
@@ -239,11 +242,26 @@ def test_file_source_realtime_paces_to_the_clock(tmp_path: Path) -> None:
             frames.append((clock.now - 100.0, frame.start_seconds))
 
     asyncio.run(run())
+    return source, clock, frames
+
+
+def test_file_source_realtime_paces_to_the_clock(tmp_path: Path) -> None:
+    _, clock, frames = _paced(tmp_path, 1.0, 100)
     assert len(frames) == 10
     # Each frame leaves when the clock reaches its start time, never earlier.
     for now, start in frames:
         assert now == pytest.approx(start)
     assert sum(clock.sleeps) == pytest.approx(0.9)
+
+
+def test_file_source_realtime_releases_frames_in_groups(tmp_path: Path) -> None:
+    """30 ms frames paced in groups of 120 ms: one wake-up per four frames, each frame left
+    no earlier than its start and at most three frames after it."""
+    source, clock, frames = _paced(tmp_path, 1.2, 30)
+    assert len(frames) == 40 and source.group_frames == 4
+    assert len(clock.sleeps) == 10  # the first frame leaves at once, then one sleep per group
+    for now, start in frames:
+        assert start - 1e-9 <= now <= start + 0.09 + 1e-9
 
 
 def test_file_source_close_stops_early(tmp_path: Path) -> None:

@@ -123,11 +123,11 @@ def test_daemon_refuses_a_database_of_another_backend(store: Store) -> None:
     check_template_model(store, "embedding", get_feature("embedding"))  # the right one passes
 
 
-def test_voxmeter_run_on_a_database_of_another_backend_is_one_line(
+def test_voxmeter_run_on_a_database_of_the_previous_default_is_one_line(
     db_path: Path, tmp_path: Path
 ) -> None:
     with open_store(db_path) as store:
-        _enrol(store, "alice", "ge2e")
+        _enrol(store, "alice", "ecapa-int8")  # the default before CAM++ int8
     stream = tmp_path / "silence.wav"
     soundfile.write(stream, np.zeros(16000, dtype=np.float32), 16000)
     # the real entry point in its own process: `run` configures logging for the process
@@ -139,7 +139,11 @@ def test_voxmeter_run_on_a_database_of_another_backend_is_one_line(
     )  # fmt: skip
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "enrolled with the ge2e backend, not ecapa" in lines[0]
+    assert len(lines) == 1
+    assert (
+        "enrolled with the ecapa-int8 backend, not campplus-int8: set features.embedding = "
+        '"ecapa-int8" or re-enrol into a new database'
+    ) in lines[0]
 
 
 def test_a_calibration_of_another_backend_is_refused(store: Store, tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ def config_sections(
             "bits": float(options["budget_bits"]),
             "period_seconds": float(options["period_hours"]) * 3600.0,
         },
+        "protect": {"mode": options.get("protection", "off")},
         "logging": {"level": options["log_level"]},
         "prometheus": {"enabled": True, "host": "0.0.0.0", "port": 39217},
         "mqtt": {"enabled": mqtt is not None},
