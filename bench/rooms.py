@@ -44,7 +44,7 @@ from scipy.signal import fftconvolve
 
 from bench.common import CORPUS, RESULTS_DIR, Run
 from bench.household import RATE_HZ, Stream, make_stream, trimmed
-from bench.rooms_report import baseline_summaries, record_targets
+from bench.rooms_report import baseline_summaries, own_options, record_targets
 from bench.tracked import (
     MIXED_SHARE,
     SEED,
@@ -425,6 +425,9 @@ def main(argv: Sequence[str] = ()) -> None:
         type=Path,
         help="another voxmeter checkout run first with the same options, for comparison",
     )
+    parser.add_argument(
+        "--baseline-release", default="previous", help="the release the baseline checkout is"
+    )
     args = parser.parse_args(list(argv))
     conditions = args.conditions.split(",")
     unknown = sorted(set(conditions) - set(CONDITIONS))
@@ -433,9 +436,7 @@ def main(argv: Sequence[str] = ()) -> None:
     run_record = Run("rooms", command="python -m bench tracking " + " ".join(argv))
     baseline = None
     if args.baseline is not None:
-        passed = [a for a in argv if a not in ("--rooms",)]
-        cut = passed.index("--baseline")
-        baseline = baseline_summaries(args.baseline, [*passed[:cut], *passed[cut + 2 :]])
+        baseline = baseline_summaries(args.baseline, own_options(argv), args.baseline_release)
     results: dict[str, Any] = {"seed": args.seed, "conditions": {}}
     with tempfile.TemporaryDirectory(prefix="voxmeter-rooms-") as tmp:
         folder = Path(tmp)

@@ -43,21 +43,32 @@ def measure(summary: Mapping[str, Any], name: str) -> float:
     return float(summary[name])
 
 
-def baseline_summaries(checkout: Path, argv: Sequence[str]) -> dict[str, Any]:
+def own_options(argv: Sequence[str]) -> list[str]:
+    """``argv`` without ``--rooms`` and the baseline's own options (and their values): what
+    the baseline checkout runs."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--baseline", "--baseline-release"):
+            skip = True
+        elif arg != "--rooms" and not arg.startswith(("--baseline=", "--baseline-release=")):
+            out.append(arg)
+    return out
+
+
+def baseline_summaries(checkout: Path, argv: Sequence[str], release: str) -> dict[str, Any]:
     """Run the rooms benchmark of ``checkout`` (its own code on PYTHONPATH) with ``argv`` and
-    return its result (its per-condition summaries, its commit)."""
+    return its per-condition summaries under the ``release`` it is named by."""
     with tempfile.TemporaryDirectory(prefix="voxmeter-rooms-baseline-") as tmp:
         out = Path(tmp) / "rooms.json"
         env = {**os.environ, "PYTHONPATH": str(checkout)}
         command = [sys.executable, "-m", "bench", "tracking", "--rooms", *argv, "--out", str(out)]
         subprocess.run(command, cwd=checkout, env=env, check=True)
         result = json.loads(out.read_text())
-    head = subprocess.run(
-        ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
-        capture_output=True, text=True, check=False,
-    ).stdout.strip()  # fmt: skip
     conditions = result.get("figures", result).get("conditions", {})
-    return {"commit": head, "conditions": {k: v["summary"] for k, v in conditions.items()}}
+    return {"release": release, "conditions": {k: v["summary"] for k, v in conditions.items()}}
 
 
 def record_targets(
