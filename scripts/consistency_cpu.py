@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.bench_tracking import held_out_speakers
 from bench.household import make_stream, trimmed
 from bench.rooms import daemon_windows, in_room
+from bench.tracked import held_out_speakers
 from monitor.corpus.scan import scan_corpus
 from monitor.tracking.consistency import load_consistency
 from monitor.tracking.turns import TurnSplitter, frames_of

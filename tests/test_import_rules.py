@@ -242,7 +242,6 @@ def test_no_import_circles() -> None:
     assert circles(import_graph(ROOT)) == []
 
 
-@pytest.mark.xfail(strict=False, reason="bench_tracking ↔ rooms circle")
 def test_no_import_circles_in_bench_and_scripts() -> None:
     assert circles(import_graph(BENCH, SCRIPTS)) == []
 

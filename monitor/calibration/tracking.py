@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from monitor.calibration.cohort import COHORT_TOP, normalised_trials
 from monitor.calibration.protocol import PooledTrials, plan_splits, pool_trials
 from monitor.corpus.speakers import SpeakerUtterances
 from monitor.features.base import get_feature
@@ -193,6 +194,9 @@ def cosine_statistics(
         truth = pooled.truth
         own = np.zeros_like(S, dtype=bool)
         own[np.arange(S.shape[0]), truth] = True
+        templates = pooled.templates["embedding"]
+        cohort = templates / np.linalg.norm(templates, axis=1, keepdims=True)
+        Z = normalised_trials(S, cohort, pooled.N)
         units, owners = [], []
         for k, speaker in enumerate(speakers):
             rows = crops[speaker.alias][seconds]["embedding"]
@@ -208,11 +212,17 @@ def cosine_statistics(
         lengths[f"{seconds:g}"] = {
             "profile_same": _levels(S[own]),
             "profile_other": _levels(S[~own]),
+            "profile_same_snorm": _levels(Z[own]),
+            "profile_other_snorm": _levels(Z[~own]),
             "window_same": _levels(C[same]),
             "window_other": _levels(C[upper & ~same]),
             "pairs": {"profile": int(S.size), "window_same": int(same.sum())},
         }
-    return {"quantiles": [float(q) for q in QUANTILES], "lengths": lengths}
+    return {
+        "quantiles": [float(q) for q in QUANTILES],
+        "lengths": lengths,
+        "cohort_top": COHORT_TOP,
+    }
 
 
 def narrow_statistics(
@@ -255,6 +265,9 @@ class TrackerThresholds:
     mature_seconds: float = 12.0  # speech behind the calibration's templates
     stay: tuple[float, ...] = ()  # a window continuing a turn this close to its track stays
     # (empty: ``cluster``)
+    cohort_top: int = 0  # cohort cosines per side of the AS-norm (0: raw cosines decide)
+    profile_norm: tuple[float, ...] = ()  # ``profile`` and ``ambiguous`` on AS-normed scores
+    ambiguous_norm: tuple[float, ...] = ()
 
     def staying(self, seconds: float) -> float:
         """The cosine a window that continues a turn needs to stay with the turn's track."""
@@ -288,12 +301,15 @@ def tracker_thresholds(
     that continues a turn (no pause, no change found) stays with the turn's track unless it is
     as far from it as only ``false_change_rate`` of a voice's own windows are from its template
     (profile_same): a turn's 1 s tail proves little, but nothing says the voice changed.
+    Statistics with AS-normed profile scores (:mod:`monitor.calibration.cohort`) give the
+    member and ambiguity thresholds on those scores too, at the same rates.
     """
     q = tracking["quantiles"]
     table = tracking["lengths"]
     lengths = tuple(sorted(float(k) for k in table))
     rows = [table[f"{s:g}"] for s in lengths]
     cluster = tuple(_level(r, "window_other", 1 - false_join_rate, q) for r in rows)
+    normed = all("profile_other_snorm" in r for r in rows)
     return TrackerThresholds(
         lengths=lengths,
         profile=tuple(_level(r, "profile_other", 1 - false_member_rate, q) for r in rows),
@@ -306,7 +322,14 @@ def tracker_thresholds(
             min(_level(r, "profile_same", false_change_rate, q), c)
             for r, c in zip(rows, cluster, strict=True)
         ),
-    )
+        cohort_top=int(tracking.get("cohort_top", 0)) if normed else 0,
+        profile_norm=tuple(
+            _level(r, "profile_other_snorm", 1 - false_member_rate, q) for r in rows
+        ) if normed else (),
+        ambiguous_norm=tuple(
+            _level(r, "profile_other_snorm", 1 - ambiguous_rate, q) for r in rows
+        ) if normed else (),
+    )  # fmt: skip
 
 
 def fixed_thresholds(profile: float, cluster: float) -> TrackerThresholds:

@@ -65,7 +65,7 @@ from monitor.settings.config import tracker_settings, tracker_thresholds_for
 from monitor.settings.sections import Config
 from monitor.store.database import Store
 from monitor.tracking.consistency import load_consistency
-from monitor.tracking.narrow import NarrowCopies
+from monitor.tracking.narrow import NarrowCopies, cohort_of
 from monitor.tracking.tracker import EMBEDDING, SpeakerTracker
 from monitor.tracking.turns import TurnSplitter
 
@@ -156,13 +156,9 @@ class Pipeline(PipelineStages):
             config, self.features, self.turns, vad=vad, clock=clock, shedder=self.shedder
         )
         self.tracker = SpeakerTracker(
-            profiles,
-            tracker_settings(config),
-            thresholds=thresholds,
-            narrow=narrow,
-            clock=clock,
-            wall_clock=self.wall_clock,
-        )
+            profiles, tracker_settings(config), thresholds=thresholds, narrow=narrow,
+            cohort=cohort_of(self.scorer), clock=clock, wall_clock=self.wall_clock,
+        )  # fmt: skip
 
     def _build_accounting(self, config: Config, *, narrow: NarrowCopies | None) -> None:
         """What a track disclosed and what follows: track scorer, budget, ledger, supervisor."""

@@ -218,8 +218,16 @@ def tracker_thresholds_for(
         false_change_rate=t.false_change_rate,
     )
     lengths = len(fitted.lengths)
-    if t.profile_threshold:  # set in the configuration: it wins at every length
-        fitted = replace(fitted, profile=(t.profile_threshold,) * lengths)
+    if not t.normalise:
+        fitted = replace(fitted, cohort_top=0, profile_norm=(), ambiguous_norm=())
+    if t.profile_threshold:  # set in the configuration: it wins at every length, on cosines
+        fitted = replace(
+            fitted,
+            profile=(t.profile_threshold,) * lengths,
+            cohort_top=0,
+            profile_norm=(),
+            ambiguous_norm=(),
+        )
     if t.cluster_threshold:
         fitted = replace(
             fitted,

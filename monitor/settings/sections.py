@@ -222,6 +222,17 @@ class TrackerSettings:
         "such a window is given to no one, its seconds counted as unattributed; 0 = off",
         check.rare_rate,
     )
+    normalise: bool = setting(
+        True,
+        "decide members on cosines normalised against the N templates (AS-norm) when the "
+        "calibration has normalised statistics and there are enough templates; false = raw "
+        "cosines",
+    )
+    sticky: bool = setting(
+        True,
+        "with normalised decisions, a window continuing a member's turn that may be theirs "
+        "(over the ambiguous threshold) stays theirs; false = every window decided alone",
+    )
     merge_seconds: float = setting(
         6.0, "unknown-N tracks merge only when each holds this much speech", check.positive
     )

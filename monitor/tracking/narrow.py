@@ -24,6 +24,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 from monitor.calibration.tracking import TrackerThresholds
 from monitor.errors import StoreError
 from monitor.features.base import Feature, Observation, TemplateBatch
@@ -50,6 +53,10 @@ class NarrowCopies:
     missing: list[str] = field(default_factory=list)  # what falls back to wide band, and why
     warned: bool = False
     rooms: Mapping[str, Observation] = field(default_factory=dict)  # identity → far-field copy
+
+    def cohort(self) -> tuple[tuple[str, ...], npt.NDArray[np.float64]] | None:
+        """The narrow scorer's N embedding templates, the narrow band's cohort (or None)."""
+        return None if self.scorer is None else cohort_of(self.scorer)
 
     def rooms_for(self, profiles: Sequence[LocalProfile]) -> list[LocalProfile] | None:
         """Each member's far-field profile (their identity's ``embedding+room`` template; the
@@ -93,6 +100,15 @@ class NarrowCopies:
             " and ".join(self.missing),
             HOW_TO_ADD,
         )
+
+
+def cohort_of(scorer: Scorer) -> tuple[tuple[str, ...], npt.NDArray[np.float64]] | None:
+    """The aliases and unit embedding templates the scorer scores every window against: the
+    tracker's cohort (:mod:`monitor.calibration.cohort`); None without the embedding."""
+    prepared = scorer.prepared.get(LOCAL_PROFILE_FEATURE)
+    if prepared is None or prepared.kind != "cosine":
+        return None
+    return scorer.aliases, np.asarray(prepared.unit, dtype=np.float64)
 
 
 def _copies(

@@ -49,6 +49,7 @@ import numpy.typing as npt
 
 from monitor.audio.band import Band
 from monitor.audio.frames import StreamKey
+from monitor.calibration.cohort import Cohort, cohort_for
 from monitor.calibration.tracking import TrackerThresholds, fixed_thresholds
 from monitor.events.messages import FeatureWindow, TrackedWindow, TrackExpired
 from monitor.settings.sections import TrackerSettings
@@ -101,12 +102,31 @@ class _Cluster:
 
 @dataclass
 class _Band:
-    """One band's view of the members: enrolled unit profiles, their adapted copies and the
-    thresholds calibrated on audio of that band."""
+    """One band's view of the members: enrolled unit profiles, their adapted copies, the
+    thresholds calibrated on audio of that band and the cohort its scores are normalised on."""
 
     matrix: npt.NDArray[np.float64]  # (P, D) enrolled unit profiles
     profiles: AdaptedProfiles
     thresholds: TrackerThresholds
+    cohort: Cohort | None = None
+
+    def decide(
+        self, vector: npt.NDArray[np.float64], cosines: npt.NDArray[np.float64], seconds: float
+    ) -> tuple[int, bool, bool]:
+        """The nearest member, whether the window is theirs and whether it may be: AS-normed
+        scores against the normalised thresholds with a cohort, else the raw cosines. (Whether
+        a window may open a track is asked of the raw cosines either way, in ``_assign``: in a
+        room the normalised scale lifts every voice's windows, a stranger's too.)"""
+        t = self.thresholds
+        if self.cohort is None or not t.profile_norm:
+            best = int(np.argmax(cosines))
+            score = float(cosines[best])
+            return best, score >= t.at(t.profile, seconds), score >= t.at(t.ambiguous, seconds)
+        normed = self.cohort.normalise(vector, cosines)
+        best = int(np.argmax(normed))
+        score = float(normed[best])
+        ambiguous = score >= t.at(t.ambiguous_norm, seconds)
+        return best, score >= t.at(t.profile_norm, seconds), ambiguous
 
 
 def _unit_rows(profiles: Sequence[LocalProfile]) -> npt.NDArray[np.float64]:
@@ -125,6 +145,7 @@ class SpeakerTracker:
         *,
         thresholds: TrackerThresholds | None = None,
         narrow: NarrowCopies | None = None,
+        cohort: tuple[tuple[str, ...], npt.NDArray[np.float64]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -142,13 +163,24 @@ class SpeakerTracker:
         variants = () if rooms is None else (_unit_rows(rooms),)
         self.profiles = self._adapted(self.profile_matrix, variants)
         copies = self.narrow.profiles_for(profiles)
-        wide = _Band(self.profile_matrix, self.profiles, self.thresholds)
+        identities = tuple(p.identity_alias for p in profiles)
+        top = self.thresholds.cohort_top
+        wide = _Band(
+            self.profile_matrix,
+            self.profiles,
+            self.thresholds,
+            None if cohort is None else cohort_for(*cohort, self.profile_matrix, identities, top),
+        )
         # without narrow profiles a narrow-band window is tracked exactly as a wide-band one
         self.bands: dict[Band, _Band] = {"wide": wide, "narrow": wide}
         if copies is not None:
             matrix = _unit_rows(copies)
             thresholds = self.narrow.thresholds or self.thresholds
-            self.bands["narrow"] = _Band(matrix, self._adapted(matrix), thresholds)
+            pool = self.narrow.cohort()
+            normed = None
+            if pool is not None:
+                normed = cohort_for(*pool, matrix, identities, thresholds.cohort_top)
+            self.bands["narrow"] = _Band(matrix, self._adapted(matrix), thresholds, normed)
         self.clusters: dict[str, _Cluster] = {}
         self._numbers = itertools.count(1)
         self.skipped_seconds = 0.0  # speech of windows assigned to no track
@@ -247,6 +279,19 @@ class SpeakerTracker:
         cluster.last_seen_seconds = window.end_seconds
         return TrackedWindow(window, track, "unknown", None, cosine, False)
 
+    def _sticks(self, window: FeatureWindow, best: int, band: _Band) -> bool:
+        """A sticky prior over a turn: a one-voice window that continues its turn (no pause, no
+        change of voice found) and may be the member whose window came last (their normalised
+        score over the ambiguous threshold, nearer them than any other member) stays theirs.
+        A quick answer still changes hands: the turn splitter ends the turn at the change."""
+        return (
+            self.settings.sticky
+            and band.cohort is not None
+            and window.continues
+            and not window.mixed
+            and self._previous.get(window.stream) == self.profile_aliases[best]
+        )
+
     def _teach(
         self,
         window: FeatureWindow,
@@ -298,12 +343,14 @@ class SpeakerTracker:
         best_profile = -1.0
         cosines = band.profiles.cosines(vector)
         if self.profile_aliases:
-            best = int(np.argmax(cosines))
-            best_profile = float(cosines[best])
-            if best_profile >= t.at(t.profile, seconds):
+            best, accepted, maybe = band.decide(vector, cosines, seconds)
+            best_profile = float(cosines.max())
+            if accepted or (maybe and self._sticks(window, best, band)):
+                best_profile = float(cosines[best])
                 alias = self.profile_aliases[best]
                 identity = self.profile_identities[alias]
-                self._teach(window, vector, best, cosines, band)
+                if accepted:
+                    self._teach(window, vector, best, cosines, band)
                 return TrackedWindow(window, alias, "local", identity, best_profile, False), events
         continued = self._continued(window, vector, cosines, t)
         if continued is not None:

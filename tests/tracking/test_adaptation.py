@@ -121,17 +121,22 @@ def _fw(vector: np.ndarray, index: int) -> FeatureWindow:
     )
 
 
-def test_a_stranger_speaking_for_ten_minutes_is_never_absorbed(corpus_root: Path) -> None:
+@pytest.mark.parametrize("backend", ["ecapa", "campplus-int8"])
+def test_a_stranger_speaking_for_ten_minutes_is_never_absorbed(
+    corpus_root: Path, backend: str
+) -> None:
     """A child member enrolled from four clean files; the stranger is the child of the test
     split whose voice lies nearest that profile among those it tells apart (one utterance
     under the member threshold, above the ambiguous one). The two take turns — ten minutes of the
     stranger, five of the member, whose confident windows keep teaching the profile — under the
-    shipped calibration's thresholds: no stranger window is ever given to the member, and the
+    shipped calibration's thresholds, with a cohort of 40 other test speakers' templates (members
+    decided on normalised scores where the calibration has their statistics, the daemon's
+    default; on raw cosines where not): no stranger window is ever given to the member, and the
     profile the member's windows taught stays within its drift bound."""
     from monitor.calibration.buckets import load_default
     from monitor.features.base import get_feature, set_embedding_backend
 
-    set_embedding_backend("ecapa")
+    set_embedding_backend(backend)
     feature = get_feature("embedding")
     with open(corpus_root / "speakers.tsv", newline="") as handle:
         rows = [r for r in csv.DictReader(handle, delimiter="\t") if r["original_split"] == "test"]
@@ -141,7 +146,7 @@ def test_a_stranger_speaking_for_ten_minutes_is_never_absorbed(corpus_root: Path
     enrolled = unit(np.asarray(feature.pool([
         feature.observe(_speech(p), 16000) for p in files[member][:4]]).values))  # fmt: skip
     settings = TrackerSettings()
-    calibration = load_default("ecapa")
+    calibration = load_default(backend)
     thresholds = tracker_thresholds(
         calibration.metadata["tracking"],
         false_member_rate=settings.false_member_rate,
@@ -158,7 +163,8 @@ def test_a_stranger_speaking_for_ten_minutes_is_never_absorbed(corpus_root: Path
     # README "Look-alike voices")
     apart = np.where(closeness < thresholds.at(thresholds.ambiguous, WINDOW_SECONDS), closeness, -1)
     stranger = candidates[int(np.argmax(apart))]
-    assert (closeness > apart.max()).sum() >= 10, "not among the nearer half of the children"
+    nearer = (closeness > apart.max()).sum()  # look-alikes the enrolment cannot tell apart
+    assert nearer >= len(candidates) // 3, "the stranger must be among the nearest children"
     rng = np.random.default_rng(20261126)
     theirs = np.concatenate([_speech(p) for p in files[stranger]])
     ours = np.concatenate([_speech(p) for p in files[member][4:]])
@@ -168,17 +174,39 @@ def test_a_stranger_speaking_for_ten_minutes_is_never_absorbed(corpus_root: Path
     clock = FakeClock()
     from monitor.store.templates import LocalProfile
 
+    others = sorted(r["speaker"] for r in rows if r["speaker"] not in (member, stranger))[:40]
+    cohort = np.stack(
+        [enrolled]
+        + [
+            unit(
+                np.asarray(
+                    feature.observe(  # type: ignore[attr-defined]
+                        _speech(sorted((corpus_root / o).glob("*.flac"))[0]), 16000
+                    ).values
+                )
+            )
+            for o in others
+        ]
+    )
     tracker = SpeakerTracker(
         [LocalProfile("member-1", member, Observation("embedding", enrolled, 12.0), "")],
         settings,
         thresholds=thresholds,
+        cohort=((member, *others), cohort),
         clock=clock,
         wall_clock=clock,
-    )
+    )  # fmt: skip
+    band = tracker.bands["wide"]
+    normalised = "profile_other_snorm" in calibration.metadata["tracking"]["lengths"]["3"]
+    assert (band.cohort is not None and bool(thresholds.profile_norm)) == normalised
+
+    def taken(w: np.ndarray) -> bool:
+        return band.decide(w, band.profiles.cosines(w), WINDOW_SECONDS)[1]
+
     absorbed, member_right, index = 0, 0, 0
     to_member = np.array([float(tracker.profiles.cosines(w)[0]) for w in stranger_windows])
-    needed = thresholds.at(thresholds.profile, WINDOW_SECONDS)
-    enrolment_alone = int((to_member >= needed).sum())  # false members without adaptation
+    ours_before = np.mean([float(tracker.profiles.cosines(w)[0]) for w in member_windows])
+    enrolment_alone = sum(map(taken, stranger_windows))  # false members without adaptation
     for turn in range(len(member_windows) // 2):  # member 2 windows, stranger 4, in turns
         for w in member_windows[2 * turn : 2 * turn + 2]:
             tracked, _ = tracker.process(_fw(w, index))
@@ -195,8 +223,10 @@ def test_a_stranger_speaking_for_ten_minutes_is_never_absorbed(corpus_root: Path
     # alone gives at its calibrated false-member rate, and at the end of the ten minutes the
     # adapted profile takes none of them
     assert absorbed <= enrolment_alone <= 0.02 * len(stranger_windows)
-    assert int((after >= needed).sum()) <= enrolment_alone
+    assert sum(map(taken, stranger_windows)) <= enrolment_alone
     assert float(tracker.profiles.adapted[0] @ enrolled) >= settings.adapt_drift - 1e-9
-    # the stranger came no nearer the member: adaptation learnt the member, not them
-    assert after.mean() <= to_member.mean() + 0.01
+    # adaptation learnt the member, not the stranger: the stranger came no nearer, but for the
+    # recording channel the two share (at most half what the member's own windows gained)
+    ours_after = np.mean([float(tracker.profiles.cosines(w)[0]) for w in member_windows])
+    assert after.mean() - to_member.mean() <= max(0.01, 0.5 * (ours_after - ours_before))
     assert member_right >= len(member_windows) // 2
