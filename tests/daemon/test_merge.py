@@ -27,6 +27,7 @@ from tests.exporters.test_exporter_homeassistant import (
 )
 from tests.exporters.test_exporter_mqtt import TOPICS, run, subscribed
 from tests.exporters.test_exporter_prometheus import _families, make_exporter
+from tests.exporters.test_phantom_tracks import PER_TRACK
 from tests.realparts.mosquitto import MosquittoBroker
 
 PERIOD = 1_800_000_000.0
@@ -103,18 +104,18 @@ def test_home_assistant_empties_the_retired_tracks_entities(
                 await handle(pair, scored("unknown-1", unknown=True, combined_bits=2.0))
                 await handle(pair, scored("unknown-2", unknown=True, index=1, combined_bits=3.0))
                 await sub.wait(lambda: retained(sub, TOPICS.speaker_state("unknown-2")) is not None)
-                await sub.wait(lambda: sum("unknown-2" in k for k in configs(sub)) == 2)
+                await sub.wait(lambda: sum("unknown-2" in k for k in configs(sub)) == PER_TRACK)
                 await handle(pair, MERGED)
                 # the configs go first, the state they read a grace second after them
                 await sub.wait(
                     lambda: (
                         [k for k, v in configs(sub).items() if v is None and "unknown-2" in k]
-                        and sum(v is None for v in configs(sub).values()) == 2
+                        and sum(v is None for v in configs(sub).values()) == PER_TRACK
                         and retained(sub, TOPICS.speaker_state("unknown-2")) == b""
                     )
                 )
                 kept = [k for k, v in configs(sub).items() if v is not None and "unknown-1" in k]
-                assert len(kept) == 2  # the survivor's entities stay
+                assert len(kept) == PER_TRACK  # the survivor's entities stay
             async with subscribed(mosquitto, "#") as late:
                 await late.settled()  # every retained message is in
                 assert not [t for t in configs(late) if "unknown-2" in t]
