@@ -126,6 +126,17 @@ def test_protect_alpha_without_protect_is_refused(command: str, tmp_path: Path) 
     assert "--protect-alpha 0.7: needs --protect" in line
 
 
+@pytest.mark.parametrize("option", [("--wer-utterances", "5"), ("--attacker", "backend.npz")])
+def test_evaluate_options_of_protection_without_protect_are_refused(
+    option: tuple[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "backend.npz").write_bytes(b"")
+    value = str(tmp_path / option[1]) if option[0] == "--attacker" else option[1]
+    args = ["--out", str(tmp_path / "out"), option[0], value]
+    line = one_line(voxmeter("evaluate", str(tmp_path), *args))
+    assert f"{option[0]} {value}: needs --protect" in line
+
+
 # ---- warnings from peers -------------------------------------------------------------------
 
 

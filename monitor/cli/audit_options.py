@@ -113,6 +113,8 @@ RoomOption = Annotated[
     ),
 ]
 DEFAULT_PROTECT_ALPHA = "0.5,0.9"
+DEFAULT_WER_UTTERANCES = 200
+"""Utterances ``evaluate --protect`` decodes for the word error rate unless told otherwise."""
 ProtectAlphaOption = Annotated[
     str | None,
     typer.Option(
@@ -130,7 +132,11 @@ AttackerOption = Annotated[
     ),
 ]
 WerUtterancesOption = Annotated[
-    int, typer.Option("--wer-utterances", help="Utterances the word error rate decodes (0: none).")
+    int | None,
+    typer.Option(
+        "--wer-utterances",
+        help=f"Utterances the word error rate decodes (0: none; default {DEFAULT_WER_UTTERANCES}).",
+    ),
 ]
 
 
@@ -157,12 +163,15 @@ def protection_line(protection: dict[str, Any]) -> str:
 
 def lazy_template_alpha(method: str | None, alpha: str | None) -> Alpha | None:
     """``enroll --protect``: the α of the lazy-informed templates (None: none asked)."""
-    request = protect_request(method, alpha, 0)
+    request = protect_request(method, alpha, None)
     return None if request is None else request.alpha
 
 
 def protect_request(
-    method: str | None, alpha: str | None, wer_utterances: int, attacker: Path | None = None
+    method: str | None,
+    alpha: str | None,
+    wer_utterances: int | None,
+    attacker: Path | None = None,
 ) -> ProtectRequest | None:
     """The ``--protect`` options checked (one line naming the option when wrong; an option
     that means something only with ``--protect`` is refused without it, never ignored)."""
@@ -174,7 +183,10 @@ def protect_request(
             raise VoxmeterError(f"--protect-alpha {alpha}: needs --protect (mcadams)")
         if attacker is not None:
             raise VoxmeterError(f"--attacker {attacker}: needs --protect (mcadams)")
+        if wer_utterances is not None:
+            raise VoxmeterError(f"--wer-utterances {wer_utterances}: needs --protect (mcadams)")
         return None
+    wer_utterances = DEFAULT_WER_UTTERANCES if wer_utterances is None else wer_utterances
     alpha = DEFAULT_PROTECT_ALPHA if alpha is None else alpha
     try:
         check_method(method)

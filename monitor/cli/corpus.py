@@ -408,7 +408,7 @@ def evaluate_command(
     protected: ProtectedOption = None,
     protect: ProtectOption = None,
     protect_alpha: ProtectAlphaOption = None,
-    wer_utterances: WerUtterancesOption = 200,
+    wer_utterances: WerUtterancesOption = None,
     attacker: AttackerOption = None,
     loss: AuditLossOption = "ll",
     calibration: CalibrationOption = None,
