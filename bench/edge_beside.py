@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from bench.edge_child import (
+    NEW_BACKEND,
+    OLD_BACKEND,
     QUICK,
     QUOTA_SCRAPE_EVERY,
     QUOTA_SECONDS,
@@ -116,7 +118,7 @@ def bench_assistant(stream: Path, folder: Path) -> dict[str, Any]:
         def run_daemon() -> None:
             daemon.update(
                 run_child(
-                    REPO, "ecapa", 1_000, folder / "beside", daemon_stream,
+                    REPO, NEW_BACKEND, 1_000, folder / "beside", daemon_stream,
                     scrape_every=QUOTA_SCRAPE_EVERY, prefix=pin, started=started,
                 )
             )  # fmt: skip
@@ -147,20 +149,21 @@ def bench_assistant(stream: Path, folder: Path) -> dict[str, Any]:
 
 
 def _quota_run(stream: Path, folder: Path) -> dict[str, Any]:
-    """This release and the previous one (ECAPA, N = 10³, default settings) at the same time,
-    each in a cgroup of its own with QUOTA_SHARE of one core, over QUOTA_SECONDS of paced
-    speech."""
+    """This release and the previous one (each its default attacker, N = 10³, default
+    settings) at the same time, each in a cgroup of its own with QUOTA_SHARE of one core, over
+    QUOTA_SECONDS of paced speech."""
     long_stream = _long_stream(stream, QUOTA_SECONDS, folder)
     load = round(os.getloadavg()[0], 2)
     old = _old_tree(folder)
     out: dict[str, Any] = {}
     groups: list[Path] = []
+    backends = {"old": OLD_BACKEND, "new": NEW_BACKEND}
 
     def one(label: str, tree: Path) -> None:
         group = _cgroup(QUOTA_SHARE, suffix=label)
         groups.append(group)
         out[label] = run_child(
-            tree, "ecapa", 1_000, folder / f"quota-{label}", long_stream,
+            tree, backends[label], 1_000, folder / f"quota-{label}", long_stream,
             cgroup=group, scrape_every=QUOTA_SCRAPE_EVERY,
         )  # fmt: skip
         print(f"quota {QUOTA_SHARE} {label}: {out[label]}", flush=True)

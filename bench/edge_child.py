@@ -19,7 +19,10 @@ import numpy as np
 import soundfile as sf
 
 REPO = Path(__file__).resolve().parent.parent
-OLD = os.environ.get("VOXMETER_BENCH_OLD", "4a3c7ff")
+OLD = os.environ.get("VOXMETER_BENCH_OLD", "b469d62")
+#: Each release's default attacker: the previous release's ECAPA int8, this one's CAM++ int8.
+OLD_BACKEND = os.environ.get("VOXMETER_BENCH_OLD_BACKEND", "ecapa-int8")
+NEW_BACKEND = os.environ.get("VOXMETER_BENCH_NEW_BACKEND", "campplus-int8")
 QUICK = os.environ.get("VOXMETER_BENCH_EDGE_QUICK") == "1"
 BACKENDS = ("ecapa",) if QUICK else ("ecapa", "campplus")
 SIZES = (1_000,) if QUICK else (1_000, 100_000)
