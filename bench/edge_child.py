@@ -38,7 +38,10 @@ import json, sys, time
 from pathlib import Path
 import numpy as np
 import bench.bench_daemon as bd
-from monitor.exporters.prometheus import PrometheusExporter
+if (Path(bd.__file__).parents[1] / "monitor" / "exporters").is_dir():  # this release's layout
+    from monitor.exporters.prometheus import PrometheusExporter
+else:  # the previous release's
+    from monitor.daemon.exporters.prometheus import PrometheusExporter
 from monitor.features.base import set_embedding_backend
 
 backend, n, folder, stream = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
