@@ -5,20 +5,12 @@ window's length (:func:`monitor.calibration.tracking.tracker_thresholds`), so a 
 held to a 1 s standard; without them the fixed ``[tracker]`` cosines apply at every length.
 
 A window whose embedding is within the profile threshold of a local profile belongs to that
-profile (the best one). Otherwise it joins the closest ``unknown-N`` track within the cluster
-threshold (a track holding a template's worth of speech is held to the tighter ``mature``
-one, and one whose windows sit far tighter than that also to its own spread), or opens a new
-``unknown-N``. Three windows never open a track: one that may hold two voices (``mixed``), one
-close enough to a profile that it may be the member (``ambiguous``) and one shorter than
-``min_open_seconds``; they are skipped (their seconds counted). A window whose parts are not
-one voice (``inconsistent``, :mod:`monitor.tracking.consistency`) is given to no track at all.
-An unknown track's centroid is the seconds-weighted mean of its windows (re-normalised, as
-features pool embeddings); when two tracks of enough speech come within the merge cosine, the
-smaller is merged into the larger
-(:class:`TrackExpired` with ``merged_into``), so one voice's evidence pools in one track.
-Unknown tracks idle for ``track_idle_seconds`` expire; so does the least recently heard one when
-more than ``max_unknown_tracks`` exist. The clock is a constructor argument so tests drive
-expiry. A window that continues the previous one's turn (no pause, no change found between
+profile (the best one). Otherwise it joins the closest ``unknown-N`` track or opens a new one
+(:mod:`monitor.tracking.unknown`). Three windows never open a track: one that may hold two
+voices (``mixed``), one close enough to a profile that it may be the member (``ambiguous``) and
+one shorter than ``min_open_seconds``; they are skipped (their seconds counted). A window whose
+parts are not one voice (``inconsistent``, :mod:`monitor.tracking.consistency`) is given to no
+track at all. The clock is a constructor argument so tests drive expiry. A window that continues the previous one's turn (no pause, no change found between
 them) stays with that track while it is as close to it as the join threshold: a turn's short
 tail is the same voice even when 1 s of it cannot prove so against a profile.
 
@@ -37,9 +29,6 @@ wide-band profiles, with one warning (:class:`~monitor.tracking.narrow.NarrowCop
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import math
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -56,48 +45,11 @@ from monitor.settings.sections import TrackerSettings
 from monitor.store.templates import LocalProfile
 from monitor.tracking.adaptation import AdaptedProfiles
 from monitor.tracking.narrow import NarrowCopies
+from monitor.tracking.unknown import Cluster, UnknownTracks, unit
 from monitor.vocabulary import TRACKING_FEATURE
 
 EMBEDDING = TRACKING_FEATURE  # the feature voices are followed by
-_UNKNOWN = re.compile(r"^unknown-(\d+)$")
-SPREAD_SIGMAS = 4.0  # a mature track refuses windows this many spreads below its mean cosine
-SPREAD_WINDOWS = 8  # windows a track needs before its spread is trusted
 PREVIOUS_STREAMS = 64  # streams whose last window's track is kept (a turn continues within one)
-
-
-def _unit(v: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    norm = float(np.linalg.norm(v))
-    if norm == 0.0:
-        raise ValueError("embedding has zero norm")
-    return v / norm
-
-
-@dataclass
-class _Cluster:
-    track: str
-    centroid: npt.NDArray[np.float64]  # (D,) unit vector
-    seconds: float
-    last_seen: float  # clock time
-    last_seen_seconds: float  # stream position
-    windows: int = 1
-    cosine_sum: float = 0.0  # of each joining window's cosine to the centroid it joined
-    cosine_squares: float = 0.0
-
-    def join(self, vector: npt.NDArray[np.float64], seconds: float, cosine: float) -> None:
-        self.centroid = _unit(self.centroid * self.seconds + vector * seconds)
-        self.seconds += seconds
-        self.windows += 1
-        self.cosine_sum += cosine
-        self.cosine_squares += cosine * cosine
-
-    def floor(self) -> float:
-        """The lowest cosine this track's own windows plausibly reach (−1 until trusted)."""
-        n = self.windows - 1
-        if n < SPREAD_WINDOWS:
-            return -1.0
-        mean = self.cosine_sum / n
-        spread = math.sqrt(max(self.cosine_squares / n - mean * mean, 0.0))
-        return mean - SPREAD_SIGMAS * spread - 0.05
 
 
 @dataclass
@@ -132,7 +84,7 @@ class _Band:
 def _unit_rows(profiles: Sequence[LocalProfile]) -> npt.NDArray[np.float64]:
     if not profiles:
         return np.zeros((0, 0))
-    return np.stack([_unit(p.embedding.values) for p in profiles])
+    return np.stack([unit(p.embedding.values) for p in profiles])
 
 
 class SpeakerTracker:
@@ -181,8 +133,7 @@ class SpeakerTracker:
             if pool is not None:
                 normed = cohort_for(*pool, matrix, identities, thresholds.cohort_top)
             self.bands["narrow"] = _Band(matrix, self._adapted(matrix), thresholds, normed)
-        self.clusters: dict[str, _Cluster] = {}
-        self._numbers = itertools.count(1)
+        self.unknown = UnknownTracks(settings, clock, wall_clock)
         self.skipped_seconds = 0.0  # speech of windows assigned to no track
         self.skipped_by_source: dict[str, float] = {}  # the same, per named source
         # per stream, the track of its last window (None: it had none); the newest streams
@@ -210,31 +161,22 @@ class SpeakerTracker:
             self.narrow.warn_once(window.stream.source, window.source_rate_hz)
         return self.bands[band]
 
+    @property
+    def clusters(self) -> dict[str, Cluster]:
+        """The open unknown tracks by name."""
+        return self.unknown.clusters
+
     def skip_numbers(self, used: Iterable[str]) -> None:
         """Never reuse an unknown-N name already in the ledger (after a restart)."""
-        highest = max((int(m.group(1)) for t in used if (m := _UNKNOWN.match(t))), default=0)
-        self._numbers = itertools.count(highest + 1)
+        self.unknown.skip_numbers(used)
 
     def restore(self, track: str, embedding: npt.NDArray[np.float64], seconds: float) -> None:
         """Resume an unknown-N cluster from its pooled embedding (restart in the same period)."""
-        now = self.clock()
-        self.clusters[track] = _Cluster(track, _unit(np.asarray(embedding)), seconds, now, 0.0)
+        self.unknown.restore(track, embedding, seconds)
 
     def expire(self) -> list[TrackExpired]:
         """Unknown tracks idle longer than ``track_idle_seconds``."""
-        now = self.clock()
-        idle = [
-            c
-            for c in self.clusters.values()
-            if now - c.last_seen > self.settings.track_idle_seconds
-        ]
-        return [self._drop(c) for c in idle]
-
-    def _drop(self, cluster: _Cluster, merged_into: str | None = None) -> TrackExpired:
-        del self.clusters[cluster.track]
-        return TrackExpired(
-            cluster.track, "unknown", cluster.last_seen_seconds, self.wall_clock(), merged_into
-        )
+        return self.unknown.expire()
 
     def process(self, window: FeatureWindow) -> tuple[TrackedWindow | None, list[TrackExpired]]:
         """Assign ``window`` to a track, or to none (see module docstring); also returns the
@@ -262,7 +204,7 @@ class SpeakerTracker:
         if track in self.profile_identities:
             k = self.profile_aliases.index(track)
             cosine = float(profiles[k])
-            if cosine < needed or cosine < profiles.max() or cosine < self._nearest_track(vector):
+            if cosine < needed or cosine < profiles.max() or cosine < self.unknown.nearest(vector):
                 return None
             return TrackedWindow(
                 window, track, "local", self.profile_identities[track], cosine, False
@@ -272,11 +214,9 @@ class SpeakerTracker:
             return None
         cosine = float(cluster.centroid @ vector)
         nearest_profile = float(profiles.max()) if profiles.size else -1.0
-        if cosine < needed or cosine < nearest_profile or cosine < self._nearest_track(vector):
+        if cosine < needed or cosine < nearest_profile or cosine < self.unknown.nearest(vector):
             return None
-        cluster.join(vector, window.speech_seconds, cosine)
-        cluster.last_seen = self.clock()
-        cluster.last_seen_seconds = window.end_seconds
+        self.unknown.heard(cluster, vector, window.speech_seconds, cosine, window.end_seconds)
         return TrackedWindow(window, track, "unknown", None, cosine, False)
 
     def _sticks(self, window: FeatureWindow, best: int, band: _Band) -> bool:
@@ -312,16 +252,10 @@ class SpeakerTracker:
         if enrolled < band.thresholds.at(band.thresholds.profile, seconds) + margin:
             return
         others = np.delete(cosines, k)
-        rival = max(float(others.max()) if others.size else -1.0, self._nearest_track(vector))
+        rival = max(float(others.max()) if others.size else -1.0, self.unknown.nearest(vector))
         if rival > float(cosines[k]) - margin:
             return
         band.profiles.learn(k, vector, seconds)
-
-    def _nearest_track(self, vector: npt.NDArray[np.float64]) -> float:
-        """The highest cosine of ``vector`` to any unknown track's centroid (−1 without one)."""
-        if not self.clusters:
-            return -1.0
-        return float(np.max(np.stack([c.centroid for c in self.clusters.values()]) @ vector))
 
     def _skip(self, window: FeatureWindow) -> TrackedWindow | None:
         """Count ``window``'s seconds as given to no one (per source); None, its track."""
@@ -336,7 +270,7 @@ class SpeakerTracker:
             return self._skip(window), events
         if EMBEDDING not in window.observations:
             raise ValueError("the tracker needs the embedding feature in every window")
-        vector = _unit(np.asarray(window.observations[EMBEDDING].values, dtype=np.float64))
+        vector = unit(np.asarray(window.observations[EMBEDDING].values, dtype=np.float64))
         seconds = window.speech_seconds
         band = self._band(window)
         t = band.thresholds
@@ -355,84 +289,24 @@ class SpeakerTracker:
         continued = self._continued(window, vector, cosines, t)
         if continued is not None:
             if continued.kind == "unknown":
-                survivor, merged = self._merge(self.clusters[continued.track], t)
+                survivor, merged = self.unknown.merge(self.clusters[continued.track], t)
                 events += merged
                 continued = dataclasses.replace(continued, track=survivor.track)
             return continued, events
-        joined = self._join(window, vector, seconds, best_profile, t)
+        joined = self.unknown.join(vector, seconds, window.end_seconds, best_profile, t)
         if joined is not None:
             cluster, cosine = joined
-            survivor, merged = self._merge(cluster, t)
+            survivor, merged = self.unknown.merge(cluster, t)
             events += merged
             tracked = TrackedWindow(window, survivor.track, "unknown", None, cosine, False)
             return tracked, events
         short = seconds < self.settings.min_open_seconds
         if window.mixed or short or best_profile >= t.at(t.ambiguous, seconds):
             return self._skip(window), events
-        if len(self.clusters) >= self.settings.max_unknown_tracks:
-            oldest = min(self.clusters.values(), key=lambda c: c.last_seen)
-            events.append(self._drop(oldest))
-        track = f"unknown-{next(self._numbers)}"
-        self.clusters[track] = _Cluster(track, vector, seconds, self.clock(), window.end_seconds)
-        return TrackedWindow(window, track, "unknown", None, 1.0, True), events
-
-    def _join(
-        self,
-        window: FeatureWindow,
-        vector: npt.NDArray[np.float64],
-        seconds: float,
-        profile: float,
-        t: TrackerThresholds,
-    ) -> tuple[_Cluster, float] | None:
-        """The closest unknown track the window may join (and its cosine), else None."""
-        if not self.clusters:
-            return None
-        names = list(self.clusters)
-        cosines = np.stack([self.clusters[n].centroid for n in names]) @ vector
-        best = int(np.argmax(cosines))
-        cluster, cosine = self.clusters[names[best]], float(cosines[best])
-        young = cluster.seconds < t.mature_seconds
-        needed = t.at(t.cluster if young else t.mature, seconds)
-        if cosine < needed or cosine < cluster.floor() or cosine <= profile:
-            return None  # a window nearer a member's profile is never taken from the member
-        cluster.join(vector, seconds, cosine)
-        cluster.last_seen = self.clock()
-        cluster.last_seen_seconds = window.end_seconds
-        return cluster, cosine
-
-    def _merge(
-        self, cluster: _Cluster, t: TrackerThresholds
-    ) -> tuple[_Cluster, list[TrackExpired]]:
-        """Merge ``cluster`` with every other track that is the same voice; the track with more
-        speech survives. Two tracks of ``merge_seconds`` each merge within the merge cosine; a
-        smaller fragment merges when its centroid would join the larger track as one window of
-        its length (the first windows of a voice often open a track before its main one has
-        formed). Returns the survivor and the retired tracks."""
-        minimum = self.settings.merge_seconds
-        retired: list[TrackExpired] = []
-        for other in list(self.clusters.values()):
-            if other is cluster or other.track not in self.clusters:
-                continue
-            keep, gone = (cluster, other) if cluster.seconds >= other.seconds else (other, cluster)
-            cosine = float(other.centroid @ cluster.centroid)
-            if gone.seconds >= minimum:
-                needed = t.merge
-            else:
-                young = keep.seconds < t.mature_seconds
-                needed = t.at(t.cluster if young else t.mature, gone.seconds)
-            if cosine < needed:
-                continue
-            keep.centroid = _unit(keep.centroid * keep.seconds + gone.centroid * gone.seconds)
-            keep.seconds += gone.seconds
-            keep.windows += gone.windows
-            keep.last_seen = max(keep.last_seen, gone.last_seen)
-            keep.last_seen_seconds = max(keep.last_seen_seconds, gone.last_seen_seconds)
-            retired.append(self._drop(gone, merged_into=keep.track))
-            cluster = keep
-        return cluster, retired
+        track, dropped = self.unknown.open(vector, seconds, window.end_seconds)
+        return TrackedWindow(window, track, "unknown", None, 1.0, True), events + dropped
 
     def reset(self) -> None:
-        self.clusters.clear()
+        self.unknown.reset()
         for band in self.bands.values():
             band.profiles.reset()
-        self._numbers = itertools.count(1)
