@@ -44,7 +44,7 @@ from scipy.signal import fftconvolve
 
 from bench.common import CORPUS, RESULTS_DIR, Run
 from bench.household import RATE_HZ, Stream, make_stream, trimmed
-from bench.rooms_report import baseline_summaries, own_options, record_targets
+from bench.rooms_report import backend_rows, baseline_summaries, own_options, record_targets
 from bench.tracked import (
     MIXED_SHARE,
     SEED,
@@ -401,7 +401,12 @@ def main(argv: Sequence[str] = ()) -> None:
     parser.add_argument("--rooms", action="store_true", help="this benchmark (bench tracking)")
     parser.add_argument("--streams", type=int, default=5)
     parser.add_argument("--minutes", type=_minutes, default=(4.0, 6.0))
-    parser.add_argument("--backends", default="ecapa")
+    parser.add_argument(
+        "--backends",
+        default="ecapa",
+        help="embedding backends, comma-separated: the targets are the first's, the others "
+        "are compared with it per condition (figures.backends)",
+    )
     parser.add_argument("--conditions", default=",".join(CONDITIONS))
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -484,6 +489,8 @@ def main(argv: Sequence[str] = ()) -> None:
                 }
     summaries = {k: v["summary"] for k, v in results["conditions"].items()}
     record_targets(run_record, summaries, baseline)
+    if len(args.backends.split(",")) > 1:  # the comparison first, the conditions in full after
+        results = {"seed": args.seed, "backends": backend_rows(summaries)} | results
     run_record.figures = results | {"baseline": baseline}
     run_record.write(path=args.out)
     print(table(results))
