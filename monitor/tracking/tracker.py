@@ -10,9 +10,10 @@ profile (the best one). Otherwise it joins the closest ``unknown-N`` track or op
 voices (``mixed``), one close enough to a profile that it may be the member (``ambiguous``) and
 one shorter than ``min_open_seconds``; they are skipped (their seconds counted). A window whose
 parts are not one voice (``inconsistent``, :mod:`monitor.tracking.consistency`) is given to no
-track at all. The clock is a constructor argument so tests drive expiry. A window that continues the previous one's turn (no pause, no change found between
-them) stays with that track while it is as close to it as the join threshold: a turn's short
-tail is the same voice even when 1 s of it cannot prove so against a profile.
+track at all. The clock is a constructor argument so tests drive expiry. A window that
+continues the previous one's turn (no pause, no change found between them) stays with that
+track while it is as close to it as the join threshold: a turn's short tail is the same voice
+even when 1 s of it cannot prove so against a profile.
 
 Members' profiles learn the room (:mod:`monitor.tracking.adaptation`): a window given to a member
 by their *enrolled* profile with ``adapt_margin`` to spare over the member threshold and over
