@@ -144,7 +144,8 @@ class MediaTracks:
         state.ends.append(window.end_seconds)
         state.speech.append(window.speech_seconds)
         state.outcomes.append(outcome)
-        if outcome >= 0 or outcome == MEDIA:  # a voice no member claimed
+        # the channel: from the unclaimed voices until a programme plays, then its own windows
+        if outcome == MEDIA or (outcome >= 0 and not state.playing):
             state.learn(vector, window.speech_seconds)
         speech, outcomes = state.recent(window.end_seconds)
         if float(speech.sum()) < DUTY * HORIZON_SECONDS or not np.any(outcomes == MEDIA):
