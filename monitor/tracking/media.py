@@ -15,10 +15,11 @@ cannot tell a place, so this module listens for what a programme does that a vis
   unclaimed windows' unit embeddings (their speech seconds weighing, ``CHANNEL_HALF_SECONDS``
   of later speech halving a window's weight); a window matches it at ``MATCH_COSINE``.
 
-Once the first two hold, the stream's media is *playing*: the unknown tracks its windows opened
-are retired when they are fragments (:meth:`MediaTracks.handed_over`), and a window no member claims that
-matches the channel better than any unknown track goes to the media track (kind ``media``),
-is never scored against the identities and opens no track; its speech is counted
+Once the first two hold, the stream's media is *playing*: the unknown tracks its windows
+opened are retired while they are fragments (:meth:`MediaTracks.handed_over`), and a window no
+member claims that matches the channel better than any unknown track goes to the media track
+(kind ``media``), is never scored against the identities and opens no track; its speech is
+counted
 (:attr:`MediaTracks.seconds_by_source`). The members decide first, so a member speaking over
 the television keeps a window they dominate. Media stops when the stream's speech falls below
 the duty or no window went to it for a horizon. State is bounded: ``HISTORY`` windows and one
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -45,7 +47,7 @@ CHANNEL_HALF_SECONDS = 60.0  # later unclaimed speech at which a window's weight
 HISTORY = 512  # windows remembered per stream (≈ 8 minutes of continuous speech)
 STREAMS = 64  # streams remembered (the least recently heard forgotten)
 MEMBER, NOBODY, MEDIA = -3, -2, -1  # outcome codes beside the unknown tracks' numbers
-KIND = "media"
+KIND: Final = "media"
 
 
 def media_track(source: str) -> str:
