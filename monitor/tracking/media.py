@@ -13,7 +13,8 @@ cannot tell a place, so this module listens for what a programme does that a vis
 - **one channel**: the loudspeaker and the room colour every voice of the programme alike, so
   its windows' embeddings share a direction. The stream's *channel* is the running mean of its
   unclaimed windows' unit embeddings (their speech seconds weighing, ``CHANNEL_HALF_SECONDS``
-  of later speech halving a window's weight); a window matches it at ``MATCH_COSINE``.
+  of later speech halving a window's weight); a window matches it at ``MATCH_COSINE``, and
+  once the media track holds a few windows, within ``FLOOR_SIGMAS`` spreads of their cosines.
 
 Once the first two hold, the stream's media is *playing*: the unknown tracks its windows
 opened are retired while they are fragments (:meth:`MediaTracks.handed_over`), and a window no
@@ -44,6 +45,9 @@ VOICES = 3  # different unknown tracks among the unclaimed windows of the horizo
 CHANGES = 4  # ... and times the unclaimed windows changed track
 MATCH_COSINE = 0.3  # a window's cosine to the stream's channel for it to be the programme's
 CHANNEL_HALF_SECONDS = 60.0  # later unclaimed speech at which a window's weight is halved
+FLOOR_SIGMAS = 3.0  # the programme's windows reach this many spreads below their mean cosine
+FLOOR_WINDOWS = 8  # media windows before their spread is trusted
+FLOOR_DECAY = 0.99  # each media window's weight in the spread, per later media window
 HISTORY = 512  # windows remembered per stream (≈ 8 minutes of continuous speech)
 STREAMS = 64  # streams remembered (the least recently heard forgotten)
 MEMBER, NOBODY, MEDIA = -3, -2, -1  # outcome codes beside the unknown tracks' numbers
@@ -64,6 +68,19 @@ class _Stream:
     outcomes: deque[int] = field(default_factory=lambda: deque(maxlen=HISTORY))
     channel: npt.NDArray[np.float64] | None = None  # (D,) decayed sum of unclaimed unit vectors
     playing: bool = False
+    taken: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(3))  # decayed
+    # (windows, Σ cosine, Σ cosine²) of the windows the media track took
+
+    def floor(self) -> float:
+        """The lowest cosine the programme's own windows plausibly reach: ``MATCH_COSINE``,
+        or ``FLOOR_SIGMAS`` spreads below their mean once ``FLOOR_WINDOWS`` are in (a voice
+        that is not the programme's, a visitor's first words, falls below it)."""
+        n, total, squares = self.taken
+        if n < FLOOR_WINDOWS:
+            return MATCH_COSINE
+        mean = total / n
+        spread = float(np.sqrt(max(squares / n - mean * mean, 0.0)))
+        return max(MATCH_COSINE, mean - FLOOR_SIGMAS * spread)
 
     def cosine(self, vector: npt.NDArray[np.float64]) -> float:
         """``vector``'s cosine to the channel (−1 before any unclaimed window)."""
@@ -127,8 +144,9 @@ class MediaTracks:
         if not self.enabled or state is None or not state.playing:
             return None
         cosine = state.cosine(vector)
-        if cosine < MATCH_COSINE or cosine < rival:
+        if cosine < state.floor() or cosine < rival:
             return None
+        state.taken = state.taken * FLOOR_DECAY + np.array([1.0, cosine, cosine * cosine])
         source = window.stream.source
         self.seconds_by_source[source] = (
             self.seconds_by_source.get(source, 0.0) + window.speech_seconds

@@ -192,3 +192,19 @@ def test_the_state_is_bounded_per_stream_and_in_streams() -> None:
         one.observe(window(vector, k), vector, None)
     (state,) = one._streams.values()
     assert len(state.ends) == len(state.outcomes) == media.HISTORY
+
+
+def test_a_visitor_heard_through_the_same_room_is_not_the_programme(
+    rng: np.random.Generator,
+) -> None:
+    """A visitor whose voice shares the room's colour (cosine 0.45 to the channel, above the
+    match cosine) but less than the programme's own windows: their first words open a track."""
+    room, clock = Room(rng), Clock()
+    t = tracker(room, clock)
+    run(t, clock, [room.tv() for _ in range(120)])
+    assert t.media.playing("living-room")
+    channel = room.programme.mean(axis=0)
+    own = room.visitors[1] - (room.visitors[1] @ unit(channel)) * unit(channel)
+    visitor = unit(0.45 * unit(channel) + 0.89 * unit(own))
+    tracks = run(t, clock, [room.noisy(visitor, 0.05) for _ in range(4)], first=120)
+    assert len(set(tracks)) == 1 and tracks[0].startswith("unknown-")
