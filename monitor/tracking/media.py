@@ -7,9 +7,10 @@ cannot tell a place, so this module listens for what a programme does that a vis
 
 - **near-continuous speech**: speech fills at least ``DUTY`` of the last ``HORIZON_SECONDS``
   of the stream (all its windows, the members' included);
-- **many voices in quick succession**: the windows no member claims went, within the horizon,
-  to at least ``VOICES`` different unknown tracks, changing hands at least ``CHANGES`` times
-  (a visitor talks on in one track; two visitors alternate between two);
+- **many voices in quick succession**: the windows no member claims that match the channel
+  (below) went, within the horizon, to at least ``VOICES`` different unknown tracks, changing
+  hands at least ``CHANGES`` times (a visitor talks on in one track; two visitors alternate
+  between two; fragments of a member's voice do not match a channel a stranger's voice made);
 - **one channel**: the loudspeaker and the room colour every voice of the programme alike, so
   its windows' embeddings share a direction. The stream's *channel* is the running mean of its
   unclaimed windows' unit embeddings (their speech seconds weighing, ``CHANNEL_HALF_SECONDS``
@@ -41,8 +42,9 @@ from monitor.events.messages import FeatureWindow, TrackedWindow
 
 HORIZON_SECONDS = 180.0  # stream seconds over which speech and voices are counted
 DUTY = 0.6  # share of the horizon that is speech for a programme
-VOICES = 3  # different unknown tracks among the unclaimed windows of the horizon
-CHANGES = 4  # ... and times the unclaimed windows changed track
+VOICES = 5  # different unknown tracks among the unclaimed windows of the horizon (in a room
+# every voice matches the channel a little: four tracks are two visitors and their fragments)
+CHANGES = 8  # ... and times the unclaimed windows changed track
 MATCH_COSINE = 0.3  # a window's cosine to the stream's channel for it to be the programme's
 CHANNEL_HALF_SECONDS = 60.0  # later unclaimed speech at which a window's weight is halved
 FLOOR_SIGMAS = 3.0  # the programme's windows reach this many spreads below their mean cosine
@@ -66,6 +68,7 @@ class _Stream:
     ends: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
     speech: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
     outcomes: deque[int] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    matched: deque[bool] = field(default_factory=lambda: deque(maxlen=HISTORY))  # the channel
     channel: npt.NDArray[np.float64] | None = None  # (D,) decayed sum of unclaimed unit vectors
     playing: bool = False
     taken: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(3))  # decayed
@@ -95,17 +98,21 @@ class _Stream:
         self.channel = base * decay + vector * seconds
 
     def recent(self, now: float) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
-        """Speech seconds and outcomes of the windows that ended within the horizon."""
-        ends = np.fromiter(self.ends, dtype=np.float64, count=len(self.ends))
-        inside = ends > now - HORIZON_SECONDS
-        speech = np.fromiter(self.speech, dtype=np.float64, count=len(self.speech))
-        outcomes = np.fromiter(self.outcomes, dtype=np.int64, count=len(self.outcomes))
+        """Speech seconds and outcomes of the windows that ended within the horizon (an
+        unknown track's window that did not match the channel as ``NOBODY``)."""
+        n = len(self.ends)
+        inside = np.fromiter(self.ends, dtype=np.float64, count=n) > now - HORIZON_SECONDS
+        speech = np.fromiter(self.speech, dtype=np.float64, count=n)
+        outcomes = np.fromiter(self.outcomes, dtype=np.int64, count=n)
+        matched = np.fromiter(self.matched, dtype=bool, count=n)
+        outcomes = np.where((outcomes >= 0) & ~matched, NOBODY, outcomes)
         return speech[inside], outcomes[inside]
 
 
 def programme(speech: npt.NDArray[np.float64], outcomes: npt.NDArray[np.int64]) -> bool:
     """Whether a horizon's windows (speech seconds and outcomes, in stream order) sound like a
-    programme: near-continuous speech, and the unclaimed windows in many tracks in turn."""
+    programme: near-continuous speech, and the unclaimed windows that match the channel in
+    many tracks in turn (a visitor's voice alone matches the channel it made: one track)."""
     if float(speech.sum()) < DUTY * HORIZON_SECONDS:
         return False
     voices = outcomes[outcomes >= 0]
@@ -164,6 +171,7 @@ class MediaTracks:
         state.ends.append(window.end_seconds)
         state.speech.append(window.speech_seconds)
         state.outcomes.append(outcome)
+        state.matched.append(state.cosine(vector) >= MATCH_COSINE)  # before it teaches it
         # the channel: from the unclaimed voices until a programme plays, then its own windows
         if outcome == MEDIA or (outcome >= 0 and not state.playing):
             state.learn(vector, window.speech_seconds)
