@@ -121,6 +121,9 @@ def test_a_television_becomes_one_media_track_and_opens_no_more_unknown_tracks(
     assert not [k for k in Counter(tracks) if k.startswith("member-")]  # never a member's
     assert after[media_track("living-room")] >= 0.9 * (len(tracks) - first)
     assert t.media.playing("living-room") and not t.media.playing("kitchen")
+    # the fragments its voices opened before it was recognised were retired then
+    opened = {k for k in tracks[:first] if k.startswith("unknown-")}
+    assert len(opened) >= 10 and len(t.clusters) <= 1
     heard = t.media.seconds_by_source["living-room"]
     assert heard == pytest.approx(SECONDS * after[media_track("living-room")])
 
