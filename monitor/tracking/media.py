@@ -78,7 +78,7 @@ class _Stream:
         """The lowest cosine the programme's own windows plausibly reach: ``MATCH_COSINE``,
         or ``FLOOR_SIGMAS`` spreads below their mean once ``FLOOR_WINDOWS`` are in (a voice
         that is not the programme's, a visitor's first words, falls below it)."""
-        n, total, squares = self.taken
+        n, total, squares = (float(x) for x in self.taken)
         if n < FLOOR_WINDOWS:
             return MATCH_COSINE
         mean = total / n
