@@ -14,7 +14,6 @@ from monitor.events.messages import SourceCounts
 from monitor.exporters.discovery import source_state_topic
 from tests.exporters.exporter_events import started, stats
 from tests.exporters.test_exporter_homeassistant import (
-    PREFIX,
     check_config,
     configs,
     exporters,
