@@ -287,7 +287,8 @@ class PipelineStages:
             tracked, expired = self.tracker.process(window)
             for event in expired:  # expiries and merges go first: the window may need them
                 await out.put(event)
-            if tracked is not None:  # None: a window no track may take (only its seconds count)
+            # None: a window no track may take; media: a programme's (only their seconds count)
+            if tracked is not None and tracked.kind != "media":
                 await out.put(tracked)
 
     async def _scorer_stage(self, executor: ThreadPoolExecutor) -> None:
@@ -390,7 +391,10 @@ class PipelineStages:
             lag_seconds=self.shedder.lag_seconds,
             sources={
                 name: dataclasses.replace(
-                    counts, unattributed_seconds=self.tracker.skipped_by_source.get(name, 0.0)
+                    counts,
+                    unattributed_seconds=self.tracker.skipped_by_source.get(name, 0.0),
+                    media_seconds=self.tracker.media.seconds_by_source.get(name, 0.0),
+                    media_playing=self.tracker.media.playing(name),
                 )
                 for name, counts in self.streams.counts(
                     named_stats(self.source, self.streams.default_source)
