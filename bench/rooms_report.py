@@ -48,6 +48,10 @@ BACKEND_MEASURES: tuple[str, ...] = (
     "cpu_per_audio_second",
 )
 """What the backends are compared on: the targets' measures and the pipeline's CPU."""
+BACKENDS_HELP = (
+    "embedding backends, comma-separated: the targets are the first's, the others are compared "
+    "with it per condition (figures.backends)"
+)
 
 
 def measure(summary: Mapping[str, Any], name: str) -> float:
@@ -55,6 +59,12 @@ def measure(summary: Mapping[str, Any], name: str) -> float:
     if name == "disclosure_share_within_0.1":
         return float(summary["disclosure_error_lid"]["share_within_0.1"])
     return float(summary[name])
+
+
+def lid_errors(summary: Mapping[str, Any]) -> str:
+    """The pooled-disclosure error's median and 95th percentile, as the README's table shows."""
+    e = summary["disclosure_error_lid"]
+    return f"{e['median']:.2f} / {e['p95']:.2f} bit"
 
 
 def own_options(argv: Sequence[str]) -> list[str]:
@@ -125,3 +135,11 @@ def backend_rows(conditions: Mapping[str, Any]) -> list[dict[str, Any]]:
         {"row": key} | {name: measure(conditions[key], name) for name in BACKEND_MEASURES}
         for key in keys
     ]
+
+
+def with_backends(results: Mapping[str, Any], conditions: Mapping[str, Any]) -> dict[str, Any]:
+    """``results`` with the :func:`backend_rows` first (before the conditions in full) when
+    several backends ran (``conditions``: name@backend → its summary)."""
+    if len({key.split("@")[1] for key in conditions}) < 2:
+        return dict(results)
+    return {"seed": results["seed"], "backends": backend_rows(conditions)} | dict(results)
