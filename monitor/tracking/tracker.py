@@ -14,6 +14,8 @@ track at all. The clock is a constructor argument so tests drive expiry. A windo
 them) stays with that track while it is as close to it as the join threshold: a turn's short
 tail is the same voice even when 1 s of it cannot prove so against a profile.
 
+Each source learns its room (:mod:`monitor.tracking.domain`): the same confident windows teach
+the source an offset that is removed from each of its windows before any comparison.
 Members' profiles learn the room (:mod:`monitor.tracking.adaptation`): a window given to a member
 by their *enrolled* profile with ``adapt_margin`` to spare over the member threshold and over
 every other profile and unknown track teaches that member's adapted profile, and every window
@@ -44,6 +46,7 @@ from monitor.events.messages import FeatureWindow, TrackedWindow, TrackExpired
 from monitor.settings.sections import TrackerSettings
 from monitor.store.templates import LocalProfile
 from monitor.tracking.adaptation import AdaptedProfiles
+from monitor.tracking.domain import SourceDomains
 from monitor.tracking.narrow import NarrowCopies
 from monitor.tracking.unknown import Cluster, UnknownTracks, unit
 from monitor.vocabulary import TRACKING_FEATURE
@@ -134,6 +137,9 @@ class SpeakerTracker:
                 normed = cohort_for(*pool, matrix, identities, thresholds.cohort_top)
             self.bands["narrow"] = _Band(matrix, self._adapted(matrix), thresholds, normed)
         self.unknown = UnknownTracks(settings, clock, wall_clock)
+        self.domains = SourceDomains(
+            weight=settings.domain_weight, half_seconds=settings.domain_seconds
+        )
         self.skipped_seconds = 0.0  # speech of windows assigned to no track
         self.skipped_by_source: dict[str, float] = {}  # the same, per named source
         # per stream, the track of its last window (None: it had none); the newest streams
@@ -256,6 +262,8 @@ class SpeakerTracker:
         if rival > float(cosines[k]) - margin:
             return
         band.profiles.learn(k, vector, seconds)
+        heard = unit(np.asarray(window.observations[EMBEDDING].values, dtype=np.float64))
+        self.domains.learn(window.stream.source, heard, band.matrix[k], seconds)
 
     def _skip(self, window: FeatureWindow) -> TrackedWindow | None:
         """Count ``window``'s seconds as given to no one (per source); None, its track."""
@@ -271,6 +279,7 @@ class SpeakerTracker:
         if EMBEDDING not in window.observations:
             raise ValueError("the tracker needs the embedding feature in every window")
         vector = unit(np.asarray(window.observations[EMBEDDING].values, dtype=np.float64))
+        vector = self.domains.correct(window.stream.source, vector)  # the source's room removed
         seconds = window.speech_seconds
         band = self._band(window)
         t = band.thresholds
@@ -308,5 +317,6 @@ class SpeakerTracker:
 
     def reset(self) -> None:
         self.unknown.reset()
+        self.domains.reset()
         for band in self.bands.values():
             band.profiles.reset()
