@@ -40,10 +40,10 @@ audio, no voice beyond a mean of residuals.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import numpy.typing as npt
+
+from monitor.store.rooms import SourceRoom
 
 MAX_SOURCES = 64
 """Sources whose room is kept (the least recently taught one is forgotten first)."""
@@ -58,16 +58,6 @@ def _unit(v: Floats) -> Floats:
     norm = float(np.linalg.norm(v))
     out: Floats = v / norm if norm > 0.0 else v
     return out
-
-
-@dataclass(frozen=True)
-class SourceRoom:
-    """What one source has learnt: the seconds-weighted sum of its residuals (D,) and the
-    speech seconds behind it (what the store keeps)."""
-
-    source: str
-    residuals: Floats
-    seconds: float
 
 
 class SourceDomains:
@@ -91,6 +81,7 @@ class SourceDomains:
         self.max_sources = max_sources
         self._rooms: dict[str, SourceRoom] = {}  # least recently taught first
         self._offsets: dict[str, Floats] = {}
+        self.taught = 0  # windows that taught since start (the store keeps the rooms when it moves)
 
     @property
     def enabled(self) -> bool:
@@ -105,7 +96,7 @@ class SourceDomains:
         """The unit ``vector`` of a window of ``source`` with its room removed, re-normalised
         (the vector itself when the source has learnt nothing or the correction is off)."""
         offset = self._offsets.get(source)
-        if offset is None:
+        if offset is None or not self.enabled:
             return vector
         return _unit(vector - offset)
 
@@ -122,6 +113,7 @@ class SourceDomains:
         if room is None:
             room = SourceRoom(source, np.zeros_like(residual), 0.0)
         self._put(SourceRoom(source, room.residuals + seconds * residual, room.seconds + seconds))
+        self.taught += 1
 
     def restore(self, room: SourceRoom) -> None:
         """Resume a source's room as stored (a restart)."""
