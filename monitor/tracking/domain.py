@@ -32,7 +32,8 @@ Bounds, so no stranger and no single member can drag it:
 - at most ``max_sources`` sources are kept (the least recently taught one goes first).
 
 Whitening (a D×D covariance per source) is not done: a source's few hundred confident windows
-cannot estimate a 192×192 covariance, and a shrunk one moved nothing but noise.
+cannot estimate a 192×192 covariance (fewer windows than dimensions), and every decision is
+calibrated on cosines of unwhitened embeddings.
 
 The state per source is a (D,) sum and its seconds: the store keeps it across restarts; no
 audio, no voice beyond a mean of residuals.

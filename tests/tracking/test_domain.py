@@ -38,7 +38,8 @@ def room_tracker(v: np.ndarray, **settings: float) -> SpeakerTracker:
 
 def in_room(voice: np.ndarray, room: np.ndarray, cosine: float) -> np.ndarray:
     """A window of ``voice`` at ``cosine`` to it, the rest the room's shift."""
-    return unit(voice) * cosine + unit(room) * np.sqrt(1 - cosine**2)
+    out: np.ndarray = unit(voice) * cosine + unit(room) * np.sqrt(1 - cosine**2)
+    return out
 
 
 def test_the_room_learnt_from_one_member_brings_another_back(rng: np.random.Generator) -> None:
@@ -117,7 +118,9 @@ def test_sources_kept_are_bounded_and_restored_as_learnt() -> None:
     again = SourceDomains(weight=0.5, half_seconds=30.0)
     for room in domains.rooms():
         again.restore(room)
-    np.testing.assert_allclose(again.offset("a"), domains.offset("a"))
+    learnt, restored = domains.offset("a"), again.offset("a")
+    assert learnt is not None and restored is not None
+    np.testing.assert_allclose(restored, learnt)
     with pytest.raises(ValueError, match="'x'"):
         again.restore(SourceRoom("x", np.array([np.nan, 0.0, 0.0]), 3.0))
 
