@@ -15,13 +15,14 @@ from tests.daemon.test_pipeline import run_file
 from tests.daemon_corpus import DaemonCorpus
 
 pytestmark = pytest.mark.corpus
+ON = "tracker.domain_weight=0.5"  # off by default
 
 
 def test_a_restart_starts_from_the_room_the_source_learnt(
     daemon_corpus: DaemonCorpus, daemon_db: Path
 ) -> None:
-    run_file(daemon_db, daemon_corpus.known_stream)
-    config = load_config(None, [f"daemon.db={daemon_db}", "prometheus.enabled=false"])
+    run_file(daemon_db, daemon_corpus.known_stream, ON)
+    config = load_config(None, [f"daemon.db={daemon_db}", "prometheus.enabled=false", ON])
     with open_store(daemon_db) as store:
         pipeline = build_pipeline(config, store=store, exporters=[])
         model = pipeline.features["embedding"].version

@@ -29,7 +29,7 @@ def room_tracker(v: np.ndarray, **settings: float) -> SpeakerTracker:
     """Two members (v0, v1) under calibrated thresholds (member 0.7 at 3 s, ambiguous 0.6)."""
     return SpeakerTracker(
         [profile("home-1", "0001", v[0]), profile("home-2", "0002", v[1])],
-        TrackerSettings(merge_seconds=6.0, **settings),  # type: ignore[arg-type]
+        TrackerSettings(**{"merge_seconds": 6.0, "domain_weight": 0.5, **settings}),  # type: ignore[arg-type]
         thresholds=fitted(),
         clock=FakeClock(),
         wall_clock=FakeClock(),
