@@ -295,7 +295,8 @@ class PipelineStages:
                 kept_at, kept = self.clock(), domains.taught
             for event in expired:  # expiries and merges go first: the window may need them
                 await out.put(event)
-            if tracked is not None:  # None: a window no track may take (only its seconds count)
+            # None: a window no track may take; media: a programme's (only their seconds count)
+            if tracked is not None and tracked.kind != "media":
                 await out.put(tracked)
 
     def _keep_rooms(self) -> None:
@@ -405,7 +406,10 @@ class PipelineStages:
             lag_seconds=self.shedder.lag_seconds,
             sources={
                 name: dataclasses.replace(
-                    counts, unattributed_seconds=self.tracker.skipped_by_source.get(name, 0.0)
+                    counts,
+                    unattributed_seconds=self.tracker.skipped_by_source.get(name, 0.0),
+                    media_seconds=self.tracker.media.seconds_by_source.get(name, 0.0),
+                    media_playing=self.tracker.media.playing(name),
                 )
                 for name, counts in self.streams.counts(
                     named_stats(self.source, self.streams.default_source)

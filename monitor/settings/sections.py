@@ -233,6 +233,12 @@ class TrackerSettings:
         "with normalised decisions, a window continuing a member's turn that may be theirs "
         "(over the ambiguous threshold) stays theirs; false = every window decided alone",
     )
+    media: bool = setting(
+        True,
+        "a source that talks on in many voices (a television, a radio) gets one media track: "
+        "the windows no member claims that match its sound are counted there, never as "
+        "strangers nor scored; false = they open unknown-N tracks",
+    )
     merge_seconds: float = setting(
         6.0, "unknown-N tracks merge only when each holds this much speech", check.positive
     )
