@@ -287,6 +287,19 @@ class TrackerSettings:
         check.cosine,
         unit="cosine",
     )
+    domain_weight: float = setting(
+        0.0,
+        "most of a source's learnt room offset (the mean residual of windows given to a member "
+        "beyond doubt, off their enrolled profile) removed from each of its windows before "
+        "they are compared (0.5 tried: fewer strangers' windows to members, a few more "
+        "members' windows to no one under a television); 0 = off, windows compared as heard",
+        check.share,
+    )
+    domain_seconds: float = setting(
+        30.0,
+        "speech of confident windows at which a source's offset reaches half of domain_weight",
+        check.positive,
+    )
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ continues the previous one's turn (no pause, no change found between them) stays
 track while it is as close to it as the join threshold: a turn's short tail is the same voice
 even when 1 s of it cannot prove so against a profile.
 
+Each source learns its room (:mod:`monitor.tracking.domain`): the same confident windows teach
+the source an offset that is removed from each of its windows before any comparison.
 Members' profiles learn the room (:mod:`monitor.tracking.adaptation`): a window given to a member
 by their *enrolled* profile with ``adapt_margin`` to spare over the member threshold and over
 every other profile and unknown track teaches that member's adapted profile, and every window
@@ -49,6 +51,7 @@ from monitor.events.messages import FeatureWindow, TrackedWindow, TrackExpired
 from monitor.settings.sections import TrackerSettings
 from monitor.store.templates import LocalProfile
 from monitor.tracking.adaptation import AdaptedProfiles
+from monitor.tracking.domain import SourceDomains
 from monitor.tracking.media import MediaTracks
 from monitor.tracking.narrow import NarrowCopies
 from monitor.tracking.unknown import Cluster, UnknownTracks, unit
@@ -140,6 +143,9 @@ class SpeakerTracker:
                 normed = cohort_for(*pool, matrix, identities, thresholds.cohort_top)
             self.bands["narrow"] = _Band(matrix, self._adapted(matrix), thresholds, normed)
         self.unknown = UnknownTracks(settings, clock, wall_clock)
+        self.domains = SourceDomains(
+            weight=settings.domain_weight, half_seconds=settings.domain_seconds
+        )
         self.media = MediaTracks(enabled=settings.media)
         self.skipped_seconds = 0.0  # speech of windows assigned to no track
         self.skipped_by_source: dict[str, float] = {}  # the same, per named source
@@ -265,6 +271,7 @@ class SpeakerTracker:
         if rival > float(cosines[k]) - margin:
             return
         band.profiles.learn(k, vector, seconds)
+        self.domains.learn(window.stream.source, self._vector(window), band.matrix[k], seconds)
 
     def _skip(self, window: FeatureWindow) -> TrackedWindow | None:
         """Count ``window``'s seconds as given to no one (per source); None, its track."""
@@ -284,7 +291,8 @@ class SpeakerTracker:
             return self._skip(window), events
         if EMBEDDING not in window.observations:
             raise ValueError("the tracker needs the embedding feature in every window")
-        vector = self._vector(window)
+        # the source's room removed
+        vector = self.domains.correct(window.stream.source, self._vector(window))
         seconds = window.speech_seconds
         band = self._band(window)
         t = band.thresholds
@@ -325,6 +333,7 @@ class SpeakerTracker:
 
     def reset(self) -> None:
         self.unknown.reset()
+        self.domains.reset()
         self.media.reset()
         for band in self.bands.values():
             band.profiles.reset()
