@@ -18,7 +18,7 @@ def test_the_tracker_stage_passes_no_media_window_to_the_scorer(
 ) -> None:
     room, clock = Room(rng), Clock()
     stages = PipelineStages.__new__(PipelineStages)  # the stage body over the state it reads
-    stages.tracker = tracker(room, clock)
+    stages.tracker, stages.clock = tracker(room, clock), clock
     voices = [room.tv() for _ in range(150)] + [room.noisy(room.members[0]) for _ in range(3)]
 
     async def scenario() -> list[Any]:
