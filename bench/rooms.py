@@ -20,7 +20,8 @@ Members' local profiles are always the clean 16 kHz enrolment (the pooled embedd
 four template utterances, what ``voxmeter enroll --local`` stores), in every condition. Beside
 ``bench tracking``'s measures: windows whose speech is only the television's or the noise's
 (``background``), unknown tracks that only such windows own (``phantom tracks``: each one would
-show in Home Assistant), all unknown tracks opened per stream, and the seconds the tracker gave
+show in Home Assistant), windows given to the media track (by whose speech: background, a
+member's, a stranger's), all unknown tracks opened per stream, and the seconds given
 to no track (``voxmeter_unattributed_speech_seconds_total``). Results: bench/results/rooms.json.
 """
 
@@ -80,6 +81,7 @@ DISTANCE_M = (0.5, 4.0)
 TV_BELOW_DB = 18.0
 NOISE_BELOW_DB = 30.0
 SPEECH_DBFS = -26.0  # the household's speech level in the recording
+MEDIA_COUNTS = ("windows", "background", "member", "stranger")  # windows to the media track
 
 
 @dataclass(frozen=True)
@@ -296,6 +298,8 @@ def room_measures(
     owners: dict[str, Counter[str]] = defaultdict(Counter)
     held: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     background = mixed_attributed = inconsistent = inconsistent_mixed = 0
+    media: Counter[str] = Counter()  # windows given to the media track, by whose speech
+    members, strangers = set(stream.household.members), set(stream.household.strangers)
     for r in recorded:
         who, second = majority_speaker(stream, r.window)
         background += who is None
@@ -304,13 +308,15 @@ def room_measures(
         mixed_attributed += mixed and track is not None
         inconsistent += r.window.inconsistent
         inconsistent_mixed += r.window.inconsistent and mixed
+        if track is not None and track.split("-")[0] == "media":
+            media["windows"] += 1
+            media["member" if who in members else "stranger" if who else "background"] += 1
         if track is not None and track.startswith("unknown-"):
             owners[track][who or ""] += 1
             held[track][0] += r.window.speech_seconds
             held[track][1] += 1
     shown = {t for t, (seconds, windows) in held.items() if seconds >= shows[0]
              and windows >= shows[1]}  # fmt: skip
-    strangers = set(stream.household.strangers)
     owner = {t: c.most_common(1)[0][0] for t, c in owners.items()}
     return {"background_windows": background, "unknown_tracks": len(owners),
             "phantom_tracks": sum(1 for o in owner.values() if o == ""),
@@ -318,7 +324,8 @@ def room_measures(
             "shown_phantom_tracks": sum(1 for t in shown if owner[t] == ""),
             "shown_stranger_tracks": sum(1 for t in shown if owner[t] in strangers),
             "mixed_attributed": mixed_attributed, "inconsistent_windows": inconsistent,
-            "inconsistent_mixed": inconsistent_mixed}  # fmt: skip
+            "inconsistent_mixed": inconsistent_mixed,
+            **{f"media_{k}": media[k] for k in MEDIA_COUNTS}}  # fmt: skip
 
 
 def summarise_condition(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -337,6 +344,7 @@ def summarise_condition(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "inconsistent_windows": sum(r.get("inconsistent_windows", 0) for r in rooms)
         / max(summary["windows"], 1),
         "inconsistent_mixed": sum(r.get("inconsistent_mixed", 0) for r in rooms),
+        **{f"media_{k}": sum(r.get(f"media_{k}", 0) for r in rooms) for k in MEDIA_COUNTS},
         "unknown_tracks_per_stranger": sum(r["unknown_tracks"] for r in rooms) / max(strangers, 1),
         "unattributed_share": sum(r["unattributed_seconds"] for r in rooms) / max(audio, 1e-9),
         "cpu_per_audio_second": summary["cpu_seconds"] / max(audio, 1e-9),
@@ -375,6 +383,9 @@ def table(results: dict[str, Any]) -> str:
         ("windows of background only / phantom tracks / of them shown",
          lambda s: (f"{s['background_windows']} / {s['phantom_tracks']} / "
                     f"{s['shown_phantom_tracks']}")),
+        ("windows to the media track: of background / a member's / a stranger's",
+         lambda s: (f"{s.get('media_windows', 0)}: {s.get('media_background', 0)} / "
+                    f"{s.get('media_member', 0)} / {s.get('media_stranger', 0)}")),
         ("purity", pct("purity")),
         ("coverage", pct("coverage")),
         ("DER", pct("der")),

@@ -234,6 +234,8 @@ class Pipeline(PipelineStages):
         self.track_scorer.period_start_unix = period
         tracks = self.store.tracks(period)
         self.tracker.skip_numbers(tracks)
+        for room in self.store.rooms(self.features[EMBEDDING].version):  # what sources learnt
+            self.tracker.domains.restore(room)
         periods = [self.store.track_period(track, period) for track in tracks]
         self.period_speech_seconds = sum(kept.speech_seconds for kept in periods)
         gone = expired_on_restart(
@@ -403,6 +405,7 @@ class Pipeline(PipelineStages):
             executor.shutdown(wait=False, cancel_futures=True)
             feeder.shutdown(wait=False, cancel_futures=True)
             restore_blas()
+        self._keep_rooms()  # a stop cancels the tracker stage before its end
         await self._goodbye()
         return self._summary()
 

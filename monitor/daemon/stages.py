@@ -55,6 +55,8 @@ live): time to look for idle streams. A timeout around every frame's wait cost a
 frame on the loop."""
 IDLE_CHECK_SECONDS = 1.0
 """While frames flow, idle streams are looked for at most this often."""
+ROOMS_KEPT_SECONDS = 60.0
+"""While sources learn their rooms, the store keeps them at most this often (and at the end)."""
 
 
 class PipelineStages:
@@ -279,16 +281,30 @@ class PipelineStages:
 
     async def _tracker_stage(self) -> None:
         inbox, out = self.queues["features"], self.queues["tracked"]
+        domains = self.tracker.domains
+        kept_at, kept = self.clock(), domains.taught
         while True:
             window = await inbox.get()
             if window is None:
+                self._keep_rooms()
                 await out.put(None)
                 return
             tracked, expired = self.tracker.process(window)
+            if domains.taught != kept and self.clock() - kept_at >= ROOMS_KEPT_SECONDS:
+                self._keep_rooms()
+                kept_at, kept = self.clock(), domains.taught
             for event in expired:  # expiries and merges go first: the window may need them
                 await out.put(event)
-            if tracked is not None:  # None: a window no track may take (only its seconds count)
+            # None: a window no track may take; media: a programme's (only their seconds count)
+            if tracked is not None and tracked.kind != "media":
                 await out.put(tracked)
+
+    def _keep_rooms(self) -> None:
+        """The store keeps what each source learnt of its room (nothing learnt: the stored
+        rooms stay as they are)."""
+        domains = self.tracker.domains
+        if domains.taught:
+            self.store.save_rooms(domains.rooms(), self.features[EMBEDDING].version)
 
     async def _scorer_stage(self, executor: ThreadPoolExecutor) -> None:
         inbox, out = self.queues["tracked"], self.queues["scored"]
@@ -390,7 +406,10 @@ class PipelineStages:
             lag_seconds=self.shedder.lag_seconds,
             sources={
                 name: dataclasses.replace(
-                    counts, unattributed_seconds=self.tracker.skipped_by_source.get(name, 0.0)
+                    counts,
+                    unattributed_seconds=self.tracker.skipped_by_source.get(name, 0.0),
+                    media_seconds=self.tracker.media.seconds_by_source.get(name, 0.0),
+                    media_playing=self.tracker.media.playing(name),
                 )
                 for name, counts in self.streams.counts(
                     named_stats(self.source, self.streams.default_source)

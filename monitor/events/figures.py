@@ -31,7 +31,7 @@ from monitor.vocabulary import (
     FigureKey,
 )
 
-TrackKind = Literal["local", "unknown"]
+TrackKind = Literal["local", "unknown", "media"]
 TRACK_KINDS: Final[tuple[TrackKind, ...]] = get_args(TrackKind)
 
 

@@ -94,7 +94,7 @@ class TrackedWindow:
     """A window assigned to one track by the speaker tracker."""
 
     window: FeatureWindow
-    track: str  # local profile alias, or "unknown-N"
+    track: str  # local profile alias, "unknown-N", or a source's "media" track
     kind: TrackKind
     identity: str | None  # template alias of a local profile's identity; None for unknown-N
     similarity: float  # cosine of the window's embedding to the track it was assigned to
@@ -185,6 +185,8 @@ class SourceCounts:
     refused_streams: int = 0  # streams not measured: more than audio.max_streams at once
     refused_seconds: float = 0.0  # their audio (relayed, never measured)
     unattributed_seconds: float = 0.0  # speech of its windows the tracker gave to no track
+    media_seconds: float = 0.0  # speech of its windows given to its media track (a television)
+    media_playing: bool = False  # a television or radio plays there now (tracking.media)
 
 
 @dataclass(frozen=True)

@@ -111,10 +111,11 @@ def lovelace(discovery: Discovery, members: Sequence[str]) -> dict[str, Any]:
     )
     cards.append(_strangers_card(discovery))
     for source in discovery.sources:
-        speech, last = _ids(discovery, discovery.source_entities(source)).values()
+        speech, last, media, _ = _ids(discovery, discovery.source_entities(source)).values()
         rows = [
             {"entity": speech, "name": "Speech heard this period"},
             {"entity": last, "name": "Last voice heard"},
+            {"entity": media, "name": "Television or radio"},
         ]
         cards.append({"type": "entities", "title": room_name(source), "entities": rows})
     view = {"title": "Household", "path": "household", "cards": cards}

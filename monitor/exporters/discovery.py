@@ -228,6 +228,28 @@ class Discovery:
         return [
             Entity("sensor", f"{base}_speech_seconds", speech),
             Entity("sensor", f"{base}_last_voice", last),
+            *self._media_entities(source, base, state),
+        ]
+
+    def _media_entities(self, source: str, base: str, state: str) -> list[Entity]:
+        """A room's television or radio: one entity however many voices it speaks in (its
+        windows are never strangers), playing or not, and its speech this period."""
+        playing = {
+            **self._common(f"{base}_media", "Television or radio"),
+            "device": self._source_device(source),
+            "state_topic": state,
+            "value_template": "{{ value_json.media | default('OFF') }}",
+            "icon": "mdi:television-classic",
+        }
+        speech = {
+            **self._speech(f"{base}_media_speech_seconds", state),
+            "name": "Television or radio speech this period",
+            "value_template": _MEDIA_MINUTES,
+            "device": self._source_device(source),
+        }
+        return [
+            Entity("binary_sensor", f"{base}_media", playing),
+            Entity("sensor", f"{base}_media_speech_seconds", speech),
         ]
 
     def speaker_entities(self, alias: str, display: str | None = None) -> list[Entity]:
@@ -276,7 +298,8 @@ class Discovery:
         return [Entity("sensor", f"{base}_{suffix}", config) for suffix, config in entities]
 
 
-# Templates that also read a speaker state retained by an older voxmeter (without the words).
+# Templates that also read a state retained by an older voxmeter (without the words, the media).
+_MEDIA_MINUTES = "{{ ((value_json.media_speech_seconds | default(0)) / 60) | round(3) }}"
 _HIGHEST = "{{ value_json.highest if value_json.highest is defined else value_json.bits }}"
 _ONE_IN = (
     "{{ value_json.one_in if value_json.one_in is defined else "

@@ -5,7 +5,8 @@ Per speaker (local profile or ``unknown-N``) the entities read the speaker's ret
 topic that :class:`~monitor.exporters.mqtt.MqttExporter` publishes; the device's figures
 (templates, speech seconds this budget period — restored from the ledger at start, zero at a new
 period — and whether one window reaches the ceiling) and each named source's (its speech, the
-last voice it heard) come from retained topics this exporter publishes.
+last voice it heard, whether a television or radio plays there and its speech this period) come
+from retained topics this exporter publishes.
 
 An ``unknown-N`` track's entities appear only once the track holds ``[tracker] show_seconds``
 of speech in ``show_windows`` windows (its pooled figures, merged fragments included): a
@@ -43,6 +44,7 @@ from monitor.events.figures import Figures
 from monitor.events.messages import (
     DaemonEvent,
     DaemonStarted,
+    PipelineStats,
     TrackExpired,
     TrackRestored,
     WindowScored,
@@ -65,6 +67,8 @@ from monitor.vocabulary import FigureKey
 __all__ = ["Discovery", "Entity", "HomeAssistantExporter", "Profiles", "safe_id"]
 
 logger = logging.getLogger(__name__)
+
+_NO_MEDIA = {"media": "OFF", "media_speech_seconds": 0.0}  # a room's television, before stats
 
 STATE_CLEAR_GRACE_SECONDS = 1.0
 """Wait between a speaker's acknowledged empty configs and its empty state (see _publisher)."""
@@ -131,6 +135,7 @@ class HomeAssistantExporter:
         self._dirty: dict[str, bytes] = {}  # config topic → payload to publish (b"" clears)
         self._cleared: dict[str, None] = {}  # speaker state topics to clear, after the configs
         self._device, self._rooms = self._figures()
+        self._media_totals: dict[str, float] = {}  # source → media seconds at the last stats
         self._rooms_dirty: set[str] = set(self._rooms)
         self._device_dirty = False
         self._period_start_unix: float | None = None
@@ -143,7 +148,10 @@ class HomeAssistantExporter:
         """The figures this exporter publishes itself, as they start: the device's, each
         room's."""
         device = {"templates": 0, "speech_seconds": 0.0, "saturated": False}
-        rooms = {name: {"speech_seconds": 0.0, "last_voice": "nobody yet"} for name in self.sources}
+        rooms = {
+            name: {"speech_seconds": 0.0, "last_voice": "nobody yet"} | _NO_MEDIA
+            for name in self.sources
+        }
         return device, rooms
 
     # ---- what should exist (no network) ----------------------------------------------------
@@ -215,6 +223,27 @@ class HomeAssistantExporter:
         room["speech_seconds"] = round(room["speech_seconds"] + event.window_speech_seconds, 3)
         self._rooms_dirty.add(event.stream.source)
 
+    def _media(self, event: PipelineStats) -> bool:
+        """Each room's television or radio (tracker.media): whether it plays, and the speech
+        given to it this period (the growth of the source's total since the last stats).
+        Whether a room's figures changed."""
+        changed = False
+        for name, counts in event.sources.items():
+            room = self._rooms.get(name)
+            if room is None:
+                continue
+            grown = counts.media_seconds - self._media_totals.get(name, 0.0)
+            self._media_totals[name] = counts.media_seconds
+            playing = "ON" if counts.media_playing else "OFF"
+            if grown > 0 or room["media"] != playing:
+                room["media"] = playing
+                room["media_speech_seconds"] = round(
+                    room["media_speech_seconds"] + max(grown, 0.0), 3
+                )
+                self._rooms_dirty.add(name)
+                changed = True
+        return changed
+
     async def handle(self, event: DaemonEvent) -> None:
         match event:
             case DaemonStarted():
@@ -249,7 +278,7 @@ class HomeAssistantExporter:
                     self._period_start_unix = event.figures.period_start_unix
                     self._device["speech_seconds"] = 0.0  # a new budget period counts afresh
                     for room in self._rooms.values():
-                        room["speech_seconds"] = 0.0
+                        room |= {"speech_seconds": 0.0, "media_speech_seconds": 0.0}
                 self._heard(event)
                 self._reference_set(event.figures)
                 self._device["speech_seconds"] = round(
@@ -265,8 +294,11 @@ class HomeAssistantExporter:
             case TrackRestored():  # resumed after a restart: its entities exist again at once
                 if self._shows(event.figures):
                     self._add_speaker(event.figures.track, stranger=event.figures.kind == "unknown")
+            case PipelineStats():
+                if not self._media(event):
+                    return
             case _:
-                return  # PipelineStats, StateChanged, DaemonStopping: nothing to show
+                return  # StateChanged, DaemonStopping: nothing to show
         self._wake.set()
 
     def is_wanted(self, config_topic: str) -> bool:

@@ -67,6 +67,8 @@ SOURCE_COUNTERS = {
     "unattributed_seconds": "Seconds of the source's speech in windows the tracker gave to no "
     "one (two voices, near a member but not close enough, too short to open a track): counted, "
     "never in a person's figure.",
+    "media_seconds": "Seconds of the source's speech given to its media track: a television or "
+    "a radio talking on in many voices (tracker.media), never scored nor counted as strangers.",
 }
 """``voxmeter_source_<field>_total{source}``: a field of ``SourceCounts`` each."""
 

@@ -64,7 +64,8 @@ TOPICS: dict[str, TopicDecl] = {
         retained=True,
         direction="publish",
         exporter="homeassistant",
-        payload="JSON: one named source's figures (speech_seconds this period, last_voice)",
+        payload="JSON: one named source's figures (speech_seconds this period, last_voice; "
+        "media: ON while a television or radio plays there, media_speech_seconds this period)",
     ),
     "protection_state": TopicDecl(
         "{prefix}/protection",

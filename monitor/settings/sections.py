@@ -233,6 +233,12 @@ class TrackerSettings:
         "with normalised decisions, a window continuing a member's turn that may be theirs "
         "(over the ambiguous threshold) stays theirs; false = every window decided alone",
     )
+    media: bool = setting(
+        True,
+        "a source that talks on in many voices (a television, a radio) gets one media track: "
+        "the windows no member claims that match its sound are counted there, never as "
+        "strangers nor scored; false = they open unknown-N tracks",
+    )
     merge_seconds: float = setting(
         6.0, "unknown-N tracks merge only when each holds this much speech", check.positive
     )
@@ -280,6 +286,19 @@ class TrackerSettings:
         "an adapted profile never falls below this cosine to the enrolled one",
         check.cosine,
         unit="cosine",
+    )
+    domain_weight: float = setting(
+        0.0,
+        "most of a source's learnt room offset (the mean residual of windows given to a member "
+        "beyond doubt, off their enrolled profile) removed from each of its windows before "
+        "they are compared (0.5 tried: fewer strangers' windows to members, a few more "
+        "members' windows to no one under a television); 0 = off, windows compared as heard",
+        check.share,
+    )
+    domain_seconds: float = setting(
+        30.0,
+        "speech of confident windows at which a source's offset reaches half of domain_weight",
+        check.positive,
     )
 
 

@@ -40,6 +40,7 @@ from monitor.store.files import (
 )
 from monitor.store.ledger import LedgerMixin
 from monitor.store.outbox import OutboxMixin
+from monitor.store.rooms import RoomsMixin
 from monitor.store.schema import MIGRATIONS, SCHEMA_VERSION, Migration, initialise, migrate
 from monitor.store.templates import TemplatesMixin
 
@@ -321,6 +322,7 @@ def _closing_on_error(
         raise
 
 
-class Store(TemplatesMixin, CalibrationsMixin, LedgerMixin, OutboxMixin, Database):
+class Store(TemplatesMixin, CalibrationsMixin, LedgerMixin, OutboxMixin, RoomsMixin, Database):
     """The voxmeter database: identities, templates, local profiles (templates.py), calibrations
-    (calibrations.py), evidence ledger (ledger.py), budget state and alert outbox (outbox.py)."""
+    (calibrations.py), evidence ledger (ledger.py), budget state and alert outbox (outbox.py),
+    sources' rooms (rooms.py)."""

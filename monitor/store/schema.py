@@ -147,12 +147,26 @@ _V4_STREAM_AND_MERGES = (
     )""",
 )
 
+# What each source has learnt of its room (monitor.tracking.domain): an embedding offset per
+# source, never audio.
+_V5_SOURCE_ROOMS = (
+    """CREATE TABLE source_rooms (
+        source    TEXT PRIMARY KEY,
+        model     TEXT NOT NULL,
+        dimension INTEGER NOT NULL CHECK (dimension > 0),
+        residuals BLOB NOT NULL CHECK (length(residuals) = 8 * dimension),
+        seconds   REAL NOT NULL CHECK (seconds >= 0),
+        updated   TEXT NOT NULL
+    )""",
+)
+
 #: Ordered migrations; a database at version v gets every migration with version > v.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "identities, templates, local profiles, calibrations", _V1_TEMPLATES),
     Migration(2, "evidence ledger, budget state, alert outbox", _V2_DAEMON),
     Migration(3, "model that made each template and local profile", _V3_TEMPLATE_MODEL),
     Migration(4, "stream position of each ledger window; track merges", _V4_STREAM_AND_MERGES),
+    Migration(5, "what each source has learnt of its room", _V5_SOURCE_ROOMS),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -10,10 +10,13 @@ profile (the best one). Otherwise it joins the closest ``unknown-N`` track or op
 voices (``mixed``), one close enough to a profile that it may be the member (``ambiguous``) and
 one shorter than ``min_open_seconds``; they are skipped (their seconds counted). A window whose
 parts are not one voice (``inconsistent``, :mod:`monitor.tracking.consistency`) is given to no
-track at all. The clock is a constructor argument so tests drive expiry. A window that continues the previous one's turn (no pause, no change found between
-them) stays with that track while it is as close to it as the join threshold: a turn's short
-tail is the same voice even when 1 s of it cannot prove so against a profile.
+track at all. The clock is a constructor argument so tests drive expiry. A window that
+continues the previous one's turn (no pause, no change found between them) stays with that
+track while it is as close to it as the join threshold: a turn's short tail is the same voice
+even when 1 s of it cannot prove so against a profile.
 
+Each source learns its room (:mod:`monitor.tracking.domain`): the same confident windows teach
+the source an offset that is removed from each of its windows before any comparison.
 Members' profiles learn the room (:mod:`monitor.tracking.adaptation`): a window given to a member
 by their *enrolled* profile with ``adapt_margin`` to spare over the member threshold and over
 every other profile and unknown track teaches that member's adapted profile, and every window
@@ -24,6 +27,10 @@ against the members' narrow-band profiles (made at enrolment from the same files
 :mod:`monitor.store.variants`) with thresholds calibrated on band-limited crops; each band has
 its own adapted copies. A database without narrow copies tracks such a window against the
 wide-band profiles, with one warning (:class:`~monitor.tracking.narrow.NarrowCopies`).
+
+A window no member claims while its stream plays a television or a radio, and that matches the
+programme's channel, goes to the stream's ``media`` track (:mod:`monitor.tracking.media`):
+never scored, never an ``unknown-N`` track; its seconds are counted per source.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ from monitor.events.messages import FeatureWindow, TrackedWindow, TrackExpired
 from monitor.settings.sections import TrackerSettings
 from monitor.store.templates import LocalProfile
 from monitor.tracking.adaptation import AdaptedProfiles
+from monitor.tracking.domain import SourceDomains
+from monitor.tracking.media import MediaTracks
 from monitor.tracking.narrow import NarrowCopies
 from monitor.tracking.unknown import Cluster, UnknownTracks, unit
 from monitor.vocabulary import TRACKING_FEATURE
@@ -134,6 +143,10 @@ class SpeakerTracker:
                 normed = cohort_for(*pool, matrix, identities, thresholds.cohort_top)
             self.bands["narrow"] = _Band(matrix, self._adapted(matrix), thresholds, normed)
         self.unknown = UnknownTracks(settings, clock, wall_clock)
+        self.domains = SourceDomains(
+            weight=settings.domain_weight, half_seconds=settings.domain_seconds
+        )
+        self.media = MediaTracks(enabled=settings.media)
         self.skipped_seconds = 0.0  # speech of windows assigned to no track
         self.skipped_by_source: dict[str, float] = {}  # the same, per named source
         # per stream, the track of its last window (None: it had none); the newest streams
@@ -182,6 +195,8 @@ class SpeakerTracker:
         """Assign ``window`` to a track, or to none (see module docstring); also returns the
         tracks that expired or were merged meanwhile, to be handled before the window."""
         tracked, events = self._assign(window)
+        if not window.inconsistent:  # (one that is has no voice to learn a channel from)
+            self.media.observe(window, self._vector(window), tracked)
         self._previous.pop(window.stream, None)  # (re)inserted as the newest
         self._previous[window.stream] = None if tracked is None else tracked.track
         while len(self._previous) > PREVIOUS_STREAMS:
@@ -273,6 +288,7 @@ class SpeakerTracker:
         if rival > float(cosines[k]) - margin:
             return
         band.profiles.learn(k, vector, seconds)
+        self.domains.learn(window.stream.source, self._vector(window), band.matrix[k], seconds)
 
     def _skip(self, window: FeatureWindow) -> TrackedWindow | None:
         """Count ``window``'s seconds as given to no one (per source); None, its track."""
@@ -281,13 +297,19 @@ class SpeakerTracker:
         self.skipped_by_source[source] = self.skipped_by_source.get(source, 0.0) + seconds
         return None
 
+    @staticmethod
+    def _vector(window: FeatureWindow) -> npt.NDArray[np.float64]:
+        return unit(np.asarray(window.observations[EMBEDDING].values, dtype=np.float64))
+
     def _assign(self, window: FeatureWindow) -> tuple[TrackedWindow | None, list[TrackExpired]]:
-        events = self.expire()
+        events = self.expire()  # and the fragments of a programme just recognised:
+        events += self.unknown.retire(self.media.handed_over(), self.thresholds.mature_seconds)
         if window.inconsistent:  # not one voice: scored as one, it would land between them
             return self._skip(window), events
         if EMBEDDING not in window.observations:
             raise ValueError("the tracker needs the embedding feature in every window")
-        vector = unit(np.asarray(window.observations[EMBEDDING].values, dtype=np.float64))
+        # the source's room removed
+        vector = self.domains.correct(window.stream.source, self._vector(window))
         seconds = window.speech_seconds
         band = self._band(window)
         t = band.thresholds
@@ -311,6 +333,9 @@ class SpeakerTracker:
                 events += merged
                 continued = dataclasses.replace(continued, track=survivor.track)
             return continued, events
+        media = self.media.take(window, vector, self.unknown.nearest(vector))
+        if media is not None:  # a programme's voice: not a stranger, not scored
+            return media, events
         joined = self.unknown.join(vector, seconds, window.end_seconds, best_profile, t)
         if joined is not None:
             cluster, cosine = joined
@@ -326,5 +351,7 @@ class SpeakerTracker:
 
     def reset(self) -> None:
         self.unknown.reset()
+        self.domains.reset()
+        self.media.reset()
         for band in self.bands.values():
             band.profiles.reset()

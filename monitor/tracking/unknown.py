@@ -110,6 +110,12 @@ class UnknownTracks:
             cluster.track, "unknown", cluster.last_seen_seconds, self.wall_clock(), merged_into
         )
 
+    def retire(self, tracks: Iterable[str], below_seconds: float) -> list[TrackExpired]:
+        """Expire those of ``tracks`` still open with less than ``below_seconds`` of speech
+        (the fragments a television's voices opened before it was recognised)."""
+        fragments = [self.clusters[t] for t in tracks if t in self.clusters]
+        return [self._drop(c) for c in fragments if c.seconds < below_seconds]
+
     def nearest(self, vector: npt.NDArray[np.float64]) -> float:
         """The highest cosine of ``vector`` to any unknown track's centroid (−1 without one)."""
         if not self.clusters:
