@@ -43,9 +43,9 @@ import numpy as np
 import soundfile as sf
 from scipy.signal import fftconvolve
 
+from bench import rooms_report as report
 from bench.common import CORPUS, RESULTS_DIR, Run
 from bench.household import RATE_HZ, Stream, make_stream, trimmed
-from bench.rooms_report import baseline_summaries, own_options, record_targets
 from bench.tracked import (
     MIXED_SHARE,
     SEED,
@@ -352,11 +352,6 @@ def summarise_condition(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def _lid(s: dict[str, Any]) -> str:
-    e = s["disclosure_error_lid"]
-    return f"{e['median']:.2f} / {e['p95']:.2f} bit"
-
-
 def table(results: dict[str, Any]) -> str:
     """The README's table: one column per condition, one row per measure (the targets of
     bench/rooms_report.py in brackets)."""
@@ -390,7 +385,7 @@ def table(results: dict[str, Any]) -> str:
         ("coverage", pct("coverage")),
         ("DER", pct("der")),
         ("speech seconds given to no track, of audio", pct("unattributed_share")),
-        ("pooled-disclosure error, combined.lid: median / p95", _lid),
+        ("pooled-disclosure error, combined.lid: median / p95", report.lid_errors),
         ("persons within 0.1 bit of oracle (room, tv: ≥ 95 %)", lambda s: (
             f"{100 * s['disclosure_error_lid']['share_within_0.1']:.0f} % of {s['persons']}")),
         ("pipeline CPU s per audio s", lambda s: f"{s['cpu_per_audio_second']:.3f}"),
@@ -412,7 +407,7 @@ def main(argv: Sequence[str] = ()) -> None:
     parser.add_argument("--rooms", action="store_true", help="this benchmark (bench tracking)")
     parser.add_argument("--streams", type=int, default=5)
     parser.add_argument("--minutes", type=_minutes, default=(4.0, 6.0))
-    parser.add_argument("--backends", default="ecapa")
+    parser.add_argument("--backends", default="ecapa", help=report.BACKENDS_HELP)
     parser.add_argument("--conditions", default=",".join(CONDITIONS))
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -447,7 +442,9 @@ def main(argv: Sequence[str] = ()) -> None:
     run_record = Run("rooms", command="python -m bench tracking " + " ".join(argv))
     baseline = None
     if args.baseline is not None:
-        baseline = baseline_summaries(args.baseline, own_options(argv), args.baseline_release)
+        baseline = report.baseline_summaries(
+            args.baseline, report.own_options(argv), args.baseline_release
+        )
     results: dict[str, Any] = {"seed": args.seed, "conditions": {}}
     with tempfile.TemporaryDirectory(prefix="voxmeter-rooms-") as tmp:
         folder = Path(tmp)
@@ -494,7 +491,8 @@ def main(argv: Sequence[str] = ()) -> None:
                     "streams": runs,
                 }
     summaries = {k: v["summary"] for k, v in results["conditions"].items()}
-    record_targets(run_record, summaries, baseline)
+    report.record_targets(run_record, summaries, baseline)
+    results = report.with_backends(results, summaries)
     run_record.figures = results | {"baseline": baseline}
     run_record.write(path=args.out)
     print(table(results))

@@ -1,10 +1,14 @@
-"""The rooms benchmark's targets, met or missed, for this release and a baseline checkout.
+"""The rooms benchmark's targets, met or missed, for this release and a baseline checkout, and
+the embedding backends side by side.
 
-A baseline (another checkout of voxmeter, e.g. the previous release) runs the same
-``python -m bench tracking --rooms`` options in a subprocess with its own PYTHONPATH, on the
-same machine in the same run, so both releases meet the same load; its per-condition summaries
-stand beside this release's in the result (``figures.baseline``) and the "no worse" targets
-compare with them.
+The targets are the first backend's (``--backends``, the configured embedding first); every
+other backend listed runs the same households, and :func:`backend_rows` sets them beside it,
+condition by condition, so the embedding that tracks best is read off one table. A baseline
+(another checkout of voxmeter, e.g. the previous release) runs the same ``python -m bench
+tracking --rooms`` options with the first backend only, in a subprocess with its own
+PYTHONPATH, on the same machine in the same run, so both releases meet the same load; its
+per-condition summaries stand beside this release's in the result (``figures.baseline``) and
+the "no worse" targets compare with them.
 """
 
 from __future__ import annotations
@@ -34,6 +38,20 @@ TARGETS: dict[str, tuple[tuple[str, str, float], ...]] = {
     "dry16": (("stranger_to_member", "<=", 0.0),),
 }
 """Per condition: (measure, op, bound). dry16 is also held to the baseline's member_right."""
+BACKEND_MEASURES: tuple[str, ...] = (
+    "member_right",
+    "mixed_attributed",
+    "shown_tracks_per_stranger",
+    "disclosure_share_within_0.1",
+    "stranger_to_member",
+    "unattributed_share",
+    "cpu_per_audio_second",
+)
+"""What the backends are compared on: the targets' measures and the pipeline's CPU."""
+BACKENDS_HELP = (
+    "embedding backends, comma-separated: the targets are the first's, the others are compared "
+    "with it per condition (figures.backends)"
+)
 
 
 def measure(summary: Mapping[str, Any], name: str) -> float:
@@ -43,9 +61,16 @@ def measure(summary: Mapping[str, Any], name: str) -> float:
     return float(summary[name])
 
 
+def lid_errors(summary: Mapping[str, Any]) -> str:
+    """The pooled-disclosure error's median and 95th percentile, as the README's table shows."""
+    e = summary["disclosure_error_lid"]
+    return f"{e['median']:.2f} / {e['p95']:.2f} bit"
+
+
 def own_options(argv: Sequence[str]) -> list[str]:
-    """``argv`` without ``--rooms`` and the baseline's own options (and their values): what
-    the baseline checkout runs."""
+    """``argv`` without ``--rooms`` and the baseline's own options (and their values), with
+    ``--backends`` cut to its first: what the baseline checkout runs (only the first backend's
+    targets compare with it)."""
     out: list[str] = []
     skip = False
     for arg in argv:
@@ -53,6 +78,8 @@ def own_options(argv: Sequence[str]) -> list[str]:
             skip = False
         elif arg in ("--baseline", "--baseline-release"):
             skip = True
+        elif arg.startswith("--backends=") or (out and out[-1] == "--backends"):
+            out.append(arg.split(",")[0])
         elif arg != "--rooms" and not arg.startswith(("--baseline=", "--baseline-release=")):
             out.append(arg)
     return out
@@ -74,11 +101,15 @@ def baseline_summaries(checkout: Path, argv: Sequence[str], release: str) -> dic
 def record_targets(
     run: Run, conditions: Mapping[str, Any], baseline: Mapping[str, Any] | None
 ) -> None:
-    """Every condition's targets on ``run`` (``conditions``: name@backend → its summary),
-    each noting the baseline's value where it ran the condition too."""
+    """Every condition's targets on ``run`` (``conditions``: name@backend → its summary, the
+    first backend's first), each noting the baseline's value where it ran the condition too;
+    the other backends' conditions are compared in :func:`backend_rows` instead."""
     before = (baseline or {}).get("conditions", {})
+    first = next(iter(conditions), "@").split("@")[1]
     for key, summary in conditions.items():
-        condition = key.split("@")[0]
+        condition, backend = key.split("@")
+        if backend != first:
+            continue
         old = before.get(key)
         for name, op, bound in TARGETS.get(condition, ()):
             note = "" if old is None else f"baseline {measure(old, name):.4f}"
@@ -90,3 +121,25 @@ def record_targets(
                 ">=",
                 measure(old, "member_right"),
             )
+
+
+def backend_rows(conditions: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per condition and backend (``conditions``: name@backend → its summary), the
+    backends of a condition beside each other in the order they ran: the
+    :data:`BACKEND_MEASURES` of each."""
+    order: dict[str, int] = {}
+    for key in conditions:
+        order.setdefault(key.split("@")[0], len(order))
+    keys = sorted(conditions, key=lambda k: order[k.split("@")[0]])  # stable: backends in order
+    return [
+        {"row": key} | {name: measure(conditions[key], name) for name in BACKEND_MEASURES}
+        for key in keys
+    ]
+
+
+def with_backends(results: Mapping[str, Any], conditions: Mapping[str, Any]) -> dict[str, Any]:
+    """``results`` with the :func:`backend_rows` first (before the conditions in full) when
+    several backends ran (``conditions``: name@backend → its summary)."""
+    if len({key.split("@")[1] for key in conditions}) < 2:
+        return dict(results)
+    return {"seed": results["seed"], "backends": backend_rows(conditions)} | dict(results)

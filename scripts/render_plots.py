@@ -46,7 +46,11 @@ def rooms_conditions(run: dict[str, Any], path: Path) -> None:
     for index, key in enumerate(shown):
         values = [conditions[n]["summary"].get(key) or 0.0 for n in names]
         axes.bar([i + index * width for i in range(len(names))], values, width, label=key)
-    axes.set_xticks([i + 0.4 - width / 2 for i in range(len(names))], names, fontsize=8)
+    ticks = [i + 0.4 - width / 2 for i in range(len(names))]
+    slanted = len(names) > 4  # several backends' conditions: the labels would overlap
+    axes.set_xticks(
+        ticks, names, fontsize=8, rotation=30 if slanted else 0, ha="right" if slanted else "center"
+    )
     axes.set_ylabel("share")
     axes.set_ylim(0, 1.05)
     axes.legend(fontsize=7, ncol=2)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from monitor.calibration.buckets import load_default
+from monitor.calibration.cohort import COHORT_TOP
 from monitor.calibration.fit import calibrate_speakers
 from monitor.calibration.tracking import (
     QUANTILES,
@@ -15,6 +17,8 @@ from monitor.calibration.tracking import (
     fixed_thresholds,
     tracker_thresholds,
 )
+from monitor.features.base import EMBEDDING_BACKENDS
+from monitor.settings.config import load_config, tracker_thresholds_for
 from tests.calibration.synthetic import synthetic_speakers
 
 FEATURES = ("f0", "phone", "embedding")
@@ -92,3 +96,51 @@ def test_thresholds_are_read_at_the_configured_rates() -> None:
     assert t.at(t.profile, 0.5) == t.profile[0] and t.at(t.profile, 10.0) == t.profile[1]
     fixed = fixed_thresholds(0.6, 0.5)
     assert fixed.at(fixed.profile, 1.0) == 0.6 and fixed.change == -1.0
+
+
+STATISTICS = (
+    "profile_same", "profile_other", "profile_same_snorm", "profile_other_snorm", "window_same",
+    "window_other",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("band", ["wide", "narrow"])
+@pytest.mark.parametrize("backend", list(EMBEDDING_BACKENDS))
+def test_every_shipped_backend_decides_on_normalised_scores_in_both_bands(
+    backend: str, band: str
+) -> None:
+    """Every shipped calibration carries the tracker's statistics of a 16 kHz and of an 8 kHz
+    device, the AS-normed ones included: with the default settings the daemon decides members
+    on normalised scores whatever the embedding backend or the source's rate, on thresholds
+    read off its own network's distributions."""
+    calibration = load_default(backend)
+    tracking = calibration.metadata["tracking_narrow" if band == "narrow" else "tracking"]
+    assert tracking["cohort_top"] == COHORT_TOP
+    assert tracking["quantiles"] == pytest.approx(QUANTILES)
+    for seconds in TRACKING_LENGTHS:
+        row = tracking["lengths"][f"{seconds:g}"]
+        for name in STATISTICS:
+            levels = np.asarray(row[name])
+            assert levels.shape == QUANTILES.shape and np.all(np.diff(levels) >= 0), name
+        half = len(QUANTILES) // 2  # the median
+        p95 = int(np.searchsorted(QUANTILES, 0.95))
+        # a crop's normalised score to its own template is over most strangers' 95th percentile
+        assert row["profile_same_snorm"][half] > row["profile_other_snorm"][p95]
+    thresholds = tracker_thresholds_for(load_config(None, []), calibration, band)
+    assert thresholds is not None and thresholds.cohort_top == COHORT_TOP
+    assert len(thresholds.profile_norm) == len(thresholds.ambiguous_norm) == len(TRACKING_LENGTHS)
+    assert np.all(np.less(thresholds.ambiguous_norm, thresholds.profile_norm))
+
+
+@pytest.mark.parametrize("backend", list(EMBEDDING_BACKENDS))
+def test_the_narrow_band_statistics_are_measured_on_band_limited_crops(backend: str) -> None:
+    """The 8 kHz statistics are their own measurement on band-limited crops against
+    band-limited templates (scripts/calibrate_narrow.py), not a copy of the 16 kHz ones."""
+    metadata = load_default(backend).metadata
+    wide, narrow = metadata["tracking"]["lengths"], metadata["tracking_narrow"]["lengths"]
+    assert metadata["tracking_narrow"]["band"].startswith("narrow")
+    assert metadata["tracking_narrow"]["source"]["script"] == "scripts/calibrate_narrow.py"
+    for seconds in TRACKING_LENGTHS:
+        key = f"{seconds:g}"
+        assert narrow[key]["profile_same"] != wide[key]["profile_same"]
+        assert narrow[key]["profile_other_snorm"] != wide[key]["profile_other_snorm"]

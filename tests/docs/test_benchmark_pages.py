@@ -91,3 +91,51 @@ def test_a_run_writes_the_common_schema(tmp_path: Path) -> None:
     assert set(record) == SCHEMA_KEYS
     assert [t["met"] for t in record["targets"]] == [False, True]
     assert len(record["load_average"]["start"]) == 3 and record["cores"] >= 1
+
+
+def _room_summary(member_right: float) -> dict[str, object]:
+    return {
+        "member_right": member_right, "mixed_attributed": 0.02, "shown_tracks_per_stranger": 1.0,
+        "disclosure_error_lid": {"share_within_0.1": 1.0}, "stranger_to_member": 0.0,
+        "unattributed_share": 0.01, "cpu_per_audio_second": 0.01 / member_right,
+    }  # fmt: skip
+
+
+def test_a_rooms_run_of_several_backends_sets_them_side_by_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rooms page of a run with two embedding backends: the targets are the first
+    backend's, the baseline runs only that one, and one table holds every condition's
+    backends next to each other with the targets' measures and the CPU."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import render_benchmarks
+
+    from bench.common import Run
+    from bench.rooms_report import backend_rows, own_options, record_targets
+
+    argv = ["--rooms", "--streams", "4", "--backends", "campplus-int8,ecapa", "--baseline", "b"]
+    assert own_options(argv) == ["--streams", "4", "--backends", "campplus-int8"]
+    assert own_options(["--backends=ecapa,campplus"]) == ["--backends=ecapa"]
+    summaries = {
+        "room16@campplus-int8": _room_summary(0.96), "tv16@campplus-int8": _room_summary(0.88),
+        "room16@ecapa": _room_summary(0.80), "tv16@ecapa": _room_summary(0.70),
+    }  # fmt: skip
+    run = Run("rooms", command="python -m bench tracking " + " ".join(argv))
+    record_targets(run, summaries, None)
+    assert {t["name"].split()[0] for t in run.targets} == {
+        "room16@campplus-int8",
+        "tv16@campplus-int8",
+    }
+    rows = backend_rows(summaries)
+    assert [r["row"] for r in rows] == [
+        "room16@campplus-int8", "room16@ecapa", "tv16@campplus-int8", "tv16@ecapa",
+    ]  # fmt: skip
+    assert rows[1]["member_right"] == 0.80 and rows[1]["disclosure_share_within_0.1"] == 1.0
+    run.figures = {"seed": 1, "backends": rows}
+    run.write(path=tmp_path / "rooms.json")
+    monkeypatch.setattr(render_benchmarks, "RESULTS", tmp_path)
+    result = next(r for p in render_benchmarks.PAGES for r in p.results if r.name == "rooms")
+    lines = render_benchmarks.render_result(result, {})
+    header = next(line for line in lines if "member_right" in line and "cpu_per" in line)
+    assert header.startswith("|  | row | member_right | mixed_attributed |")
+    assert "| tv16@ecapa | tv16@ecapa | 0.7 | 0.02 |" in "\n".join(lines)
