@@ -247,6 +247,23 @@ class SpeakerTracker:
             and self._previous.get(window.stream) == self.profile_aliases[best]
         )
 
+    def _turn_keeps(
+        self,
+        window: FeatureWindow,
+        vector: npt.NDArray[np.float64],
+        cosine: float,
+        t: TrackerThresholds,
+    ) -> bool:
+        """Whether a window the normalised scale gives to a member (raw ``cosine`` under the
+        member's raw threshold) stays with the unknown track whose turn it continues, being
+        nearer that track than the member: in a room the cohort lifts a stranger's windows
+        towards every member, and a turn's own voice is the better evidence."""
+        track = self._previous.get(window.stream)
+        cluster = self.clusters.get(track) if window.continues and track is not None else None
+        if cluster is None or cosine >= t.at(t.profile, window.speech_seconds):
+            return False
+        return float(cluster.centroid @ vector) > cosine
+
     def _teach(
         self,
         window: FeatureWindow,
@@ -301,6 +318,7 @@ class SpeakerTracker:
         if self.profile_aliases:
             best, accepted, maybe = band.decide(vector, cosines, seconds)
             best_profile = float(cosines.max())
+            accepted = accepted and not self._turn_keeps(window, vector, float(cosines[best]), t)
             if accepted or (maybe and self._sticks(window, best, band)):
                 best_profile = float(cosines[best])
                 alias = self.profile_aliases[best]

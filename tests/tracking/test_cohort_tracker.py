@@ -86,3 +86,30 @@ def test_a_turn_that_may_still_be_the_member_stays_theirs(rng: np.random.Generat
     t.process(window(sure, 5))
     unstuck, _ = t.process(replace(window(tail, 6), continues=True))
     assert unstuck is None or unstuck.track != "home-1"
+
+
+def test_a_strangers_turn_is_not_lifted_to_a_member_by_the_normalised_scale(
+    rng: np.random.Generator,
+) -> None:
+    """A window continuing a stranger's turn, at raw 0.5 to the member (under the raw 0.7)
+    and 0.87 to the stranger's track, passes the normalised threshold: it stays with the
+    stranger's track. The same window opening a turn of its own is the member's."""
+    t, v = _tracker(40, rng)
+    band = t.bands["wide"]
+    assert band.cohort is not None
+    stranger, tail = v[41], at_cosine(v[0], v[41], 0.5)
+    low, high = (
+        float(band.cohort.normalise(w, band.profiles.cosines(w))[0]) for w in (stranger, tail)
+    )
+    assert high > low
+    band.thresholds = replace(
+        band.thresholds,
+        profile_norm=((high + low) / 2,) * 3,
+        ambiguous_norm=((high + low) / 2,) * 3,
+    )
+    opened, _ = t.process(window(stranger, 0))
+    assert opened is not None and opened.track == "unknown-1"
+    kept, _ = t.process(replace(window(tail, 1), continues=True))
+    assert kept is not None and kept.track == "unknown-1"
+    alone, _ = t.process(window(tail, 2))
+    assert alone is not None and alone.track == "home-1"
