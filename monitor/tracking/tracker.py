@@ -257,9 +257,12 @@ class SpeakerTracker:
         """Whether a window the normalised scale gives to a member (raw ``cosine`` under the
         member's raw threshold) stays with the unknown track whose turn it continues, being
         nearer that track than the member: in a room the cohort lifts a stranger's windows
-        towards every member, and a turn's own voice is the better evidence."""
+        towards every member, and a turn's own voice is the better evidence. Wide band only:
+        through an 8 kHz device members' own turns split into unknown tracks more often, and
+        such a track would keep them (measured: members' windows lost, no stranger's saved)."""
         track = self._previous.get(window.stream)
-        cluster = self.clusters.get(track) if window.continues and track is not None else None
+        wide = window.continues and window.band == "wide"
+        cluster = self.clusters.get(track) if wide and track is not None else None
         if cluster is None or cosine >= t.at(t.profile, window.speech_seconds):
             return False
         return float(cluster.centroid @ vector) > cosine

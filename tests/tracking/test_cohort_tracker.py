@@ -113,3 +113,25 @@ def test_a_strangers_turn_is_not_lifted_to_a_member_by_the_normalised_scale(
     assert kept is not None and kept.track == "unknown-1"
     alone, _ = t.process(window(tail, 2))
     assert alone is not None and alone.track == "home-1"
+
+
+def test_through_an_8khz_device_the_turn_does_not_keep_a_member_s_window(
+    rng: np.random.Generator,
+) -> None:
+    """The same continuing window from a narrow-band source is the member's: through an 8 kHz
+    device members' own turns split into unknown tracks, which would keep their windows."""
+    t, v = _tracker(40, rng)
+    band = t.bands["wide"]
+    assert band.cohort is not None and t.bands["narrow"] is band  # no narrow copies
+    stranger, tail = v[41], at_cosine(v[0], v[41], 0.5)
+    low, high = (
+        float(band.cohort.normalise(w, band.profiles.cosines(w))[0]) for w in (stranger, tail)
+    )
+    middle = ((high + low) / 2,) * 3
+    band.thresholds = replace(band.thresholds, profile_norm=middle, ambiguous_norm=middle)
+    opened, _ = t.process(replace(window(stranger, 0), source_rate_hz=8_000))
+    assert opened is not None and opened.track == "unknown-1"
+    tail_window = replace(window(tail, 1), continues=True, source_rate_hz=8_000)
+    assert tail_window.band == "narrow"
+    given, _ = t.process(tail_window)
+    assert given is not None and given.track == "home-1"
