@@ -234,10 +234,11 @@ class TrackerSettings:
         "(over the ambiguous threshold) stays theirs; false = every window decided alone",
     )
     media: bool = setting(
-        True,
+        False,
         "a source that talks on in many voices (a television, a radio) gets one media track: "
         "the windows no member claims that match its sound are counted there, never as "
-        "strangers nor scored; false = they open unknown-N tracks",
+        "strangers nor scored (off by default: with ECAPA it took members' windows in the "
+        "rooms benchmark); false = they open unknown-N tracks",
     )
     merge_seconds: float = setting(
         6.0, "unknown-N tracks merge only when each holds this much speech", check.positive

@@ -78,7 +78,7 @@ class Clock:
 
 def tracker(room: Room, clock: Clock, **overrides: object) -> SpeakerTracker:
     settings = TrackerSettings(  # GE2E's fixed thresholds: the scale these voices are drawn for
-        **{"profile_threshold": 0.75, "cluster_threshold": 0.70, **overrides}  # type: ignore[arg-type]
+        **{"profile_threshold": 0.75, "cluster_threshold": 0.70, "media": True, **overrides}  # type: ignore[arg-type]
     )
     profiles = [
         LocalProfile(f"member-{k + 1}", f"id-{k + 1}", Observation("embedding", v, 30.0), "")
