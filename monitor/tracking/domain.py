@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.store.rooms import SourceRoom
+from monitor.tracking.unknown import unit
 
 MAX_SOURCES = 64
 """Sources whose room is kept (the least recently taught one is forgotten first)."""
@@ -53,12 +54,6 @@ MAX_SHIFT = 0.35
 heard and the one compared)."""
 
 Floats = npt.NDArray[np.float64]
-
-
-def _unit(v: Floats) -> Floats:
-    norm = float(np.linalg.norm(v))
-    out: Floats = v / norm if norm > 0.0 else v
-    return out
 
 
 class SourceDomains:
@@ -99,7 +94,7 @@ class SourceDomains:
         offset = self._offsets.get(source)
         if offset is None or not self.enabled:
             return vector
-        return _unit(vector - offset)
+        return unit(vector - offset)  # never zero: |offset| ≤ max_shift < 1
 
     def learn(self, source: str, vector: Floats, profile: Floats, seconds: float) -> None:
         """A window of ``source`` (raw unit ``vector``, ``seconds`` of speech) attributed

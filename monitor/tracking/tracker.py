@@ -195,7 +195,8 @@ class SpeakerTracker:
         """Assign ``window`` to a track, or to none (see module docstring); also returns the
         tracks that expired or were merged meanwhile, to be handled before the window."""
         tracked, events = self._assign(window)
-        if not window.inconsistent:  # (one that is has no voice to learn a channel from)
+        # (an inconsistent window has no voice to learn a channel from)
+        if self.media.enabled and not window.inconsistent:
             self.media.observe(window, self._vector(window), tracked)
         self._previous.pop(window.stream, None)  # (re)inserted as the newest
         self._previous[window.stream] = None if tracked is None else tracked.track
