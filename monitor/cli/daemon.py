@@ -248,6 +248,7 @@ def status_command(
     status = partial(
         current_status,
         period_seconds=settings.budget.period_seconds,
+        zone=settings.budget.zone,
         budget_measure=settings.budget.measure,
         delta=settings.scorer.delta,
     )

@@ -217,7 +217,7 @@ class Pipeline(PipelineStages):
         :class:`TrackRestored` per resumed track."""
         now = self.wall_clock()
         settings = self.config
-        period = period_start(now, settings.budget.period_seconds)
+        period = period_start(now, settings.budget.period_seconds, settings.budget.zone)
         stored = self.store.budget_states()
         current = {
             alias: s for alias, s in stored.items()

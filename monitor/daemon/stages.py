@@ -35,7 +35,7 @@ from monitor.events.messages import (
     WindowScored,
 )
 from monitor.features.base import Feature
-from monitor.ledger.budget import period_start
+from monitor.ledger.budget import next_period_start, period_start
 from monitor.ledger.writer import LedgerWriter
 from monitor.load.cpu import StageCpu
 from monitor.load.shedding import LoadShedder
@@ -310,6 +310,7 @@ class PipelineStages:
         inbox, out = self.queues["tracked"], self.queues["scored"]
         loop = asyncio.get_running_loop()
         period_seconds = self.config.budget.period_seconds
+        zone = self.config.budget.zone
         while True:
             item = await inbox.get()
             if item is None:
@@ -322,7 +323,7 @@ class PipelineStages:
                     self.track_scorer.merge(item.track, item.merged_into)
                 await out.put(item)
                 continue
-            period = period_start(item.window.closed_unix, period_seconds)
+            period = period_start(item.window.closed_unix, period_seconds, zone)
             scored = await loop.run_in_executor(executor, self.track_scorer.process, item, period)
             self._busy["scorer"] += scored.scorer_seconds
             await out.put(scored)
@@ -364,7 +365,8 @@ class PipelineStages:
         current = self.ledger.period_start_unix
         if current is None:
             return None
-        boundary = current + self.config.budget.period_seconds
+        budget = self.config.budget
+        boundary = next_period_start(current, budget.period_seconds, budget.zone)
         return max(0.0, boundary - self.wall_clock())
 
     async def _exporter_stage(self) -> None:

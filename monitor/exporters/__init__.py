@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Protocol
 
@@ -16,7 +15,7 @@ from monitor.events.messages import Exporter
 from monitor.exporters.homeassistant import HomeAssistantExporter, Profiles
 from monitor.exporters.mqtt import MqttExporter, Outbox, Topics, topic_level, topics_for
 from monitor.exporters.prometheus import Metrics, PrometheusExporter
-from monitor.settings.sections import Config, PrometheusSettings
+from monitor.settings.sections import Config
 from monitor.sources.spec import parse_source
 
 __all__ = [
@@ -70,7 +69,6 @@ def build_exporters(
                 show_seconds=config.tracker.show_seconds,
                 show_windows=config.tracker.show_windows,
                 sources=named_sources(config),
-                configuration_url=metrics_url(config.prometheus),
             )
         )
     return exporters
@@ -86,17 +84,3 @@ def named_sources(config: Config) -> dict[str, str]:
             source = parse_source(spec)
             named[source.name] = source.kind
     return named
-
-
-def metrics_url(settings: PrometheusSettings) -> str | None:
-    """The metrics page, as Home Assistant's "Visit" link of every device (None: none served
-    on a known port)."""
-    if not settings.enabled or not settings.port:
-        return None
-    host = settings.host
-    if host in ("", "0.0.0.0", "::"):
-        host = socket.gethostname()
-    elif ":" in host:
-        host = f"[{host}]"
-    scheme = "https" if settings.certfile else "http"
-    return f"{scheme}://{host}:{settings.port}/metrics"

@@ -37,6 +37,9 @@ ONLINE, OFFLINE = "online", "offline"
 SPEAKER_ENTITIES = ("disclosure", "highest", "one_in", "budget_used", "budget")
 """Object-id suffixes of one speaker's entities."""
 SUPPORT_URL = "https://github.com/voxmeter/voxmeter"
+DOCUMENTATION_URL = f"{SUPPORT_URL}/blob/main/docs/home-assistant.md"
+"""The devices' Visit link unless ``homeassistant.configuration_url`` names another (the add-on
+names its own page in Home Assistant)."""
 SOURCE_MODELS = {
     "mic": "microphone",
     "file": "audio file",
@@ -94,7 +97,14 @@ class Discovery:
     device_id: str
     version: str = __version__
     sources: Mapping[str, str] = field(default_factory=dict)  # named source → its kind
-    configuration_url: str | None = None  # the metrics page, shown on every device
+    configuration_url: str | None = None  # every device's Visit link; None: see visit_url
+
+    @property
+    def visit_url(self) -> str:
+        """Where a device's Visit link leads: the add-on's page in Home Assistant under the
+        add-on (it sets ``homeassistant.configuration_url``), else the documentation: a page a
+        household can read, never the raw metrics."""
+        return self.configuration_url or self.settings.configuration_url or DOCUMENTATION_URL
 
     @property
     def node_id(self) -> str:
@@ -119,8 +129,7 @@ class Discovery:
             "model": "speaker disclosure monitor",
             "sw_version": self.version,
         }
-        if self.configuration_url:
-            device["configuration_url"] = self.configuration_url
+        device["configuration_url"] = self.visit_url
         return device
 
     def _source_device(self, source: str) -> dict[str, Any]:
@@ -135,8 +144,7 @@ class Discovery:
             "suggested_area": room,
             "via_device": f"voxmeter_{self.node_id}",
         }
-        if self.configuration_url:
-            device["configuration_url"] = self.configuration_url
+        device["configuration_url"] = self.visit_url
         return device
 
     def _origin(self) -> dict[str, Any]:

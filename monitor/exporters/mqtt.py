@@ -210,7 +210,12 @@ class MqttExporter:
     ) -> None:
         self.settings = settings
         self._tls = tls_context(settings)
-        if settings.password and not settings.tls and not is_loopback(settings.host):
+        if (
+            settings.password
+            and not settings.tls
+            and not is_loopback(settings.host)
+            and not settings.internal_network
+        ):
             logger.warning(  # allowed by mqtt.allow_plaintext_password (config checks)
                 "mqtt.allow_plaintext_password: the MQTT password crosses the network to %s "
                 "in clear text",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
 
 from monitor.settings.sections import BudgetSettings
 from monitor.vocabulary import BUDGET_STATES, BudgetState
@@ -29,11 +30,24 @@ class Transition:
     reason: str  # "window" or "period"
 
 
-def period_start(now_unix: float, period_seconds: float) -> float:
-    """Start of the budget period holding ``now_unix``: multiples of the period since the epoch."""
+def period_start(now_unix: float, period_seconds: float, zone: tzinfo = UTC) -> float:
+    """Start of the budget period holding ``now_unix``: multiples of the period since the epoch
+    on the wall clock of ``zone``, so a daily budget restarts at local midnight (a household
+    reads "today" as theirs, not UTC's); on the days the clocks change, that midnight is still
+    the start, and the period is an hour shorter or longer."""
     if not (math.isfinite(now_unix) and period_seconds > 0):
         raise ValueError(f"bad period inputs: now={now_unix!r}, period={period_seconds!r}")
-    return math.floor(now_unix / period_seconds) * period_seconds
+    offset = datetime.fromtimestamp(now_unix, zone).utcoffset()
+    wall = now_unix + (offset.total_seconds() if offset is not None else 0.0)
+    wall_start = math.floor(wall / period_seconds) * period_seconds
+    naive = datetime.fromtimestamp(wall_start, UTC).replace(tzinfo=zone)
+    return min(naive.timestamp(), now_unix)  # a start in a skipped hour never lies ahead
+
+
+def next_period_start(start_unix: float, period_seconds: float, zone: tzinfo = UTC) -> float:
+    """The start of the period after the one starting at ``start_unix`` (half a period past
+    its nominal end, so a day 23 or 25 hours long still lands on the next local midnight)."""
+    return period_start(start_unix + 1.5 * period_seconds, period_seconds, zone)
 
 
 class BudgetMachine:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import UTC, tzinfo
 from typing import Any
 
 from monitor.events.figures import Figures
@@ -39,6 +40,7 @@ class TrackStatus:
 def current_status(
     store: Store,
     period_seconds: float,
+    zone: tzinfo = UTC,
     *,
     budget_measure: str,
     delta: float,
@@ -49,7 +51,7 @@ def current_status(
     ``budget_measure`` and ``delta`` complete rows written before the figure record carried them
     (:func:`~monitor.ledger.writer.stored_figures`); StoreError names a row that cannot be read.
     """
-    period = period_start(time.time() if now is None else now, period_seconds)
+    period = period_start(time.time() if now is None else now, period_seconds, zone)
     states = store.budget_states()
     rows = []
     for track in store.tracks(period):

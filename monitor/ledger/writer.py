@@ -93,7 +93,8 @@ class LedgerWriter:
 
     def roll_period(self, now_unix: float) -> list[StateChanged]:
         """The period timer fired: enter the period holding ``now_unix`` if it is a new one."""
-        period = period_start(now_unix, self.budget.settings.period_seconds)
+        budget = self.budget.settings
+        period = period_start(now_unix, budget.period_seconds, budget.zone)
         if self.period_start_unix is not None and period <= self.period_start_unix:
             return []  # the timer ran a little early: nothing to do yet
         return self.start_period(period)

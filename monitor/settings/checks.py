@@ -72,6 +72,22 @@ def one_of(*choices: str) -> Check:
     return check
 
 
+def timezone(value: str) -> str | None:
+    """Empty (the system's zone) or an IANA name the tz database knows."""
+    from monitor.settings.zones import find_zone  # zoneinfo only when a zone is named
+
+    if not value or find_zone(value) is not None:
+        return None
+    return "must be an IANA time zone name such as Europe/Paris (empty: the system's)"
+
+
+def configuration_url(value: str) -> str | None:
+    """Home Assistant opens http(s) links and its own homeassistant:// pages."""
+    if not value or value.startswith(("http://", "https://", "homeassistant://")):
+        return None
+    return "must start with http://, https:// or homeassistant:// (empty: the documentation)"
+
+
 def port(value: int) -> str | None:
     """A port to connect to: 0 is no port."""
     return None if 1 <= value <= 65535 else "must be a TCP port 1..65535"

@@ -173,6 +173,7 @@ def _check_mqtt_tls(mqtt: MqttSettings) -> None:
         and not mqtt.tls
         and not is_loopback(mqtt.host)
         and not mqtt.allow_plaintext_password
+        and not mqtt.internal_network
     ):
         raise ConfigError(
             "mqtt.password",

@@ -6,6 +6,7 @@ into them is :mod:`monitor.settings.config`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from datetime import tzinfo
 from functools import cached_property
 
 from monitor.settings import checks as check
@@ -325,9 +326,23 @@ class BudgetSettings:
     measure: str = setting("combined.lid", "figure compared with the budget", check.measure)
     period_seconds: float = setting(
         86400.0,
-        "budget period; periods start at multiples of it since the Unix epoch",
+        "budget period; periods start at multiples of it since the Unix epoch on the wall clock "
+        "of budget.timezone (a day: at local midnight)",
         check.positive,
     )
+    timezone: str = setting(
+        "",
+        "IANA time zone (Europe/Paris) whose midnight starts a daily period; empty = the "
+        "system's (TZ, else /etc/localtime; the Home Assistant add-on: Home Assistant's zone)",
+        check.timezone,
+    )
+
+    @cached_property
+    def zone(self) -> tzinfo:
+        """:attr:`timezone` as a DST-aware zone (the system's when empty)."""
+        from monitor.settings.zones import budget_zone
+
+        return budget_zone(self.timezone)
 
     @cached_property
     def figure(self) -> FigureKey:
@@ -384,6 +399,12 @@ class MqttSettings:
         False,
         "send the password without TLS to a broker that is not on loopback (warned at start)",
     )
+    internal_network: bool = setting(
+        False,
+        "the broker is reached on a network only this host's containers share (the Home "
+        "Assistant add-on's Mosquitto service): a password without TLS is sent without a "
+        "warning; set by the add-on, not by hand",
+    )
     tls: bool = setting(False, "connect over TLS (brokers usually listen on 8883 for it)")
     cafile: str = setting(
         "", "CA certificates (PEM) the broker's certificate must chain to; empty = the system's"
@@ -409,6 +430,12 @@ class HomeAssistantSettings:
     )
     node_id: str = setting(
         "", "node in discovery topics; empty = device_id made safe", check.node_id
+    )
+    configuration_url: str = setting(
+        "",
+        "the devices' Visit link in Home Assistant; empty = the documentation (the add-on sets "
+        "its own page, homeassistant://hassio/addon/<slug>)",
+        check.configuration_url,
     )
 
 

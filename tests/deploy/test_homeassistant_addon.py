@@ -2,9 +2,12 @@
 config it cannot validate makes the add-on vanish from the store without an error in the UI),
 and run.sh's mapping of the options gives a config.toml the daemon itself accepts.
 
-The rules are those of the Supervisor's add-on schema (supervisor/addons/validate.py and
-options.py): required name, version, slug, description, arch; option types it understands;
-``services`` as ``mqtt|mysql:provide|want|need``; ports as ``NUMBER/tcp|udp``."""
+The rules are those of the Supervisor's add-on schema (home-assistant/supervisor 2026.08,
+supervisor/apps/validate.py, options.py and supervisor/validate.py): required name, version,
+slug, description, arch (amd64 and aarch64; the others deprecated); option types it understands;
+``services`` as ``mqtt|mysql:provide|want|need``; ports as ``NUMBER/tcp|udp`` mapped to a host
+port or null; ``map`` entries as ``{type, read_only, path}``. tests/deploy/test_addon_repository.py
+checks the repository around it."""
 
 from __future__ import annotations
 
@@ -20,15 +23,26 @@ import yaml
 
 from monitor.relay.process import load_relay_config
 from monitor.settings.config import load_config
+from monitor.settings.sections import TRACKER_THRESHOLDS
 from tests.deploy.promql import DEPLOY
 
 ADDON = DEPLOY / "homeassistant-addon" / "voxmeter"
-ARCHES = {"amd64", "aarch64", "armhf", "armv7", "i386"}
+ARCHES = {"amd64", "aarch64"}  # ARCH_ALL (armhf, armv7, i386: ARCH_DEPRECATED, warned about)
 SLUG = re.compile(r"[-_.A-Za-z0-9]+")
 SERVICE = re.compile(r"(mqtt|mysql):(provide|want|need)")
 PORT = re.compile(r"\d+(/(tcp|udp))?")
-IMAGE = re.compile(r"([a-zA-Z\-.:\d{}]+/)*?([\-\w{}]+)/([\-\w{}]+)")  # {arch} allowed
-VOLUME = re.compile(r"(data|config|ssl|addons|backup|share|media|homeassistant_config)(:(rw|ro))?")
+MAPPING_TYPES = {
+    "data",
+    "config",
+    "ssl",
+    "local_apps",
+    "backup",
+    "share",
+    "media",
+    "homeassistant_config",
+    "all_app_configs",
+    "app_config",
+}  # fmt: skip  (apps/const.py MappingType, less the legacy addon* names)
 BOUNDS = r"(\((-?[\d.]+)?,(-?[\d.]+)?\))?"
 ELEMENT = re.compile(
     rf"(bool|email|url|port|str{BOUNDS}|password{BOUNDS}|int{BOUNDS}|float{BOUNDS}"
@@ -72,10 +86,13 @@ def test_config_yaml_has_what_the_supervisor_requires(config: dict[str, Any]) ->
     assert all(SERVICE.fullmatch(s) for s in config["services"])
     assert any(s.startswith("mqtt:") for s in config["services"])
     assert all(PORT.fullmatch(p) for p in config["ports"])
-    assert all(v is None or isinstance(v, int) for v in config["ports"].values())
+    # nothing published on the host unless the user sets a port (HA uses the internal network)
+    assert all(v is None for v in config["ports"].values())
     assert set(config["ports_description"]) == set(config["ports"])
-    assert IMAGE.fullmatch(config["image"]) and "{arch}" in config["image"]
-    assert all(VOLUME.fullmatch(m) for m in config["map"])
+    assert "image" not in config  # built on the user's machine (test_addon_repository.py)
+    for mapping in config["map"]:
+        assert set(mapping) <= {"type", "read_only", "path"} and mapping["type"] in MAPPING_TYPES
+        assert isinstance(mapping.get("read_only", True), bool)
     options, schema = config["options"], config["schema"]
     assert isinstance(options, dict) and isinstance(schema, dict)
     for key, element in schema.items():
@@ -86,8 +103,40 @@ def test_config_yaml_has_what_the_supervisor_requires(config: dict[str, Any]) ->
             assert accepts(element, options[key]), (key, element, options[key])
     assert set(options) <= set(schema)
     assert str(config["version"]) == _project_version()
-    builds = yaml.safe_load((ADDON / "build.yaml").read_text())["build_from"]
-    assert set(builds) == set(config["arch"])
+
+
+def map_options(tmp_path: Path, options: dict[str, Any], *args: str) -> Any:
+    """options_to_config.py as run.sh runs it, then the daemon's own loading of its output."""
+    (tmp_path / "options.json").write_text(json.dumps(options))
+    result = subprocess.run(
+        [sys.executable, str(ADDON / "options_to_config.py"), "options.json", "config.toml", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    return load_config(tmp_path / "config.toml", [])
+
+
+def test_the_addon_options_reach_the_daemon(config: dict[str, Any], tmp_path: Path) -> None:
+    """The embedding backend a database was enrolled with, the budget's time zone, this add-on's
+    page as the Visit link, and metrics only on a port the user published."""
+    options = {**config["options"], "embedding": "ecapa-int8", "timezone": "Europe/Paris"}
+    loaded = map_options(
+        tmp_path, options, "--addon-slug", "5c53de3b_voxmeter", "--metrics-host-port", "39217"
+    )
+    assert loaded.features.embedding == "ecapa-int8"
+    assert loaded.budget.timezone == "Europe/Paris"
+    assert loaded.homeassistant.configuration_url == (
+        "homeassistant://hassio/addon/5c53de3b_voxmeter"
+    )
+    assert (loaded.prometheus.enabled, loaded.prometheus.host) == (True, "0.0.0.0")
+    for unpublished in ("", "null"):
+        loaded = map_options(tmp_path, config["options"], "--metrics-host-port", unpublished)
+        assert not loaded.prometheus.enabled
+    assert f"embedding: list({'|'.join(sorted(TRACKER_THRESHOLDS))})" == (
+        "embedding: list(" + "|".join(sorted(config["schema"]["embedding"][5:-1].split("|"))) + ")"
+    )  # every backend the daemon knows, and no other
 
 
 def test_run_script_is_valid_shell() -> None:
@@ -135,8 +184,14 @@ def test_options_become_a_config_the_daemon_accepts(
             "addons",
             'p"w\\1',
         )
-        # the Mosquitto add-on without TLS: on the Supervisor's network, accepted explicitly
-        assert (loaded.mqtt.tls, loaded.mqtt.allow_plaintext_password) == (False, True)
+        # the Mosquitto add-on without TLS, on the Supervisor's internal network: accepted
+        # without the plain-text warning (the user configured no broker)
+        assert (loaded.mqtt.tls, loaded.mqtt.internal_network) == (False, True)
+        assert not loaded.mqtt.allow_plaintext_password
+    # the defaults: the embedding option, HA's zone (TZ), no metrics, the documentation link
+    assert loaded.features.embedding == config["options"]["embedding"] == "campplus-int8"
+    assert (loaded.budget.timezone, loaded.prometheus.enabled) == ("", False)
+    assert loaded.homeassistant.configuration_url == ""
     assert (tmp_path / "config.toml").stat().st_mode & 0o077 == 0  # it holds a password
 
 

@@ -211,6 +211,13 @@ def test_a_clear_text_password_to_another_host_needs_an_opt_in(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "clear text" in warnings[0] and "192.0.2.7" in warnings[0]
     assert "hunter2" not in caplog.text
+    # the add-on's broker, on the Supervisor's internal network: accepted, nothing to warn
+    # about (the user configured no broker)
+    caplog.clear()
+    internal = load_config(None, [*remote, "mqtt.internal_network=true"])
+    with open_store(tmp_path / "x.db") as store, caplog.at_level(logging.WARNING):
+        MqttExporter(internal.mqtt, store=store, device_id=DEVICE)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_tls_files_need_tls() -> None:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.ledger.budget import BudgetMachine, period_start
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from monitor.errors import ConfigError
+from monitor.ledger.budget import BudgetMachine, next_period_start, period_start
+from monitor.settings.config import load_config
 from monitor.settings.sections import BudgetSettings
 
 
@@ -96,3 +101,40 @@ def test_period_start_is_aligned_to_the_epoch() -> None:
     assert period_start(day * 10, day) == day * 10
     assert period_start(day * 10 - 0.001, day) == day * 9
     assert period_start(3600 * 5 + 1, 3600.0) == 3600 * 5
+
+
+def test_a_daily_period_starts_at_local_midnight_all_year() -> None:
+    """In Paris a day's budget restarts at 00:00 Paris time (23:00 or 22:00 UTC), also on the
+    days the clocks change, when the period is 23 or 25 hours long."""
+    paris, day = ZoneInfo("Europe/Paris"), 86400.0
+
+    def at(text: str) -> float:
+        return datetime.fromisoformat(text).replace(tzinfo=paris).timestamp()
+
+    for moment, midnight in (
+        ("2026-01-15 00:30", "2026-01-15 00:00"),
+        ("2026-01-14 23:59", "2026-01-14 00:00"),
+        ("2026-07-15 12:00", "2026-07-15 00:00"),
+        ("2026-03-29 12:00", "2026-03-29 00:00"),  # clocks go forward at 02:00
+        ("2026-10-25 23:30", "2026-10-25 00:00"),  # clocks go back at 03:00
+    ):
+        assert period_start(at(moment), day, paris) == at(midnight), moment
+    assert next_period_start(at("2026-03-29 00:00"), day, paris) == at("2026-03-30 00:00")
+    assert at("2026-03-30 00:00") - at("2026-03-29 00:00") == 23 * 3600
+    assert next_period_start(at("2026-10-25 00:00"), day, paris) == at("2026-10-26 00:00")
+    assert at("2026-10-26 00:00") - at("2026-10-25 00:00") == 25 * 3600
+    # hourly periods stay on the hour, and UTC keeps the epoch multiples
+    assert period_start(at("2026-07-15 12:40"), 3600.0, paris) == at("2026-07-15 12:00")
+    assert period_start(day * 10 + 5.0, day) == day * 10
+
+
+def test_the_budget_time_zone_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """budget.timezone names the zone; empty, TZ does (what the Supervisor sets in an add-on);
+    a name the tz database lacks is one config error naming the key."""
+    named = load_config(None, ['budget.timezone="America/New_York"'])
+    assert named.budget.zone == ZoneInfo("America/New_York")
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    assert load_config(None, []).budget.zone == ZoneInfo("Asia/Tokyo")
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, ['budget.timezone="Mars/Olympus"'])
+    assert raised.value.key == "budget.timezone"

@@ -5,7 +5,8 @@ Standard library only (it runs before anything else is known to work). Every val
 a TOML literal the daemon's own loader then checks again, so a bad option is one line at start.
 
 Usage: options_to_config.py OPTIONS_JSON CONFIG_TOML [--mqtt-host H --mqtt-port P
-       --mqtt-username U --mqtt-password W]
+       --mqtt-username U --mqtt-password W --mqtt-ssl true|false] [--addon-slug SLUG]
+       [--metrics-host-port PORT]
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 PROXY_PORT = 10555  # config.yaml's ports: the container side of the Wyoming proxy
 RELAY_SOCKET = "/run/voxmeter/relay.sock"  # run.sh's relay ↔ measuring process channel
+METRICS_PORT = 39217  # config.yaml's ports: the container side of /metrics
 
 
 def toml_value(value: Any) -> str:
@@ -30,9 +32,17 @@ def toml_value(value: Any) -> str:
 
 
 def config_sections(
-    options: dict[str, Any], mqtt: dict[str, Any] | None
+    options: dict[str, Any],
+    mqtt: dict[str, Any] | None,
+    *,
+    addon_slug: str = "",
+    metrics_published: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """config.toml's sections and keys for these options (see config.toml for each key)."""
+    """config.toml's sections and keys for these options (see config.toml for each key).
+
+    Metrics are served only when the user published their port in the Network tab (listening
+    on every interface, which the daemon then warns about, as the user chose it); the devices'
+    Visit link opens this add-on's page in Home Assistant."""
     upstream = options["upstream"]
     sections: dict[str, dict[str, Any]] = {
         "daemon": {
@@ -45,13 +55,20 @@ def config_sections(
         "budget": {
             "bits": float(options["budget_bits"]),
             "period_seconds": float(options["period_hours"]) * 3600.0,
+            # empty: the TZ the Supervisor sets in every add-on, Home Assistant's time zone
+            "timezone": options.get("timezone", ""),
         },
+        "features": {"embedding": options.get("embedding", "campplus-int8")},
         "protect": {"mode": options.get("protection", "off")},
         "logging": {"level": options["log_level"]},
-        "prometheus": {"enabled": True, "host": "0.0.0.0", "port": 39217},
+        "prometheus": {"enabled": metrics_published, "host": "0.0.0.0", "port": METRICS_PORT},
         "mqtt": {"enabled": mqtt is not None},
         "homeassistant": {"discovery": bool(options["mqtt_discovery"]) and mqtt is not None},
     }
+    if addon_slug:
+        sections["homeassistant"]["configuration_url"] = (
+            f"homeassistant://hassio/addon/{addon_slug}"
+        )
     if mqtt is not None:
         sections["mqtt"].update(mqtt)
     return sections
@@ -74,6 +91,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mqtt-username", default="")
     parser.add_argument("--mqtt-password", default="")
     parser.add_argument("--mqtt-ssl", default="false")
+    parser.add_argument("--addon-slug", default="", help="this add-on's slug (its page in HA)")
+    parser.add_argument(
+        "--metrics-host-port", default="", help="host port the user set for /metrics, if any"
+    )
     args = parser.parse_args(argv)
     options = json.loads(args.options.read_text())
     mqtt = None
@@ -83,12 +104,16 @@ def main(argv: list[str]) -> int:
             "port": args.mqtt_port or 1883,
             "username": args.mqtt_username,
             "password": args.mqtt_password,
-            # The Mosquitto add-on is reached on the Supervisor's own network; without TLS its
-            # password crosses only that (the daemon still warns about it at start).
+            # The Mosquitto add-on is reached on the Supervisor's internal network; without TLS
+            # its password crosses only that, which the user did not choose: no warning.
             "tls": args.mqtt_ssl == "true",
-            "allow_plaintext_password": args.mqtt_ssl != "true",
+            "internal_network": True,
         }
-    args.config.write_text(render(config_sections(options, mqtt)))
+    published = args.metrics_host_port.strip() not in ("", "null", "0")
+    sections = config_sections(
+        options, mqtt, addon_slug=args.addon_slug, metrics_published=published
+    )
+    args.config.write_text(render(sections))
     args.config.chmod(0o600)  # it may hold the broker's password
     return 0
 
