@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from datetime import datetime
 from zoneinfo import ZoneInfo
+
+import pytest
 
 from monitor.errors import ConfigError
 from monitor.ledger.budget import BudgetMachine, next_period_start, period_start
