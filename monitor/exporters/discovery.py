@@ -4,7 +4,9 @@ Home Assistant creates an entity for every retained JSON config on
 ``<discovery_prefix>/<component>/<node_id>/<object_id>/config``. The configs here describe:
 
 - the daemon, one device: *Online* (connectivity, the status topic and its last will; not a
-  diagnostic, so "Disconnected" shows on a dashboard), *Speech heard this period* (a duration),
+  diagnostic, so "Disconnected" shows on a dashboard), *Problem* (on while the measuring
+  process refuses to start for a reason the user must fix, the fix as its attribute),
+  *Speech heard this period* (a duration),
   and, as diagnostics, *Reference voices* (N) and *Reference set too small* (a problem while
   one window of speech reaches the ceiling log2 N);
 - each named source (a room: ``kitchen=wyoming-proxy://…``), a device of its own in that area,
@@ -200,10 +202,28 @@ class Discovery:
         }
         return [
             Entity("binary_sensor", "online", status),
+            Entity("binary_sensor", "problem", self._problem()),
             Entity("sensor", "speech_seconds", self._speech("speech_seconds", state)),
             Entity("sensor", "templates", templates),
             Entity("binary_sensor", "reference_set", too_small),
         ]
+
+    def _problem(self) -> dict[str, Any]:
+        """On while the measuring process refuses to start for a reason the user must fix
+        (monitor.exporters.problem puts the log's line in the status); its *What to do*
+        attribute is that line. Shown while offline: that is when it matters."""
+        problem = {
+            **self._common("problem", "Problem"),
+            "state_topic": self.topics.status,
+            "value_template": "{{ 'ON' if value_json.problem is defined else 'OFF' }}",
+            "device_class": "problem",
+            "json_attributes_topic": self.topics.status,
+            "json_attributes_template": (
+                "{{ {'What to do': value_json.problem | default('nothing')} | tojson }}"
+            ),
+        }
+        del problem["availability"]
+        return problem
 
     def _speech(self, object_id: str, state_topic: str) -> dict[str, Any]:
         """Speech scored this budget period, a duration in minutes (Home Assistant converts

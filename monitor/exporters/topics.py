@@ -31,7 +31,8 @@ TOPICS: dict[str, TopicDecl] = {
         direction="publish",
         exporter="mqtt",
         payload='JSON {"state": "online"|"offline", "version", "started"}; the broker\'s last '
-        "will publishes offline when the daemon vanishes",
+        "will publishes offline when the daemon vanishes; a start the user must fix publishes "
+        'offline with "problem" (the log\'s line: the Problem entity)',
     ),
     "alerts": TopicDecl(
         "{prefix}/alerts",

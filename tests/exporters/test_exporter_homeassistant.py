@@ -132,6 +132,10 @@ def check_config(topic: str, config: dict[str, Any]) -> None:
         assert (config["payload_on"], config["payload_off"]) == ("online", "offline")
         assert config["state_topic"] == TOPICS.status and "availability" not in config
         return
+    if object_id == "problem":  # shown while offline: a start the user must fix
+        assert component == "binary_sensor" and config["device_class"] == "problem"
+        assert config["state_topic"] == TOPICS.status and "availability" not in config
+        return
     (availability,) = config["availability"]
     assert availability["topic"] == TOPICS.status
     assert availability["payload_available"] == "online"
@@ -195,8 +199,8 @@ def test_entities_carry_the_figures_and_vanish_with_their_speaker(
                 await handle(pair, scored("member-a", combined_bits=4.2, state="warning"))
                 await handle(pair, scored("member.b", index=1, combined_bits=1.5))
                 await handle(pair, scored("unknown-3", unknown=True, combined_bits=5.6))
-                # 4 device entities + 5 for each of the two members and unknown-3
-                await sub.wait(lambda: len(configs(sub)) == 19)
+                # 5 device entities + 5 for each of the two members and unknown-3
+                await sub.wait(lambda: len(configs(sub)) == 20)
                 await sub.wait(lambda: retained(sub, TOPICS.speaker_state("unknown-3")) is not None)
                 await sub.wait(
                     lambda: (
@@ -207,7 +211,7 @@ def test_entities_carry_the_figures_and_vanish_with_their_speaker(
 
                 found = configs(sub)
                 ids = [c["unique_id"] for c in found.values() if c]
-                assert len(set(ids)) == len(ids) == 19
+                assert len(set(ids)) == len(ids) == 20
                 shown: dict[str, str] = {}
                 for topic, config in found.items():
                     assert config is not None
@@ -221,6 +225,7 @@ def test_entities_carry_the_figures_and_vanish_with_their_speaker(
                         assert attributes["Speech heard"].endswith(" s")
                 assert shown == {
                     "online": "online",
+                    "problem": "OFF",  # a clean start's status names no problem
                     "templates": str(N_TEMPLATES),
                     "reference_set": "OFF",  # no window reached log2 250
                     "speech_seconds": "0.15",  # three windows of 3 s of speech, in minutes
@@ -270,6 +275,7 @@ def test_entities_carry_the_figures_and_vanish_with_their_speaker(
                     [
                         *(f"member-a_{suffix}" for suffix in SPEAKER_ENTITIES),
                         "online",
+                        "problem",
                         "reference_set",
                         "speech_seconds",
                         "templates",
@@ -298,7 +304,7 @@ def test_odd_aliases_survive_a_broker_restart_and_are_rediscovered(
         store.add_local_profile(
             member, f"id-{member}", Observation("embedding", vector / np.linalg.norm(vector), 30.0)
         )
-    wanted = 4 + len(SPEAKER_ENTITIES) * len(ODD_MEMBERS)
+    wanted = 5 + len(SPEAKER_ENTITIES) * len(ODD_MEMBERS)
 
     async def scenario() -> None:
         async with exporters(mosquitto, store) as pair:
