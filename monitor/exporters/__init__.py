@@ -57,6 +57,7 @@ def build_exporters(
                 device_id=device_id,
                 on_connection=prometheus.set_mqtt_connected if prometheus else None,
                 clear_expired=not config.homeassistant.discovery,
+                zone=config.budget.zone,
             )
         )
     if config.mqtt.enabled and config.homeassistant.discovery:

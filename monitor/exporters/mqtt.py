@@ -38,7 +38,7 @@ import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any, Protocol
 
 import aiomqtt
@@ -67,6 +67,7 @@ from monitor.exporters.topics import TOPICS
 from monitor.exporters.words import BUDGET_WORDS, budget_share, one_in, speaker_words
 from monitor.settings.config import is_loopback
 from monitor.settings.sections import MqttSettings
+from monitor.settings.zones import zone_name
 from monitor.store.ledger import WindowRecord
 from monitor.store.outbox import OutboxMessage
 
@@ -143,7 +144,11 @@ def iso_utc(unix: float) -> str:
 
 
 def speaker_state_payload(
-    figures: Figures, *, updated_unix: float, highest_bits: float | None = None
+    figures: Figures,
+    *,
+    updated_unix: float,
+    highest_bits: float | None = None,
+    zone: tzinfo = UTC,
 ) -> dict[str, Any]:
     """The retained state of one speaker after a window: the record's ``to_json()`` as
     ``figures``, the flat keys dashboards and Home Assistant read (renamings of that JSON:
@@ -184,6 +189,10 @@ def speaker_state_payload(
     payload["budget_share"] = budget_share(bits, payload["budget"])
     payload["budget_state"] = BUDGET_WORDS.get(payload["state"], payload["state"])
     payload["words"] = speaker_words(payload, highest)
+    # in words, the period's start on the budget's wall clock, naming the zone (a household
+    # reads "since 00:00 Europe/Paris", not a UTC timestamp)
+    start = datetime.fromtimestamp(data["period_start_unix"], zone)
+    payload["words"]["Period started"] = f"{start:%Y-%m-%d %H:%M} ({zone_name(zone)})"
     return payload
 
 
@@ -207,8 +216,10 @@ class MqttExporter:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        zone: tzinfo = UTC,
     ) -> None:
         self.settings = settings
+        self._zone = zone  # budget.zone: the words say when the period started on its clock
         self._tls = tls_context(settings)
         if (
             settings.password
@@ -256,14 +267,19 @@ class MqttExporter:
                 figures = event.figures
                 highest = self._highest_before(figures.track, figures.period_start_unix)
                 self._set_state(
-                    speaker_state_payload(figures, updated_unix=self._clock(), highest_bits=highest)
+                    speaker_state_payload(
+                        figures, updated_unix=self._clock(), highest_bits=highest, zone=self._zone
+                    )
                 )
             case TrackRestored():  # a restart: figures of its last window, as they were
                 figures = event.figures
                 highest = self._highest_in_ledger(figures.track, figures.period_start_unix)
                 self._set_state(
                     speaker_state_payload(
-                        figures, updated_unix=figures.window_end_unix, highest_bits=highest
+                        figures,
+                        updated_unix=figures.window_end_unix,
+                        highest_bits=highest,
+                        zone=self._zone,
                     )
                 )
             case StateChanged():

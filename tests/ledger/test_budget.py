@@ -138,3 +138,16 @@ def test_the_budget_time_zone_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(ConfigError) as raised:
         load_config(None, ['budget.timezone="Mars/Olympus"'])
     assert raised.value.key == "budget.timezone"
+
+
+def test_the_entities_say_when_the_period_started_on_the_budget_clock() -> None:
+    """The speaker's *Period started* attribute: the budget zone's wall clock, zone named."""
+    from monitor.exporters.mqtt import speaker_state_payload
+    from tests.exporters.exporter_events import scored
+
+    figures = scored("alice").figures  # its period started at 1.8e9 s: 2027-01-15 08:00 UTC
+    words = speaker_state_payload(figures, updated_unix=1.8e9, zone=ZoneInfo("Europe/Paris"))
+    assert words["words"]["Period started"] == "2027-01-15 09:00 (Europe/Paris)"
+    assert speaker_state_payload(figures, updated_unix=1.8e9)["period_start"].startswith(
+        "2027-01-15T08:00:00"
+    )  # the machine-readable field stays UTC
