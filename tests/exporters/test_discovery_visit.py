@@ -4,6 +4,9 @@ documentation otherwise, whether or not Prometheus serves metrics."""
 
 from __future__ import annotations
 
+import pytest
+
+from monitor.errors import ConfigError
 from monitor.exporters.discovery import DOCUMENTATION_URL, Discovery
 from monitor.exporters.mqtt import topics_for
 from monitor.settings.config import load_config
@@ -30,3 +33,9 @@ def test_the_visit_link_is_the_documentation_by_default() -> None:
 def test_under_the_addon_the_visit_link_opens_its_page() -> None:
     page = "homeassistant://hassio/addon/5c53de3b_voxmeter"
     assert visit_links(f'homeassistant.configuration_url="{page}"') == {page}
+
+
+def test_a_link_home_assistant_cannot_open_is_one_config_error() -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, ['homeassistant.configuration_url="ftp://x"'])
+    assert raised.value.key == "homeassistant.configuration_url"
