@@ -11,6 +11,7 @@ from functools import cached_property
 
 from monitor.settings import checks as check
 from monitor.settings.checks import setting
+from monitor.settings.zones import budget_zone
 from monitor.vocabulary import FigureKey
 
 
@@ -326,22 +327,19 @@ class BudgetSettings:
     measure: str = setting("combined.lid", "figure compared with the budget", check.measure)
     period_seconds: float = setting(
         86400.0,
-        "budget period; periods start at multiples of it since the Unix epoch on the wall clock "
-        "of budget.timezone (a day: at local midnight)",
+        "budget period, at multiples of it on budget.timezone's clock (a day: local midnight)",
         check.positive,
     )
     timezone: str = setting(
         "",
-        "IANA time zone (Europe/Paris) whose midnight starts a daily period; empty = the "
-        "system's (TZ, else /etc/localtime; the Home Assistant add-on: Home Assistant's zone)",
+        "IANA zone (Europe/Paris) whose midnight starts a day's period; empty = the system's "
+        "(TZ, else /etc/localtime; under the add-on, Home Assistant's)",
         check.timezone,
     )
 
     @cached_property
     def zone(self) -> tzinfo:
         """:attr:`timezone` as a DST-aware zone (the system's when empty)."""
-        from monitor.settings.zones import budget_zone
-
         return budget_zone(self.timezone)
 
     @cached_property
@@ -401,9 +399,8 @@ class MqttSettings:
     )
     internal_network: bool = setting(
         False,
-        "the broker is reached on a network only this host's containers share (the Home "
-        "Assistant add-on's Mosquitto service): a password without TLS is sent without a "
-        "warning; set by the add-on, not by hand",
+        "the broker is on a network only this host's containers share (the add-on's Mosquitto): "
+        "a password goes without TLS and without a warning; set by the add-on, not by hand",
     )
     tls: bool = setting(False, "connect over TLS (brokers usually listen on 8883 for it)")
     cafile: str = setting(
@@ -433,8 +430,8 @@ class HomeAssistantSettings:
     )
     configuration_url: str = setting(
         "",
-        "the devices' Visit link in Home Assistant; empty = the documentation (the add-on sets "
-        "its own page, homeassistant://hassio/addon/<slug>)",
+        "the devices' Visit link; empty = the documentation (the add-on: its own page, "
+        "homeassistant://hassio/addon/<slug>)",
         check.configuration_url,
     )
 
