@@ -67,7 +67,7 @@ OP_TYPES = ["Conv"]
 normalisations as well lost accuracy for no speed (measured when the ranges were fitted)."""
 REDUCE_RANGE = True
 RANGES_KEY = "voxmeter_int8_ranges_sha256"
-"""Metadata of a built graph: the sha256 of the ranges file it came from (stale -> rebuilt)."""
+"""Metadata of a built graph: the sha256 of the ranges it came from (stale -> rebuilt)."""
 
 
 PROBE_F0_HZ = (98.0, 150.0, 230.0)
@@ -96,8 +96,15 @@ def ranges_text(backend: str) -> str:
     return ranges_path(backend).read_text(encoding="utf-8")
 
 
+def _ranges_digest(document: dict[str, Any]) -> str:
+    """sha256 of what a graph is built from (the quantised op types, the weights' range and
+    the activation ranges), not of the whole file: re-recording the probe rebuilds nothing."""
+    built_from = {k: document.get(k) for k in ("op_types", "reduce_range", "tensors")}
+    return hashlib.sha256(json.dumps(built_from, sort_keys=True).encode()).hexdigest()
+
+
 def ranges_digest(backend: str) -> str:
-    return hashlib.sha256(ranges_text(backend).encode()).hexdigest()
+    return _ranges_digest(json.loads(ranges_text(backend)))
 
 
 def load_ranges(backend: str, path: Path | None = None, *, probe: bool = True) -> dict[str, Any]:
@@ -316,7 +323,7 @@ def build(backend: str, folder: Path, ranges: Path | None = None) -> Path:
     import onnx
 
     document = load_ranges(backend, ranges)
-    digest = hashlib.sha256((ranges or ranges_path(backend)).read_bytes()).hexdigest()
+    digest = _ranges_digest(document)
     name = INT8_GRAPHS[backend][1]
     source = graph_path(INT8_GRAPHS[backend][0], folder).resolve()
     with (
