@@ -18,16 +18,22 @@ The model (one :class:`PopulationModel` per feature and calibration bucket)
 The figures for one window (:func:`population_figures`), with the subject's z_i = (s_i − μ)/σ
     - SRD and rank-1 (Grother & Phillips): the subject's relative rank is x = P(Z > z_i); its
       rank among N_pop is 1 + Binomial(N_pop − 1, x), P(rank 1) = (1 − x)^(N_pop − 1), and SRD
-      is E[log2(N_pop·γ_rank)] under the calibrated beta-binomial γ (α, β of the bucket).
+      is log2(N_pop·E[γ_rank]) under the calibrated beta-binomial γ (α, β of the bucket).
     - LID (paper 003's softmax over N_pop identities): the row z-norm of N_pop scores and the
       softmax denominator over N_pop − 1 impostors, Σ e^(w·z_j), taken as its typical value:
       (N_pop − 1) times the mean of e^(w·z) below the 1/(N_pop − 1) quantile (the sum's bulk),
       plus, with the probability that one occurs, one impostor from beyond it (the sum's
-      largest term). Nothing loops over N_pop: the cost is O(N + K) per window, K grid points.
-    - Beyond the reference: when z_i lies above the validated range, the subject's score is
-      stronger than anything the reference population can compare it with. The figures are
-      then computed at the edge of that range — a lower bound, "at least X bits" — and
-      ``beyond_reference`` is set; ``*_estimate_bits`` keep the model's extrapolation.
+      largest term). Past the sample's size the bulk is (N_pop − 1) times the sample's mean,
+      so the LR e^(w·z_i)/mean is calibrated on the reference (E[LR | impostor] = 1, paper
+      001) and LID tends to log2 LR: P(true) ≈ LR/(LR + N_pop − 1). Nothing loops over N_pop:
+      the cost is O(N + K) per window, K grid points.
+    - Beyond the reference: the sample vouches for survivals down to ``validated_survival``,
+      i.e. for populations up to ``validated_population``. A subject above ``validated_z``
+      in a larger population is stronger than anything the reference can compare it with:
+      the figures then show what the sample does vouch for — the subject among the top
+      share p_valid, log2 N − log2(1 + (N − 1)·p_valid) bits of LID (SRD at x = p_valid) —
+      a lower bound, "at least X bits", with ``beyond_reference`` set; ``*_estimate_bits``
+      keep the model's extrapolation.
 
 Public API (pure math, no I/O; arrays in, frozen dataclasses out)
     fit_population_model(scores (T, N), truth (T,), *, seconds) -> PopulationModel
@@ -44,8 +50,8 @@ Public API (pure math, no I/O; arrays in, frozen dataclasses out)
         ``srd_bits`` (the figures; lower bounds where ``beyond_reference``),
         ``lid_estimate_bits``, ``srd_estimate_bits``, ``rank1_probability``,
         ``expected_rank``, ``subject_z``, ``beyond_reference``; scalars ``ceiling_bits``
-        = log2 N_pop and ``tail_decides`` (N_pop beyond what the sample's impostors cover,
-        so the LID denominator leans on the fitted tail). ``lid_weight`` / ``alpha`` /
+        = log2 N_pop and ``tail_decides`` (N_pop above ``validated_population``: claims about
+        impostors rarer than the sample holds rest on the model). ``lid_weight`` / ``alpha`` /
         ``beta`` are the calibration bucket's (``BucketCalibration``). The budget's figure
         is the one of its (feature, measure); ``combined`` takes the scorer's fused row.
 """
@@ -148,32 +154,26 @@ class PopulationModel:
 
         Returns ln of the bulk, n·E[e^(tZ); P(Z > z) ≥ 1/n] (a sum of many small terms
         concentrates), ln of the largest term (one impostor at the median of those beyond
-        that quantile), each (R,), and the probability that such a term occurs at all."""
+        that quantile), each (R,), and the probability that such a term occurs at all. Past
+        the sample's own size the bulk is n times the sample's mean and no term is apart (the
+        law of large numbers): the fitted tail never enters the denominator, which is what
+        keeps E[LR | impostor] = 1 on the reference sample (paper 001's framing)."""
         t = np.asarray(t, dtype=np.float64)
         n = float(impostors)
         q = 1.0 / n
-        s_hi = np.maximum(self.survival[:-1], q)
-        s_lo = np.maximum(self.survival[1:], q)
-        mass = s_hi - s_lo  # (K−1,) probability of each interval above survival q
-        kept = mass > 0
-        mid = 0.5 * (self.z[:-1] + self.z[1:])[kept]
-        bulk = np.logaddexp.reduce(t[:, None] * mid[None, :] + np.log(mass[kept])[None, :], axis=1)
-        if q < self.survival[-1]:
-            bulk = np.logaddexp(bulk, self._tail_integral(t, q))
+        p_last = float(self.survival[-1])
+        s_hi = np.maximum(self.survival, q)
+        s_lo = np.append(np.maximum(self.survival[1:], q), q if q > p_last else 0.0)
+        mass = s_hi - s_lo  # (K,) probability of each interval above survival q; the top
+        kept = mass > 0  # point carries the sample's last 1/n_sample
+        at = np.append(0.5 * (self.z[:-1] + self.z[1:]), self.z[-1])[kept]
+        bulk = np.logaddexp.reduce(t[:, None] * at[None, :] + np.log(mass[kept])[None, :], axis=1)
         bulk += math.log(n)
-        largest = t * float(self.quantile(np.array([0.5 * q]))[0])
+        if q <= p_last:
+            return bulk, np.full(t.shape, -np.inf), 0.0
+        largest = t * float(self.quantile(np.array([max(0.5 * q, p_last)]))[0])
         p_any = -math.expm1(n * math.log1p(-q)) if q < 1 else 1.0
         return bulk, largest, p_any
-
-    def _tail_integral(self, t: FloatArray, q: float) -> FloatArray:
-        """ln ∫ e^(tz) dF over the exponential tail from z[-1] to the quantile of survival q."""
-        lam, z0, p0 = self.tail_rate, float(self.z[-1]), float(self.survival[-1])
-        span = math.log(p0 / q) / lam
-        x = (t - lam) * span  # ∫_0^span λ e^((t−λ)y) dy = λ·span·(e^x − 1)/x
-        small = np.abs(x) < 1e-9
-        safe = np.where(small, 1.0, x)
-        log_ratio = np.where(small, 0.0, _log_abs_expm1(safe) - np.log(np.abs(safe)))
-        return np.asarray(math.log(p0 * lam * span) + t * z0 + log_ratio, dtype=np.float64)
 
     def to_arrays(self, prefix: str = "") -> dict[str, FloatArray]:
         """The model as named arrays (``prefix`` + name) for ``np.savez``; see from_arrays."""
@@ -207,14 +207,6 @@ class PopulationModel:
             )
         except ValueError as error:
             raise ValueError(f"population model {prefix or 'arrays'}: {error}") from error
-
-
-def _log_abs_expm1(x: FloatArray) -> FloatArray:
-    """ln|e^x − 1| without overflow for large x (x ≠ 0)."""
-    positive = x > 0
-    xp = np.where(positive, x, 1.0)
-    xn = np.where(positive, -1.0, x)
-    return np.where(positive, xp + np.log1p(-np.exp(-xp)), np.log(-np.expm1(xn)))
 
 
 def fit_population_model(
@@ -301,8 +293,8 @@ class PopulationFigures:
     ``beyond_reference`` the figure at the edge of the validated range, a lower bound ("at
     least"). ``*_estimate_bits`` are the model's extrapolation everywhere. ``rank1_probability``
     and ``expected_rank`` are the subject's among the population; ``subject_z`` its score in
-    impostor deviations. ``tail_decides``: the LID denominator at this N_pop reaches beyond
-    the impostors the reference sample holds (the fitted tail decides part of it).
+    impostor deviations. ``tail_decides``: N_pop is above the population the reference
+    sample validates, so a window's figure may rest on impostors rarer than it holds.
     """
 
     population: float
@@ -318,8 +310,11 @@ class PopulationFigures:
     tail_decides: bool
 
 
-def _rows(scores: npt.ArrayLike, subject: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
-    """Subject score d above the impostor mean and the impostors' σ, (R,) each; checks input."""
+def _rows(
+    scores: npt.ArrayLike, subject: npt.ArrayLike
+) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """Subject score d above the impostor mean, the impostors' σ and rows whose impostors all
+    score the same (they carry no evidence: d = 0, σ = 1), (R,) each; checks the input."""
     S = np.asarray(scores, dtype=np.float64)
     S = S[None, :] if S.ndim == 1 else S
     if S.ndim != 2 or S.shape[1] < MIN_IMPOSTORS + 1:
@@ -335,7 +330,7 @@ def _rows(scores: npt.ArrayLike, subject: npt.ArrayLike) -> tuple[FloatArray, Fl
     mu, sigma = _impostor_moments(S, impostor, np.full(R, N - 1))
     d = S[np.arange(R), i] - mu
     flat = sigma <= 1e-12 * np.maximum(np.abs(mu), 1.0)
-    return np.where(flat, 0.0, d), np.where(flat, 1.0, sigma)  # a flat row: no evidence
+    return np.where(flat, 0.0, d), np.where(flat, 1.0, sigma), flat
 
 
 def _lid(
@@ -354,7 +349,8 @@ def _lid(
 
 
 def _srd(x: FloatArray, N: float, alpha: float, beta: float) -> FloatArray:
-    """E[log2(N·γ_rank)], rank − 1 ~ Binomial(N − 1, x), γ the beta-binomial of (α, β)."""
+    """log2(N·E[γ_rank]), rank − 1 ~ Binomial(N − 1, x), γ the beta-binomial of (α, β): the
+    rank model's mass on the subject when its rank among N is uncertain."""
     n = N - 1.0
     lam = n * x
 
@@ -371,8 +367,10 @@ def _srd(x: FloatArray, N: float, alpha: float, beta: float) -> FloatArray:
     xs = np.clip(x, 1e-300, 1.0 - 1e-16)[:, None]
     log_w = log_comb[None, :] + k[None, :] * np.log(xs) + (n - k[None, :]) * np.log1p(-xs)
     weights = np.exp(log_w - np.logaddexp.reduce(log_w, axis=1, keepdims=True))
-    summed = weights @ bits(k)
-    return np.where(lam <= _POISSON_LIMIT, summed, point)
+    summed = np.logaddexp.reduce(
+        np.log(np.maximum(weights, 1e-300)) + bits(k)[None, :] * LN2, axis=1
+    )
+    return np.where(lam <= _POISSON_LIMIT, summed / LN2, point)
 
 
 def _figures(
@@ -412,19 +410,22 @@ def population_figures(
         raise ValueError(
             f"need a finite LID weight and α, β > 0; got {lid_weight}, {alpha}, {beta}"
         )
-    d, sigma = _rows(scores, subject)
+    d, sigma, flat = _rows(scores, subject)
     ab = (float(alpha), float(beta))
     lid, srd, rank1, rank = _figures(model, d, sigma, N, float(lid_weight), ab)
     z = d / sigma
-    edge = model.validated_z
-    beyond = z > edge
-    if beyond.any():
-        low_lid, low_srd, _, _ = _figures(
-            model, np.minimum(z, edge) * sigma, sigma, N, lid_weight, ab
+    beyond = (z > model.validated_z) & (model.validated_population < N)
+    # what the sample vouches for: the subject among the top share p_valid of N identities
+    p_valid = model.validated_survival
+    bound_lid = math.log2(N) - math.log2(1.0 + (N - 1.0) * p_valid)
+    bound_srd = _srd(np.array([p_valid]), N, *ab)[0]
+    shown_lid = np.where(beyond, np.minimum(lid, bound_lid), lid)
+    shown_srd = np.where(beyond, np.minimum(srd, bound_srd), srd)
+    if flat.any():  # no evidence: the uniform posterior, as the scorer gives a constant row
+        lid, srd, shown_lid, shown_srd = (
+            np.where(flat, 0.0, x) for x in (lid, srd, shown_lid, shown_srd)
         )
-        shown_lid, shown_srd = np.where(beyond, low_lid, lid), np.where(beyond, low_srd, srd)
-    else:
-        shown_lid, shown_srd = lid, srd
+        rank1, rank = np.where(flat, 1.0 / N, rank1), np.where(flat, (N + 1.0) / 2.0, rank)
     return PopulationFigures(
         population=N,
         ceiling_bits=math.log2(N),
