@@ -89,7 +89,14 @@ def predict(
     )
     fused = fused_rows(scored, columns, calibration)
     edges, w, alpha, beta = bucket_parameters(scored.seconds, calibration)
-    keys = ("lid_bits", "lid_estimate_bits", "srd_bits", "rank1_probability", "beyond_reference")
+    keys = (
+        "lid_bits",
+        "lid_at_least_bits",
+        "srd_bits",
+        "rank1_probability",
+        "ceiling_probability",
+        "beyond_reference",
+    )
     out = {k: np.zeros(scored.speaker.size) for k in keys}
     for edge in np.unique(edges):
         rows = np.flatnonzero(edges == edge)
@@ -150,15 +157,15 @@ def compare(
         "N": N,
         "draws": len(meas),
         "lid_median_abs_error_bits": float(np.median(np.abs(pred["lid_bits"] - typical))),
-        "lid_estimate_median_abs_error_bits": float(
-            np.median(np.abs(pred["lid_estimate_bits"] - typical))
+        "lid_at_least_median_abs_error_bits": float(
+            np.median(np.abs(pred["lid_at_least_bits"] - typical))
         ),
         "lid_mean_signed_error_bits": float(np.mean(pred["lid_bits"] - typical)),
         "srd_median_abs_error_bits": float(
             np.median(np.abs(pred["srd_bits"] - np.median(srd, axis=0)))
         ),
         "ceiling_share_measured": float(np.mean(lid >= ceiling)),
-        "ceiling_share_predicted": float(np.mean(pred["lid_bits"] >= ceiling)),
+        "ceiling_share_predicted": float(np.mean(pred["ceiling_probability"])),
         "rank1_measured": float(np.mean([m["rank1"] for m in meas])),
         "rank1_predicted": float(np.mean(pred["rank1_probability"])),
         "beyond_reference_share": float(np.mean(pred["beyond_reference"])),
@@ -213,8 +220,7 @@ def defaults(
     test = np.array([data.split[s] == "test" for s in data.speakers])
     windows = data.windows.take(test[data.windows.speaker])
     pred = predict(windows, found["train"], found["model"], calibration, DEFAULT_POPULATION)
-    ceiling = math.log2(DEFAULT_POPULATION) - MARGIN_BITS
-    share = float(np.mean(pred["lid_bits"] >= ceiling))
+    share = float(np.mean(pred["ceiling_probability"]))
     below = found["measured_250"] < math.log2(len(data.speakers)) - MARGIN_BITS
     rho = (
         float(spearmanr(pred["lid_bits"][below], found["measured_250"][below]).statistic)

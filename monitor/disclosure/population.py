@@ -32,8 +32,10 @@ The figures for one window (:func:`population_figures`), with the subject's z_i 
       in a larger population is stronger than anything the reference can compare it with:
       the figures then show what the sample does vouch for — the subject among the top
       share p_valid, log2 N − log2(1 + (N − 1)·p_valid) bits of LID (SRD at x = p_valid) —
-      a lower bound, "at least X bits", with ``beyond_reference`` set; ``*_estimate_bits``
-      keep the model's extrapolation.
+      a lower bound, "at least X bits" (``*_at_least_bits``), with ``beyond_reference`` set.
+      ``lid_bits``/``srd_bits`` stay the model's estimate everywhere: the figure that ranks
+      windows and that a budget compares (a budget must not be escaped because the reference
+      is small), shown beside what the reference vouches for.
 
 Public API (pure math, no I/O; arrays in, frozen dataclasses out)
     fit_population_model(scores (T, N), truth (T,), *, seconds) -> PopulationModel
@@ -47,8 +49,9 @@ Public API (pure math, no I/O; arrays in, frozen dataclasses out)
         shapes and finiteness (``ValueError`` naming the key).
     population_figures(scores (R, N) or (N,), subject (R,) or int, *, model, population,
         lid_weight, alpha, beta) -> PopulationFigures with (R,) arrays: ``lid_bits``,
-        ``srd_bits`` (the figures; lower bounds where ``beyond_reference``),
-        ``lid_estimate_bits``, ``srd_estimate_bits``, ``rank1_probability``,
+        ``srd_bits`` (the model's figures),
+        ``lid_at_least_bits``, ``srd_at_least_bits``, ``rank1_probability``,
+        ``ceiling_probability`` (within ``margin_bits``, default 0.05, of the ceiling),
         ``expected_rank``, ``subject_z``, ``beyond_reference``; scalars ``ceiling_bits``
         = log2 N_pop and ``tail_decides`` (N_pop above ``validated_population``: claims about
         impostors rarer than the sample holds rest on the model). ``lid_weight`` / ``alpha`` /
@@ -289,9 +292,11 @@ def _grid_model(
 class PopulationFigures:
     """Figures of R windows against a population of ``population`` identities (bits, (R,)).
 
-    ``lid_bits``/``srd_bits`` are what to show: the model's figure, or where
-    ``beyond_reference`` the figure at the edge of the validated range, a lower bound ("at
-    least"). ``*_estimate_bits`` are the model's extrapolation everywhere. ``rank1_probability``
+    ``lid_bits``/``srd_bits`` are the model's figures (what a budget compares);
+    ``*_at_least_bits`` what the reference vouches for: equal to them, except where
+    ``beyond_reference``, where they are the lower bound to state ("at least X bits").
+    ``ceiling_probability``: that LID is within ``margin_bits`` of the ceiling (its mean over
+    windows is the share at the ceiling). ``rank1_probability``
     and ``expected_rank`` are the subject's among the population; ``subject_z`` its score in
     impostor deviations. ``tail_decides``: N_pop is above the population the reference
     sample validates, so a window's figure may rest on impostors rarer than it holds.
@@ -301,9 +306,10 @@ class PopulationFigures:
     ceiling_bits: float
     lid_bits: FloatArray
     srd_bits: FloatArray
-    lid_estimate_bits: FloatArray
-    srd_estimate_bits: FloatArray
+    lid_at_least_bits: FloatArray
+    srd_at_least_bits: FloatArray
     rank1_probability: FloatArray
+    ceiling_probability: FloatArray
     expected_rank: FloatArray
     subject_z: FloatArray
     beyond_reference: npt.NDArray[np.bool_]
@@ -334,18 +340,27 @@ def _rows(
 
 
 def _lid(
-    model: PopulationModel, d: FloatArray, sigma: FloatArray, N: float, w: float
-) -> FloatArray:
-    """Typical log2(N·P(subject)) of the softmax over N identities, row z-norm included."""
+    model: PopulationModel, d: FloatArray, sigma: FloatArray, N: float, w: float, margin: float
+) -> tuple[FloatArray, FloatArray]:
+    """Typical log2(N·P(subject)) of the softmax over N identities, row z-norm included, and
+    the probability that the figure is within ``margin`` bits of log2 N: that the bulk leaves
+    room and no impostor of the N − 1 scores above the level that would take it away."""
     n = N - 1.0
     sd = np.sqrt(sigma**2 * n / N + d**2 * n / N**2)  # deviation of the N scores of the row
     a_subject = w * d * n / (N * sd)
     shift = w * d / (N * sd)  # impostor j: w·(σ·z_j − d/N)/sd = t·z_j − shift
-    bulk, largest, p_any = model.denominator(w * sigma / sd, n)
+    t = w * sigma / sd
+    bulk, largest, p_any = model.denominator(t, n)
     with_largest = np.logaddexp(bulk, largest)
     lone = np.logaddexp(0.0, bulk - shift - a_subject)
     joint = np.logaddexp(0.0, with_largest - shift - a_subject)
-    return np.asarray(math.log2(N) - ((1.0 - p_any) * lone + p_any * joint) / LN2)
+    lid = np.asarray(math.log2(N) - ((1.0 - p_any) * lone + p_any * joint) / LN2)
+    room = math.log(math.expm1(margin * LN2)) + a_subject + shift  # ln of the sum allowed
+    free = room > bulk
+    gap = np.where(free, room + np.log(-np.expm1(np.minimum(bulk - room, -1e-300))), 0.0)
+    level = gap / np.where(t > 0, t, 1.0)  # the z one impostor may not exceed
+    at_ceiling = np.exp(n * np.log1p(-np.minimum(model.survival_of(level), 1.0 - 1e-16)))
+    return lid, np.where(free, at_ceiling, 0.0)
 
 
 def _srd(x: FloatArray, N: float, alpha: float, beta: float) -> FloatArray:
@@ -380,12 +395,14 @@ def _figures(
     N: float,
     w: float,
     ab: tuple[float, float],
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """LID bits, SRD bits, P(rank 1) and expected rank for subject scores d, (R,) each."""
+    margin: float,
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """LID bits, P(LID at the ceiling), SRD bits, P(rank 1) and expected rank, (R,) each."""
     x = model.survival_of(d / sigma)
     n = N - 1.0
     rank1 = np.exp(n * np.log1p(-np.minimum(x, 1.0 - 1e-16)))
-    return _lid(model, d, sigma, N, w), _srd(x, N, *ab), rank1, 1.0 + n * x
+    lid, at_ceiling = _lid(model, d, sigma, N, w, margin)
+    return lid, at_ceiling, _srd(x, N, *ab), rank1, 1.0 + n * x
 
 
 def population_figures(
@@ -397,6 +414,7 @@ def population_figures(
     lid_weight: float,
     alpha: float,
     beta: float,
+    margin_bits: float = 0.05,
 ) -> PopulationFigures:
     """Figures of R windows against ``population`` identities (see the module doc).
 
@@ -410,9 +428,12 @@ def population_figures(
         raise ValueError(
             f"need a finite LID weight and α, β > 0; got {lid_weight}, {alpha}, {beta}"
         )
+    margin = float(margin_bits)
+    if not (math.isfinite(margin) and margin > 0):
+        raise ValueError(f"margin_bits must be > 0, got {margin_bits!r}")
     d, sigma, flat = _rows(scores, subject)
     ab = (float(alpha), float(beta))
-    lid, srd, rank1, rank = _figures(model, d, sigma, N, float(lid_weight), ab)
+    lid, at_ceiling, srd, rank1, rank = _figures(model, d, sigma, N, float(lid_weight), ab, margin)
     z = d / sigma
     beyond = (z > model.validated_z) & (model.validated_population < N)
     # what the sample vouches for: the subject among the top share p_valid of N identities
@@ -426,14 +447,16 @@ def population_figures(
             np.where(flat, 0.0, x) for x in (lid, srd, shown_lid, shown_srd)
         )
         rank1, rank = np.where(flat, 1.0 / N, rank1), np.where(flat, (N + 1.0) / 2.0, rank)
+        at_ceiling = np.where(flat, 0.0, at_ceiling)
     return PopulationFigures(
         population=N,
         ceiling_bits=math.log2(N),
-        lid_bits=shown_lid,
-        srd_bits=shown_srd,
-        lid_estimate_bits=lid,
-        srd_estimate_bits=srd,
+        lid_bits=lid,
+        srd_bits=srd,
+        lid_at_least_bits=shown_lid,
+        srd_at_least_bits=shown_srd,
         rank1_probability=rank1,
+        ceiling_probability=at_ceiling,
         expected_rank=rank,
         subject_z=z,
         beyond_reference=beyond,

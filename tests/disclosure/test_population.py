@@ -78,7 +78,7 @@ def test_vectorised_figures_match_the_slow_version(model: PopulationModel, N: fl
     )
     for r in range(20):
         want = slow_figures(model, S[r], int(subjects[r]), N)
-        assert got.lid_estimate_bits[r] == pytest.approx(want["lid"], rel=1e-9, abs=1e-9)
+        assert got.lid_bits[r] == pytest.approx(want["lid"], rel=1e-9, abs=1e-9)
         assert got.rank1_probability[r] == pytest.approx(want["rank1"], rel=1e-9, abs=1e-12)
         assert got.expected_rank[r] == pytest.approx(want["rank"], rel=1e-9)
         assert got.subject_z[r] == pytest.approx(want["z"], rel=1e-12)
@@ -93,7 +93,7 @@ def test_srd_of_a_certain_rank_is_the_beta_binomial_figure(model: PopulationMode
         row, 0, model=model, population=64, lid_weight=W, alpha=ALPHA, beta=BETA
     )
     want = math.log2(64 * betabinom_pmf(64, ALPHA, BETA)[-1])
-    assert got.srd_estimate_bits[0] == pytest.approx(want, rel=1e-6)
+    assert got.srd_bits[0] == pytest.approx(want, rel=1e-6)
 
 
 def test_fit_on_one_split_predicts_the_other(model: PopulationModel) -> None:
@@ -110,7 +110,7 @@ def test_fit_on_one_split_predicts_the_other(model: PopulationModel) -> None:
         rank1 = float(np.mean(measured_rows.argmax(axis=1) == 0))
         assert abs(float(np.mean(got.rank1_probability)) - rank1) < 0.03
         ceiling = math.log2(N) - 0.05
-        assert abs(np.mean(got.lid_bits >= ceiling) - np.mean(measured >= ceiling)) < 0.06
+        assert abs(np.mean(got.ceiling_probability) - np.mean(measured >= ceiling)) < 0.06
         assert np.median(np.abs(got.lid_bits - measured)) < 0.25
 
 
@@ -125,7 +125,11 @@ def test_figures_stay_under_the_ceiling_and_the_bound_under_the_estimate(
     assert np.all(got.lid_bits <= got.ceiling_bits + 1e-9)
     assert np.all(got.srd_bits <= got.ceiling_bits + 1e-9)
     assert got.beyond_reference.any() and got.tail_decides
-    assert np.all(got.lid_bits <= got.lid_estimate_bits + 1e-12)
+    assert np.all(got.lid_at_least_bits <= got.lid_bits + 1e-12)
+    assert np.any(got.lid_at_least_bits < got.lid_bits)
+    assert np.all(
+        got.lid_at_least_bits[~got.beyond_reference] == got.lid_bits[~got.beyond_reference]
+    )
     small = population_figures(
         S, 0, model=model, population=64, lid_weight=W, alpha=ALPHA, beta=BETA
     )
