@@ -243,6 +243,23 @@ def _figures(
     return lid, at_ceiling, _srd(x, above, N, modelled, ab), rank1, 1.0 + above + modelled * x
 
 
+def _checked(
+    population: float, lid_weight: float, alpha: float, beta: float, margin_bits: float
+) -> tuple[float, float]:
+    """N_pop and the margin as floats; a value out of range raises ValueError naming it."""
+    N = float(population)
+    if not (math.isfinite(N) and 2 <= N <= MAX_POPULATION):
+        raise ValueError(f"population must be in [2, {MAX_POPULATION:g}], got {population!r}")
+    if not (math.isfinite(lid_weight) and alpha > 0 and beta > 0):
+        raise ValueError(
+            f"need a finite LID weight and α, β > 0; got {lid_weight}, {alpha}, {beta}"
+        )
+    margin = float(margin_bits)
+    if not (math.isfinite(margin) and margin > 0):
+        raise ValueError(f"margin_bits must be > 0, got {margin_bits!r}")
+    return N, margin
+
+
 def population_figures(
     scores: npt.ArrayLike,
     subject: npt.ArrayLike,
@@ -264,16 +281,7 @@ def population_figures(
     modelled, so at N_pop = N the figures are the scorer's; without it (a check on held-out
     speakers) all N_pop − 1 impostors are modelled and the templates only give μ and σ.
     """
-    N = float(population)
-    if not (math.isfinite(N) and 2 <= N <= MAX_POPULATION):
-        raise ValueError(f"population must be in [2, {MAX_POPULATION:g}], got {population!r}")
-    if not (math.isfinite(lid_weight) and alpha > 0 and beta > 0):
-        raise ValueError(
-            f"need a finite LID weight and α, β > 0; got {lid_weight}, {alpha}, {beta}"
-        )
-    margin = float(margin_bits)
-    if not (math.isfinite(margin) and margin > 0):
-        raise ValueError(f"margin_bits must be > 0, got {margin_bits!r}")
+    N, margin = _checked(population, lid_weight, alpha, beta, margin_bits)
     row = _rows(scores, subject, present=templates_in_population)
     if row.present is not None and row.present.shape[1] + 1 > N:
         raise ValueError(
