@@ -38,7 +38,7 @@ from monitor.calibration.buckets import CalibrationSet, load_default
 from monitor.disclosure.population import (
     PopulationModel,
     PopulationSet,
-    fit_population_model,
+    fit_population_set,
     population_figures,
 )
 
@@ -53,27 +53,20 @@ windows reach the ceiling (``population.json`` checks it)."""
 DEFAULT_BUDGET_BITS = 12.0
 """The rule: one typical command's figure at the default population (median window), rounded
 down to a whole bit (``population.json`` records the median it follows from)."""
-MIN_BUCKET_WINDOWS = 40
 SEED = 49
 
 
 def fit(scored: Scored, reference: np.ndarray, calibration: CalibrationSet) -> PopulationSet:
     """A model per calibration bucket from windows of ``reference`` speakers (column order)."""
-    rows = np.isin(scored.speaker, reference)
-    part = scored.take(rows)
-    fused = fused_rows(
-        part, np.broadcast_to(reference, (part.speaker.size, reference.size)), calibration
+    part = scored.take(np.isin(scored.speaker, reference))
+    columns = np.broadcast_to(reference, (part.speaker.size, reference.size))
+    edges = [b.seconds for b in calibration.buckets("combined")]
+    return fit_population_set(
+        {"combined": fused_rows(part, columns, calibration)},
+        np.searchsorted(reference, part.speaker),  # reference is sorted
+        part.seconds,
+        buckets={"combined": edges},
     )
-    truth = np.searchsorted(reference, part.speaker)  # reference is sorted
-    edges = bucket_parameters(part.seconds, calibration)[0]
-    models: list[PopulationModel] = []
-    for edge in np.unique(edges):
-        chosen = edges == edge
-        if chosen.sum() >= MIN_BUCKET_WINDOWS:
-            models.append(fit_population_model(fused[chosen], truth[chosen], seconds=float(edge)))
-    if not models:  # a tiny trial: one model from every window
-        models.append(fit_population_model(fused, truth, seconds=float(edges.min())))
-    return PopulationSet({"combined": tuple(models)})
 
 
 def both(a: Scored, b: Scored) -> Scored:

@@ -48,7 +48,10 @@ Public API (pure math, no I/O; arrays in, frozen dataclasses out; the model's da
         ``scores``: similarities (or the fused ``combined`` score) of T windows of reference
         speakers of about ``seconds`` of speech against the N reference templates; ``truth``:
         each window's own template (a window whose speaker has no template: −1, all N are
-        impostors). Fit one model per feature and calibration bucket.
+        impostors). One bucket of one feature.
+    fit_population_set({feature: scores (T, N)}, truth (T,), seconds (T,), *, buckets=
+        {feature: calibration bucket edges}) -> PopulationSet: every feature and bucket at
+        once (the shipped population's fit: windows and day pools of the reference speakers).
     PopulationSet({feature: (model, ...)}) — ``lookup(feature, seconds)`` picks a bucket as
         CalibrationSet.lookup does; ``to_arrays()`` → ``dict[str, np.ndarray]`` (a few KB,
         ``np.savez``-able) and ``PopulationSet.from_arrays(mapping)`` reads it back, checking
@@ -82,6 +85,7 @@ from monitor.disclosure.population_model import (
     PopulationModel,
     PopulationSet,
     fit_population_model,
+    fit_population_set,
     impostor_moments,
 )
 
@@ -93,6 +97,7 @@ __all__ = [
     "PopulationModel",
     "PopulationSet",
     "fit_population_model",
+    "fit_population_set",
     "population_figures",
 ]
 

@@ -274,3 +274,45 @@ class PopulationSet:
                 PopulationModel.from_arrays(arrays, prefix + "/")
             )
         return cls({name: tuple(models) for name, models in features.items()})
+
+
+MIN_BUCKET_WINDOWS = 40
+"""Fewest windows a bucket's own model is fitted on; a bucket with fewer takes its neighbour's
+(PopulationSet.lookup: the largest bucket at or below the length, else the first)."""
+
+
+def fit_population_set(
+    scores: Mapping[str, npt.ArrayLike],
+    truth: npt.ArrayLike,
+    seconds: npt.ArrayLike,
+    *,
+    buckets: Mapping[str, npt.ArrayLike],
+) -> PopulationSet:
+    """A model per feature and calibration bucket from T windows of reference speakers.
+
+    ``scores``: feature → (T, N) scores of each window against the N reference templates (for
+    ``combined``, the scorer's fused row); ``truth`` (T,) each window's template (−1: none);
+    ``seconds`` (T,) speech behind each window; ``buckets``: feature → the calibration's
+    bucket edges (seconds, ascending). Windows of every length a day pools are welcome: each
+    bucket is fitted on the windows that fall in it, as the scorer picks a bucket.
+    """
+    m = np.asarray(truth, dtype=np.int64)
+    length = np.asarray(seconds, dtype=np.float64)
+    if m.ndim != 1 or length.shape != m.shape:
+        raise ValueError(f"truth and seconds must be (T,) arrays; got {m.shape}, {length.shape}")
+    features: dict[str, tuple[PopulationModel, ...]] = {}
+    for name, S in scores.items():
+        matrix = np.asarray(S, dtype=np.float64)
+        edges = np.sort(np.asarray(buckets[name], dtype=np.float64))
+        if edges.size == 0:
+            raise ValueError(f"no bucket edges for feature {name!r}")
+        index = np.maximum(np.searchsorted(edges, length, side="right") - 1, 0)
+        models = [
+            fit_population_model(matrix[index == k], m[index == k], seconds=float(edges[k]))
+            for k in range(edges.size)
+            if np.count_nonzero(index == k) >= MIN_BUCKET_WINDOWS
+        ]
+        if not models:  # too few windows for any bucket alone: one model from all of them
+            models = [fit_population_model(matrix, m, seconds=float(edges[index.min()]))]
+        features[name] = tuple(models)
+    return PopulationSet(features)

@@ -225,3 +225,22 @@ def test_a_set_round_trips_through_arrays_and_names_damage(
     del damaged["combined/12/survival"]
     with pytest.raises(ValueError, match="missing"):
         PopulationSet.from_arrays(damaged)
+
+
+def test_a_set_is_fitted_per_bucket_as_the_scorer_picks_them() -> None:
+    from monitor.disclosure.population import fit_population_set
+
+    rng = np.random.default_rng(9)
+    S = rng.standard_normal((300, 20))
+    truth = rng.integers(0, 20, 300)
+    seconds = np.concatenate([np.full(100, 0.5), np.full(150, 4.0), np.full(50, 30.0)])
+    models = fit_population_set(
+        {"combined": S}, truth, seconds, buckets={"combined": [1.0, 3.0, 12.0]}
+    )
+    # 0.5 s falls in the first bucket, as CalibrationSet.lookup does; 12 s has 50 windows
+    assert [m.seconds for m in models.features["combined"]] == [1.0, 3.0, 12.0]
+    assert [m.windows for m in models.features["combined"]] == [100, 150, 50]
+    few = fit_population_set(
+        {"combined": S[:30]}, truth[:30], seconds[:30], buckets={"combined": [1.0]}
+    )
+    assert few.lookup("combined", 5.0).windows == 30
