@@ -112,7 +112,7 @@ def population(run: dict[str, Any], path: Path) -> None:
     sizes = [r["N"] for r in rows]
     figure, (left, right) = plt.subplots(1, 2, figsize=SIZE_INCHES)
     for key, name, mark in (("ceiling_share", "at the ceiling", "o"), ("rank1", "rank 1", "s")):
-        measured = key + ("_measured" if key == "ceiling_share" else "_measured")
+        measured = key + "_measured"
         predicted = key + "_predicted"
         left.plot(sizes, [r[measured] for r in rows], mark + "-", label=f"{name}, measured")
         left.plot(sizes, [r[predicted] for r in rows], mark + "--", label=f"{name}, model")
