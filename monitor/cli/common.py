@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from monitor.errors import VoxmeterError
+from monitor.features.base import DEFAULT_EMBEDDING, EMBEDDING_BACKENDS
 from monitor.printable import printable
 
 
@@ -164,7 +165,8 @@ EmbeddingOption = Annotated[
     str | None,
     typer.Option(
         "--embedding",
-        help="Embedding backend: ecapa-int8 (default), ecapa, campplus-int8, campplus or ge2e "
+        help=f"Embedding backend: {DEFAULT_EMBEDDING} (default), "
+        f"{', '.join(b for b in EMBEDDING_BACKENDS if b != DEFAULT_EMBEDDING)} "
         "($VOXMETER_EMBEDDING).",
     ),
 ]
