@@ -15,7 +15,6 @@ import typer
 from rich.console import Console
 
 from monitor.errors import VoxmeterError
-from monitor.features.base import DEFAULT_EMBEDDING, EMBEDDING_BACKENDS
 from monitor.printable import printable
 
 
@@ -165,8 +164,9 @@ EmbeddingOption = Annotated[
     str | None,
     typer.Option(
         "--embedding",
-        help=f"Embedding backend: {DEFAULT_EMBEDDING} (default), "
-        f"{', '.join(b for b in EMBEDDING_BACKENDS if b != DEFAULT_EMBEDDING)} "
+        # written out, not read from monitor.features.base: the relay process imports this
+        # module and must not import numpy (tests/docs checks it against DEFAULT_EMBEDDING)
+        help="Embedding backend: campplus-int8 (default), ecapa-int8, campplus, ecapa or ge2e "
         "($VOXMETER_EMBEDDING).",
     ),
 ]

@@ -199,6 +199,16 @@ def test_the_metasyntax_of_the_pages_is_read(arguments: str) -> None:
     assert _problem(arguments) is None
 
 
+def test_the_embedding_option_names_the_real_default_and_every_backend() -> None:
+    from monitor.features.base import DEFAULT_EMBEDDING, EMBEDDING_BACKENDS
+
+    enroll = ROOT_COMMAND.commands["enroll"]  # type: ignore[attr-defined]
+    (option,) = [p for p in enroll.params if "--embedding" in p.opts]
+    assert f"{DEFAULT_EMBEDDING} (default)" in option.help
+    named = set(re.findall(r"[a-z0-9]+(?:-int8)?", option.help.split(":", 1)[1]))
+    assert set(EMBEDDING_BACKENDS) <= named
+
+
 KEY_IN_TABLE = re.compile(r"\[([a-z_]+)\][ \t]+([a-z_]+)\b(?=[ \t]*(?:=|`))")
 KEY_DOTTED = re.compile(r"(?<![\w./$-])([a-z_]+)\.([a-z_]+)\b(?![\w(/-]|\.[a-z])")
 
