@@ -62,10 +62,12 @@ test: system venv models ha lint docs
 	    --max-worker-restart 0 $(PYTEST_ARGS)
 	ATEN_CPU_CAPABILITY=default scripts/guarded.sh $(PARITY_MINUTES) $(PY) -m pytest -q -m parity $(PYTEST_ARGS)
 	ATEN_CPU_CAPABILITY=avx2 scripts/guarded.sh $(PARITY_MINUTES) $(PY) -m pytest -q -m parity $(PYTEST_ARGS)
+	scripts/py313/test.sh --install-only
 	scripts/guarded.sh $(PY313_MINUTES) scripts/py313/test.sh $(PYTEST_ARGS)
 
 # Its own venv (.venv-313) with every pinned dependency but torch; installed once (a stamp).
 test-313:
+	scripts/py313/test.sh --install-only
 	scripts/guarded.sh $(PY313_MINUTES) scripts/py313/test.sh $(PYTEST_ARGS)
 
 lint: venv

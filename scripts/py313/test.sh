@@ -11,7 +11,8 @@
 # included, runs under 3.11 (`make test`). wyoming imports audioop, which Python 3.13 removed:
 # wyoming 1.10.2 requires audioop-lts there, so pip installs it.
 #
-# A stamp (this script + pyproject.toml) makes the install a no-op once done. With no Python
+# `test.sh --install-only` installs and stops (make test does so before it starts the clock on
+# the tests). A stamp (this script + pyproject.toml) makes the install a no-op once done. With no Python
 # >= 3.13 on the machine it says so and exits 0 (as the Home Assistant tests skip without one).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -67,6 +68,9 @@ PY
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$VENV/no-deps.txt"
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e .
     touch "$STAMP"
+fi
+if [[ "${1:-}" == "--install-only" ]]; then
+    exit 0
 fi
 # shellcheck disable=SC2086  # TESTS is a list of paths
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider -m "$(echo $MARKERS)" $TESTS "$@"
