@@ -1,6 +1,6 @@
 """Real-time factor of the audio front end on 60 s of real corpus speech, one thread.
 
-The live target (DESIGN Part C) is F0 + VAD ≤ 0.01 × real time on these 2-core machines; this
+The live target is F0 + VAD ≤ 0.01 × real time on these 2-core machines; this
 benchmark reports the VAD share (the F0 share is bench_features'). Measured: WebRTC VAD (the
 default) fed as the daemon feeds it (30 ms source frames), the Silero ONNX VAD, offline
 ``speech_only``, and the streaming file source (decode + resample).

@@ -12,7 +12,7 @@ Peers for F0 on the same speech: ``librosa.pyin`` and ``librosa.yin`` (8 kHz, 65
 of each of 8 adult speakers (4 women, 4 men; 30 s of speech each) by every method.
 
 Run: ``python -m bench features`` → bench/results/features.json and a summary on stdout.
-Targets (DESIGN Part C): whole front end ≤ 0.12 × real time, F0 + VAD ≤ 0.01.
+Targets: whole front end ≤ 0.12 × real time, F0 + VAD ≤ 0.01.
 """
 
 from __future__ import annotations

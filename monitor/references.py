@@ -32,7 +32,8 @@ def advice(templates: int) -> str | None:
     return (
         f"{templates} reference voices: a few seconds of speech reach the ceiling of "
         f"log2 {templates} bits; enrol at least {MEANINGFUL_REFERENCES} "
-        "(voxmeter enroll --corpus) for a figure that can tell more from less"
+        "(voxmeter enroll REFERENCE_CORPUS --db DB, without --local) for a figure that can "
+        "tell more from less"
     )
 
 

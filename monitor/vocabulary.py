@@ -14,7 +14,7 @@ EXTRACTORS: Final[tuple[str, ...]] = ("f0", "phone", "embedding")
 """The three feature extractors (monitor.features), in their canonical order."""
 
 COMBINED: Final = "combined"
-"""The calibrated fusion of the extractors (DESIGN §4)."""
+"""The calibrated fusion of the extractors."""
 
 FEATURES: Final[tuple[str, ...]] = (*EXTRACTORS, COMBINED)
 """Feature labels of the disclosure figures: the three extractors and their fusion."""
@@ -24,15 +24,15 @@ TRACKING_FEATURE: Final = "embedding"
 
 Measure = Literal["srd", "lid"]
 MEASURES: Final[tuple[Measure, ...]] = get_args(Measure)
-"""Measures: SRD log2(N·γ_r) (DESIGN §1.4) and LID log2(N·P(l|s)) (DESIGN §2.5)."""
+"""Measures: SRD log2(N·γ_r) and LID log2(N·P(l|s))."""
 
 BudgetState = Literal["ok", "warning", "exceeded"]
 BUDGET_STATES: Final[tuple[BudgetState, ...]] = get_args(BudgetState)
-"""Budget states, in increasing order (DESIGN §12 step 6)."""
+"""Budget states, in increasing order."""
 
 Bound = Literal["basic", "advanced", "optimal"]
 BOUNDS: Final[tuple[Bound, ...]] = get_args(Bound)
-"""Composition bounds (DESIGN §5.2, §5.4 as min(basic, Thm 3.4), §5.5)."""
+"""Composition bounds (basic, advanced as min(basic, Thm 3.4), optimal)."""
 
 SimilarityKind = Literal["histogram", "embedding"]
 """How a feature's observations are compared: −Jensen-Shannon divergence of histograms, or the

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -414,6 +415,30 @@ def render_index() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+#: How a recorded command names a place on the machine that ran it, and what a reader is shown
+#: instead: results files record the command as typed, but a page must not send a reader to
+#: another machine's scratch folders.
+PORTABLE: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^flock \S+ (?:env )?", re.M), ""),  # the benchmark machine's lock
+    (re.compile(r"--baseline (?:/|~)\S*"), "--baseline <checkout of the previous release>"),
+    (re.compile(r"(?:/|~)\S*/shared/data/(\w+)"), r"../shared/data/\1"),  # the corpus beside
+    (re.compile(r"(?:/|~)\S*/(bench/results/\S*)"), r"\1"),  # a checkout's own results
+    (
+        re.compile(
+            r"(?:(?<=[\s=`])|^)(?:/tmp|/work|/root|/home|~)/(?:[^\s|`]*/)?([^\s|`/]+)", re.M
+        ),
+        r"\1",
+    ),  # any other scratch file: its name only
+)
+
+
+def portable(text: str) -> str:
+    """``text`` with the development machine's paths replaced as :data:`PORTABLE` says."""
+    for pattern, replacement in PORTABLE:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def render(out: Path, *, images: bool = True) -> list[Path]:
     """Write every page (and, with ``images``, every plot) under ``out``; return the pages."""
     from render_plots import PLOTS  # scripts/render_plots.py, beside this script
@@ -425,10 +450,10 @@ def render(out: Path, *, images: bool = True) -> list[Path]:
         for name, draw in PLOTS.items():
             draw(load(name), out / plots[name])
     written = [out / "index.md"]
-    written[0].write_text(render_index())
+    written[0].write_text(portable(render_index()))
     for page in PAGES:
         path = out / f"{page.slug}.md"
-        path.write_text(render_page(page, plots))
+        path.write_text(portable(render_page(page, plots)))
         written.append(path)
     return written
 

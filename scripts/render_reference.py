@@ -48,9 +48,13 @@ def _commands(command: Any, path: list[str], parent: Any = None) -> Iterator[tup
 
 
 def _default(param: Any, context: Any) -> str:
-    if getattr(param, "is_flag", False) and getattr(param, "secondary_opts", None):
-        return param.opts[0] if param.get_default(context) else param.secondary_opts[0]
+    """The default as a reader should read it: blank when the option falls back to config.toml
+    (a None default, on/off flags included: their help names the key that decides)."""
     value = param.get_default(context)
+    if getattr(param, "is_flag", False) and getattr(param, "secondary_opts", None):
+        if value is None:
+            return ""
+        return param.opts[0] if value else param.secondary_opts[0]
     if value is None or value == () or (getattr(param, "is_flag", False) and value is False):
         return ""
     if isinstance(value, list | tuple):
@@ -150,10 +154,11 @@ def metrics_page() -> str:
         "| topic | retained | daemon | exporter | message |",
         "|---|---|---|---|---|",
     ]
+    verbs = {"publish": "publishes", "subscribe": "subscribes"}  # what the daemon does
     for decl in TOPICS.values():
         retained = "yes" if decl.retained else "no"
         lines.append(
-            f"| `{decl.pattern}` | {retained} | {decl.direction}s | {decl.exporter} | "
+            f"| `{decl.pattern}` | {retained} | {verbs[decl.direction]} | {decl.exporter} | "
             f"{_cell(decl.payload)} |"
         )
     return "\n".join(lines).rstrip() + "\n"

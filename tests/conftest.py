@@ -7,6 +7,7 @@ registered here as pytest plugins.
 from __future__ import annotations
 
 import csv
+import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,43 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d.scope in ("module", "class") for group in defs for d in group):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def _running_mark(item: pytest.Item) -> Path | None:
+    """Under pytest-xdist, the file that says ``item`` is running: in the run's temporary root,
+    which every worker of the run shares (None outside xdist)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    factory: pytest.TempPathFactory = item.config._tmp_path_factory  # type: ignore[attr-defined]
+    folder = factory.getbasetemp().parent / "running"
+    folder.mkdir(exist_ok=True)
+    return folder / hashlib.sha256(item.nodeid.encode()).hexdigest()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that hangs is ended by pytest-timeout's thread method, which ends its xdist worker;
+    xdist then reports it failed but hands it to the replacement worker again (the worker's
+    unfinished tests are requeued, the crashed one included), and again, so one hang would cost
+    the timeout once per restart. A test that a worker started and never finished is therefore
+    reported, not run again."""
+    mark = _running_mark(item)
+    if mark is None:
+        return
+    if mark.exists():
+        pytest.fail(
+            f"{item.nodeid}: ended by the timeout in worker {mark.read_text()}; not run again",
+            pytrace=False,
+        )
+    mark.write_text(os.environ["PYTEST_XDIST_WORKER"])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    yield
+    mark = _running_mark(item)
+    if mark is not None:
+        mark.unlink(missing_ok=True)
 
 
 @pytest.fixture(autouse=True)

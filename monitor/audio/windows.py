@@ -1,6 +1,6 @@
 """Cut a stream of speech chunks into windows that hold one voice.
 
-A window is the unit of evidence of the live model (DESIGN §12): it carries ``window_seconds``
+A window is the unit of evidence of the live model: it carries ``window_seconds``
 of speech, however many short pauses lie between its pieces, so that windows are comparable
 and calibrations by evidence length apply. A window also ends early where a turn may change
 hands: at a pause of ``turn_pause_seconds`` (a speaker rarely pauses that long mid-turn, and

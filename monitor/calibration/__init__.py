@@ -1,4 +1,4 @@
-"""Trial protocol (paper 000 eq. 6) and calibrations per feature and evidence length (§13).
+"""Trial protocol (paper 000 eq. 6) and calibrations per feature and evidence length.
 
 The package hands on its public names lazily (PEP 562): importing one module (the LID fit for
 ``voxmeter score --matrix``) does not import the protocol, the corpus and the extractors.

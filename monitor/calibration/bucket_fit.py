@@ -90,7 +90,7 @@ def fit_trials(
     """One bucket per feature and for ``combined`` from the trials of one length setting.
 
     Per feature: rank histogram (fractional ties) → beta-binomial fit with ``loss``; LID
-    logistic on the z-normalised rows (§2.3). ``combined`` fuses the features' z-scores with
+    logistic on the z-normalised rows. ``combined`` fuses the features' z-scores with
     weights from :func:`fit_fusion_weights` and is then fitted the same way.
     """
     from monitor.disclosure.ranks import rank_histogram

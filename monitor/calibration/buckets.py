@@ -1,13 +1,13 @@
-"""Calibrations per feature and per evidence-length bucket (DESIGN §13): the calibration file.
+"""Calibrations per feature and per evidence-length bucket: the calibration file.
 
 A :class:`CalibrationSet` maps each feature (``f0``, ``phone``, ``embedding`` and ``combined``)
 to buckets of test speech (3, 6, 12, … seconds). A bucket holds the beta-binomial rank model
-(α, β) of §1.7 and the LID logistic (w, b, log prior odds) of §2.3, fitted on a labelled dev
+(α, β) and the LID logistic (w, b, log prior odds), fitted on a labelled dev
 corpus with the eq. 6 protocol. At run time the bucket is the largest one ≤ the seconds of
 evidence; outside the calibrated range the nearest bucket is used and flagged as extrapolated.
 
 ``combined`` is the fused score Σ_f w_f·z_f (z_f = row-z-normalised similarities of feature f),
-treated as one more feature (DESIGN summary and §12). The weights w_f are fitted jointly on the
+treated as one more feature. The weights w_f are fitted jointly on the
 dev trials (:func:`fit_fusion_weights`) and stored in the ``combined`` bucket; the daemon gets
 them from :meth:`CalibrationSet.fusion_weights` and builds the score with :func:`fuse_scores`.
 """
@@ -40,7 +40,7 @@ FORMAT = "voxmeter-calibration"
 FORMAT_VERSION = 1
 LOSSES: tuple[str, ...] = ("ll", "ms", "wms", "rwms", "cll")
 DEFAULT_BUCKETS: tuple[float, ...] = (1.0, 2.0, 3.0, 6.0, 12.0, 24.0, 48.0, 96.0)
-"""Test-speech seconds per bucket; the corpus decides how many are kept (§13). The 1 s and 2 s
+"""Test-speech seconds per bucket; the corpus decides how many are kept. The 1 s and 2 s
 buckets are fitted on crops of utterances (:mod:`monitor.calibration.tracking`): short windows
 end at a turn."""
 DEFAULT_TEMPLATE_SECONDS = 12.0
@@ -55,7 +55,7 @@ class BucketCalibration:
     """Calibration of one feature for test evidence of ``seconds`` (lower edge) of speech.
 
     ``alpha``/``beta``: (rank − 1) ~ BetaBinomial(N − 1, α, β), fitted with ``loss``.
-    ``lid_weight``/``lid_bias``/``log_prior_odds``: LLR = w·z + b − log_prior_odds (nats, §2.3).
+    ``lid_weight``/``lid_bias``/``log_prior_odds``: LLR = w·z + b − log_prior_odds (nats).
     The rest documents the fit: ``n_identities`` (N of the dev histogram), ``n_trials``,
     ``mean_test_seconds`` (speech behind the average test), ``template_seconds`` (speech behind
     the average template) and ``max_seconds`` (longest test used; the upper edge of the last

@@ -1,5 +1,5 @@
 """How a calibration is fitted: per bucket of test length, the rank model and the LID logistic of
-every feature and of ``combined`` on the eq. 6 trials of a labelled dev corpus (DESIGN §13)."""
+every feature and of ``combined`` on the eq. 6 trials of a labelled dev corpus."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ def fuse_scores(scores: Mapping[str, np.ndarray], weights: Mapping[str, float]) 
     """``combined`` score Σ_f w_f·znorm_rows(S_f): (T, N) per feature -> (T, N).
 
     The sum of calibrated per-feature LLRs up to per-row constants (which cancel in ranks and
-    in the softmax of §2.4), i.e. naive-Bayes fusion of independent features.
+    in the softmax), i.e. naive-Bayes fusion of independent features.
     """
     from monitor.disclosure.lid import znorm_rows
 
@@ -97,7 +97,7 @@ def fit_fusion_weights(scores: Mapping[str, np.ndarray], truth: np.ndarray) -> d
     softmax_j(Σ_f w_f·z_f) on dev trials: {f: (T, N)} scores, truth (T,) → {f: w_f}.
 
     This is the multinomial (1-of-N) logistic fusion of the z-normalised scores: the LID
-    objective of §2.4 itself, concave in w, so correlated features are not double-counted as
+    objective itself, concave in w, so correlated features are not double-counted as
     they are when each feature's separately fitted weight is used. The objective is summed
     over fixed row blocks (:func:`fusion_blocks`), as Dask workers sum it.
     """

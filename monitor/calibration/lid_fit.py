@@ -1,4 +1,4 @@
-"""Fitting the LID calibration (paper 003 eq. 3; DESIGN §2.3): the unweighted logistic on the
+"""Fitting the LID calibration (paper 003 eq. 3): the unweighted logistic on the
 row-z-normalised dev scores, LLR = w·z + b − ln(N_mated / N_nonmated).
 
 The fit never stores the (T, N) z-scores: one pass keeps the z-norm constants of each row
@@ -368,7 +368,7 @@ def check_fit_arguments(T: int, N: int, c: float) -> None:
 def fit_lid_calibration(
     S_dev: np.ndarray, m_dev: np.ndarray, *, c: float = DEFAULT_C
 ) -> LidCalibration:
-    """Fit P(mated | z) = sigmoid(w·z + b) on every dev entry (unweighted; §2.3, §10 A12).
+    """Fit P(mated | z) = sigmoid(w·z + b) on every dev entry (unweighted).
 
     S_dev (T', N') with N' >= 2, m_dev (T',). Newton's method on the log-likelihood with an L2
     penalty w²/(2c) on w only; with the default c = 1e6 this is the maximum-likelihood fit except

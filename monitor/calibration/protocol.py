@@ -1,4 +1,4 @@
-"""The trial protocol of paper 000 eq. 6 (DESIGN §1.13), on utterances grouped by speech seconds.
+"""The trial protocol of paper 000 eq. 6, on utterances grouped by speech seconds.
 
 Each speaker has K utterances in a fixed order, used circularly. For a start S the test block is
 T consecutive utterances from S and the template block is D consecutive utterances starting
@@ -6,7 +6,7 @@ T consecutive utterances from S and the template block is D consecutive utteranc
 as possible. Every start S = 0..K−1 gives one trial per speaker; pooling them gives N·K rank
 observations (K-fold).
 
-Lengths are asked for in seconds of speech (a length bucket L of §13): T is the smallest number
+Lengths are asked for in seconds of speech (a length bucket L): T is the smallest number
 of consecutive utterances from S whose speech reaches L, and D likewise for the template
 length. Observations pool by addition (histograms) or a seconds-weighted mean (embeddings), so
 longer segments are built from per-utterance observations without extracting audio again.
@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 MEAN_POOLED: frozenset[str] = frozenset({"embedding"})
 """Features whose observations pool by a seconds-weighted mean then L2 normalisation; the
-others (histograms of counts) pool by addition (DESIGN §11)."""
+others (histograms of counts) pool by addition."""
 
 
 class NotEnoughSpeakersError(ValueError):

@@ -1,4 +1,4 @@
-"""Short windows and who is speaking, calibrated on crops of the dev corpus (DESIGN §12–13).
+"""Short windows and who is speaking, calibrated on crops of the dev corpus.
 
 The live windower ends a window early at a turn, so the scorer meets windows of 1–3 s of
 speech; whole corpus utterances (≈ 5 s) cannot calibrate them. Here every dev utterance is

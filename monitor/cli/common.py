@@ -164,7 +164,9 @@ EmbeddingOption = Annotated[
     str | None,
     typer.Option(
         "--embedding",
-        help="Embedding backend: ecapa-int8 (default), ecapa, campplus-int8, campplus or ge2e "
+        # written out, not read from monitor.features.base: the relay process imports this
+        # module and must not import numpy (tests/docs checks it against DEFAULT_EMBEDDING)
+        help="Embedding backend: campplus-int8 (default), ecapa-int8, campplus, ecapa or ge2e "
         "($VOXMETER_EMBEDDING).",
     ),
 ]

@@ -47,7 +47,10 @@ DurationOption = Annotated[
 ]
 ExitAtEndOption = Annotated[
     bool | None,
-    typer.Option("--exit-at-end/--keep-running", help="Stop when a file or stdin ends."),
+    typer.Option(
+        "--exit-at-end/--keep-running",
+        help="Stop when a file or stdin ends, or keep running (daemon.exit_at_end, default true).",
+    ),
 ]
 
 

@@ -1,7 +1,7 @@
 """The daemon: source → vad → windower → features → tracker → scorer → ledger → exporters.
 
 One supervisor (:meth:`Pipeline.run`) owns one ``asyncio.TaskGroup``; every stage is a task named
-``voxmeter.<stage>`` reading one bounded queue and writing the next (DESIGN §14, STYLE §3–4). The
+``voxmeter.<stage>`` reading one bounded queue and writing the next. The
 measuring stages (VAD to ledger) run in a group of their own under
 :class:`~monitor.daemon.measuring.MeasuringSupervisor`, which restarts them after a failure where
 the source relays a conversation (the Wyoming proxy) instead of ending the daemon. This module is

@@ -1,4 +1,4 @@
-"""Disclosure metrics: pure math on score matrices, no I/O (DESIGN Part A).
+"""Disclosure metrics: pure math on score matrices, no I/O.
 
 The names below are loaded from their submodules on first use (PEP 562), so that importing one
 submodule (``monitor.disclosure.blocks``) does not import them all: ``voxmeter score`` on pooled

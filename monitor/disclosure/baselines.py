@@ -1,4 +1,4 @@
-"""Baseline metrics that published tables report beside disclosure (DESIGN §6, §2.8).
+"""Baseline metrics that published tables report beside disclosure.
 
 Two EERs on purpose: ``eer_sweep`` (threshold sweep, what VoicePrivacy reports) and
 ``eer_rocch`` (ROC convex hull, BOSARIS/ZEBRA); they differ (the 4×4 example: 50 % vs 37.5 %).
@@ -42,7 +42,7 @@ def split_mated(S: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def top1_linkage(S: np.ndarray, m: np.ndarray) -> float:
-    """Strict top-1 rate: fraction of rows whose mated score beats every non-mated one (§2.8)."""
+    """Strict top-1 rate: fraction of rows whose mated score beats every non-mated one."""
     mated, nonmated = split_mated(S, m)
     if mated.size == 0:
         return math.nan
@@ -53,7 +53,7 @@ def top1_linkage(S: np.ndarray, m: np.ndarray) -> float:
 
 
 def eer_sweep(tar: np.ndarray, non: np.ndarray) -> float:
-    """Threshold-sweep EER (DESIGN §6.1): thresholds at unique scores and their midpoints,
+    """Threshold-sweep EER: thresholds at unique scores and their midpoints,
     FRR(t) = #{tar <= t}/|tar|, FAR(t) = #{non > t}/|non|; (FAR + FRR)/2 where |FAR - FRR| is
     smallest (the lowest such threshold on ties)."""
     tar = _scores(tar, "targets")
@@ -110,7 +110,7 @@ def baselines_of_blocks(
 
 
 def cllr(llr_tar: np.ndarray, llr_non: np.ndarray) -> float:
-    """Cllr [bits] of natural-log LLRs (DESIGN §6.2); ±inf LLRs are allowed."""
+    """Cllr [bits] of natural-log LLRs; ±inf LLRs are allowed."""
     llr_tar = _scores(llr_tar, "target LLRs")
     llr_non = _scores(llr_non, "non-target LLRs")
     tar_cost = np.mean(np.logaddexp(0.0, -llr_tar))
@@ -138,7 +138,7 @@ def _min_cllr_of_pooled(blocks: ClassCounts, posterior: np.ndarray) -> float:
 
 
 def linkability(mated: np.ndarray, nonmated: np.ndarray, *, omega: float = 1.0) -> float:
-    """Global linkability D<->sys in [0, 1] (Gomez-Barrero et al., DESIGN §6.3).
+    """Global linkability D<->sys in [0, 1] (Gomez-Barrero et al.).
 
     Histogram densities with min(floor(|mated|/10), 100) equal-width bins over all scores;
     LR := 1 and D := 1 where the non-mated density is 0; trapezoid over bin centres (as the

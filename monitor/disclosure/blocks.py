@@ -144,7 +144,7 @@ def gap_values(non: np.ndarray) -> Callable[[float, float], np.ndarray]:
 
 
 def sweep_eer(blocks: ScoreBlocks, gap_scores: Callable[[float, float], np.ndarray]) -> float:
-    """Threshold-sweep EER (DESIGN §6.1) from the blocks, exactly as over all unique scores.
+    """Threshold-sweep EER from the blocks, exactly as over all unique scores.
 
     FAR − FRR strictly falls from one distinct score to the next, so the threshold with the
     smallest |FAR − FRR| sits where it changes sign. Block ends give FAR and FRR at every distinct

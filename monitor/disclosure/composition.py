@@ -1,4 +1,4 @@
-"""Differential-privacy composition bounds for k = ``steps`` (ε, δ)-DP releases (DESIGN §5).
+"""Differential-privacy composition bounds for k = ``steps`` (ε, δ)-DP releases.
 
 ε is in nats throughout. Every bound is vectorised over an array of step counts and evaluated in
 log space (gammaln, logaddexp), so the optimal bound works at 10⁴–10⁶ steps where
@@ -156,7 +156,7 @@ def _optimal_chunk(eps: float, k: np.ndarray, log_target: float) -> npt.NDArray[
 
 
 def optimal(eps: float, steps: np.ndarray | int, delta: float) -> np.ndarray:
-    """Optimal composition (Kairouz–Oh–Viswanath Thm 3.3, continuous in δ; DESIGN §5.5).
+    """Optimal composition (Kairouz–Oh–Viswanath Thm 3.3, continuous in δ).
 
     The smallest ε* with δ(ε*) <= delta for k-fold composition of ε-DP (base δ = 0). On each
     piece between Thm 3.3's corners δ(e) = ΣA - e^e·ΣB, so ε* is found in closed form on the
@@ -190,7 +190,7 @@ def nats_to_bits(x: np.ndarray | float) -> np.ndarray | float:
 
 
 def dp_disclosure_cap_bits(eps: np.ndarray | float, N: int) -> npt.NDArray[np.float64]:
-    """Largest disclosure an ε-DP release allows about one of N identities (DESIGN §5.7):
+    """Largest disclosure an ε-DP release allows about one of N identities:
     log2(N e^ε / (e^ε + N - 1)) bits, <= min(ε·log2 e, log2 N)."""
     if N < 1:
         raise ValueError(f"N must be >= 1, got {N}")

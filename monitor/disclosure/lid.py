@@ -1,4 +1,4 @@
-"""Local information disclosure (LID, paper 003; DESIGN §2).
+"""Local information disclosure (LID, paper 003).
 
 Each trial row is z-normalised (ddof 0), mapped to LLRs by a logistic calibration fitted on
 speaker-disjoint dev data, and turned into a posterior over the N identities by a softmax. Because

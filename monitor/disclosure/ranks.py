@@ -1,4 +1,4 @@
-"""Ranks of the true identity and rank histograms (DESIGN §1.2–1.3, §1.5).
+"""Ranks of the true identity and rank histograms.
 
 A score matrix ``S`` has shape (T, N): T trials scored against N templates, larger = more similar.
 Ranks are 1-based (rank 1 = most similar). Ranks are found by counting, per row, the scores above

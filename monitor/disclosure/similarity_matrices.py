@@ -1,4 +1,4 @@
-"""Voice similarity matrices, DeID and GVD (paper 002, DESIGN §4).
+"""Voice similarity matrices, DeID and GVD (paper 002).
 
 A speaker-by-speaker matrix holds sigmoid(mean calibrated LLR) of every segment pair of two
 speakers; DeID compares the diagonal dominance of original-vs-pseudonymised with
@@ -39,7 +39,7 @@ def _pair_mask(n: int, exclude_same: bool) -> np.ndarray:
 def oracle_pair_llr(
     scores: np.ndarray, speaker_of: np.ndarray, *, exclude_same: bool = True
 ) -> np.ndarray:
-    """PAV ("oracle") LLRs (n, n) of raw segment-pair scores, same speaker = target (§4.1).
+    """PAV ("oracle") LLRs (n, n) of raw segment-pair scores, same speaker = target.
 
     Pairs on the diagonal (the same utterance) are left out of the calibration when
     ``exclude_same`` and come back as NaN; everything else gets its calibrated LLR in nats.

@@ -1,9 +1,9 @@
-"""Similarity rank disclosure (SRD, paper 000; DESIGN §1.4–1.11).
+"""Similarity rank disclosure (SRD, paper 000).
 
 The disclosure of rank k is ``log2(N·p_k)`` bits, where p is the normalised rank histogram or the
 beta-binomial model ``(rank − 1) ~ BetaBinomial(N − 1, α, β)``. The model is fitted in log space
 (u = ln α, v = ln β, clipped to [−12, 12]) with analytic gradients and several starts, because the
-losses of the paper are not convex and the paper's own fits sometimes stopped early (§10 A9).
+losses of the paper are not convex and the paper's own fits sometimes stopped early.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def _normalise(p_or_hist: np.ndarray, name: str) -> npt.NDArray[np.float64]:
 
 @dataclass(frozen=True)
 class SrdStats:
-    """Summary of a rank distribution (§1.6). Bits for MeanD/MaxD/StDD; fractions otherwise."""
+    """Summary of a rank distribution. Bits for MeanD/MaxD/StDD; fractions otherwise."""
 
     MeanD: float  # mean disclosure = log2 N − H(p) = KL(p ‖ uniform), bits
     IdR: float  # identification rate p_1
@@ -122,7 +122,7 @@ def srd_stats(p_or_hist: np.ndarray) -> SrdStats:
 
 @dataclass(frozen=True)
 class RankFit:
-    """A beta-binomial rank model fitted to a histogram (§1.8–1.9)."""
+    """A beta-binomial rank model fitted to a histogram."""
 
     loss: str  # "ll", "ms", "wms", "rwms" or "cll"
     alpha: float
@@ -196,7 +196,7 @@ def fit_rank_model(hist: np.ndarray, *, loss: Loss = "ll") -> RankFit:
     """Fit (rank − 1) ~ BetaBinomial(N − 1, α, β) to a rank histogram (N,) with one of the losses.
 
     "ll" minimises KL(p~ ‖ γ) and suits sparse (per-speaker) histograms; "cll" adds a 1e5-weighted
-    rank-1 penalty and suits dense pooled ones (§1.8). N = 1 gives α = β = 1 (γ_1 = 1 anyway).
+    rank-1 penalty and suits dense pooled ones. N = 1 gives α = β = 1 (γ_1 = 1 anyway).
     """
     if loss not in LOSSES:
         raise ValueError(f"loss={loss!r}; expected one of {', '.join(LOSSES)}")
@@ -246,7 +246,7 @@ def fit_rank_model(hist: np.ndarray, *, loss: Loss = "ll") -> RankFit:
 
 
 def identity_posterior(scores: np.ndarray, p: np.ndarray) -> npt.NDArray[np.float64]:
-    """P(identity h | scores) = p[rank(h) − 1] (§1.5): scores (..., N), p (N,) → (..., N).
+    """P(identity h | scores) = p[rank(h) − 1]: scores (..., N), p (N,) → (..., N).
 
     Tied identities share the mass of the ranks they jointly occupy, so every row sums to 1.
     """
@@ -260,7 +260,7 @@ def identity_posterior(scores: np.ndarray, p: np.ndarray) -> npt.NDArray[np.floa
 
 
 def joint_posterior(posteriors: np.ndarray) -> npt.NDArray[np.float64]:
-    """Normalised product of F independent features' posteriors (F, N) → (N,) (§1.11)."""
+    """Normalised product of F independent features' posteriors (F, N) → (N,)."""
     P = np.asarray(posteriors, dtype=np.float64)
     if P.ndim != 2 or P.shape[0] < 1 or P.shape[1] < 1:
         raise ValueError(f"posteriors must have shape (F, N) with F, N >= 1, got {P.shape}")

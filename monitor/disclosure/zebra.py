@@ -1,8 +1,8 @@
-"""ZEBRA: expected (D_ECE) and worst-case disclosure of pooled 1-to-1 trials (paper 001, DESIGN §3).
+"""ZEBRA: expected (D_ECE) and worst-case disclosure of pooled 1-to-1 trials (paper 001).
 
 Scores are turned into likelihood ratios by PAV ("oracle") calibration. Exactly tied scores are
 pooled into one block first, so the result never depends on the order in which targets and
-non-targets were concatenated (DESIGN §10, A17): constant scores give one block and zero evidence.
+non-targets were concatenated: constant scores give one block and zero evidence.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def class_counts(tar: np.ndarray, non: np.ndarray) -> ClassCounts:
 def pav_posterior(
     blocks: TieBlocks | ClassCounts, *, laplace: bool = False
 ) -> npt.NDArray[np.float64]:
-    """PAV P(target) per tie block (B,); ``laplace`` adds the toolkit's 4 dummies (§3.5).
+    """PAV P(target) per tie block (B,); ``laplace`` adds the toolkit's 4 dummies.
 
     The dummy pair [target, non-target] at each end always pools into one block of mean 1/2 and
     weight 2 (a descending adjacent pair is equal in the isotonic solution), so it enters PAV as
@@ -127,7 +127,7 @@ def pav_pooled(blocks: TieBlocks | ClassCounts) -> tuple[ClassCounts, npt.NDArra
 
 
 def pav_blocks(tar: np.ndarray, non: np.ndarray, *, laplace: bool = False) -> PavBlocks:
-    """Tie blocks of the pooled scores with their PAV posteriors (DESIGN §3.3)."""
+    """Tie blocks of the pooled scores with their PAV posteriors."""
     blocks = tie_blocks(tar, non)
     posterior = pav_posterior(blocks, laplace=laplace)
     return PavBlocks(blocks.order, blocks.block_of, blocks.n_tar, blocks.n_non, posterior)
@@ -147,7 +147,7 @@ def _logit(p: np.ndarray) -> npt.NDArray[np.float64]:
 def pav_llr(
     tar: np.ndarray, non: np.ndarray, *, laplace: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """PAV-calibrated natural-log LLRs for every target and non-target score (DESIGN §3.3).
+    """PAV-calibrated natural-log LLRs for every target and non-target score.
 
     ``LLR = logit(P) - ln(|A|/|B|)`` with the real class counts; P = 0 gives -inf and P = 1
     gives +inf (only without ``laplace``). Shapes: (n_tar,), (n_non,) in input order.
@@ -162,7 +162,7 @@ def pav_llr(
 
 
 def z_of_log(lam: np.ndarray) -> np.ndarray:
-    """Z(x) of DESIGN §3.4 as a function of lam = ln x, stable for all lam.
+    """ZEBRA's Z(x) as a function of lam = ln x, stable for all lam.
 
     Z = 1/4 + (lam - u) / (2 u²), u = e^lam - 1; near lam = 0 the series lam/6 - lam²/24 avoids
     cancellation; Z(+inf) = 1/4 and Z(-inf) = -inf.
@@ -180,7 +180,7 @@ def z_of_log(lam: np.ndarray) -> np.ndarray:
 
 
 def d_ece_from_llr(llr_tar: np.ndarray, llr_non: np.ndarray) -> float:
-    """D_ECE in bits from calibrated LLRs: (mean Z(a) + mean Z(1/b)) / ln 2 (DESIGN §3.4)."""
+    """D_ECE in bits from calibrated LLRs: (mean Z(a) + mean Z(1/b)) / ln 2."""
     llr_tar = np.asarray(llr_tar, dtype=np.float64)
     llr_non = np.asarray(llr_non, dtype=np.float64)
     return float((np.mean(z_of_log(llr_tar)) + np.mean(z_of_log(-llr_non))) / LN2)
@@ -198,7 +198,7 @@ def _d_ece_blocks(blocks: TieBlocks | ClassCounts) -> float:
 
 
 def d_ece(tar: np.ndarray, non: np.ndarray) -> float:
-    """Expected disclosure D_ECE [bits] of PAV-calibrated scores, without Laplace (DESIGN §3.4)."""
+    """Expected disclosure D_ECE [bits] of PAV-calibrated scores, without Laplace."""
     return _d_ece_blocks(class_counts(tar, non))
 
 
@@ -221,7 +221,7 @@ def _worst_case_blocks(blocks: TieBlocks | ClassCounts) -> float:
 
 
 def worst_case_log10_lr(tar: np.ndarray, non: np.ndarray) -> float:
-    """log10 of the largest |LLR'| over all trials with the Laplace-padded PAV (DESIGN §3.6)."""
+    """log10 of the largest |LLR'| over all trials with the Laplace-padded PAV."""
     return _worst_case_blocks(class_counts(tar, non))
 
 

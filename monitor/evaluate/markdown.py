@@ -235,7 +235,7 @@ def _md_exposed(report: Mapping[str, Any]) -> list[str]:
 
 
 def _md_lengths(report: Mapping[str, Any]) -> list[str]:
-    """Disclosure versus length (paper 000 Fig. 8) and the composition curves (§5.7)."""
+    """Disclosure versus length (paper 000 Fig. 8) and the composition curves."""
     feats = report["features"]
     out: list[str] = []
     out += ["## Disclosure versus length (paper 000 Fig. 8)", ""]
@@ -263,7 +263,7 @@ def _md_lengths(report: Mapping[str, Any]) -> list[str]:
     composition = report.get("composition") or {}
     if composition:
         out += [
-            "Composition curves anchored at the shortest test length (§5.7): basic D(L0)·L/L0, "
+            "Composition curves anchored at the shortest test length: basic D(L0)·L/L0, "
             "advanced D(L0)·√(L/L0), both capped at the ceiling log2 N.",
             "",
         ]

@@ -30,7 +30,7 @@ def protected_audit(
 ) -> ProtectedAudit:
     """M_OO, M_OP, M_PP, DeID and GVD on utterances present in both corpora (same speaker
     folder and file stem); segment = utterance, oracle (PAV) calibration per matrix, pairs of
-    the same utterance left out of all three (DESIGN §4, §10 A20)."""
+    the same utterance left out of all three."""
     from monitor.disclosure.similarity_matrices import (
         deid,
         diagonal_dominance,

@@ -105,7 +105,7 @@ def length_dict(setting: SettingAudit) -> dict[str, Any]:
 
 
 def composition_dict(audit: Audit) -> dict[str, Any]:
-    """Measured MeanD against test length, with the §5.7 curves anchored at the shortest."""
+    """Measured MeanD against test length, with the composition curves anchored at the shortest."""
     main_template = audit.main.template_seconds
     settings = [s for s in audit.settings if s.template_seconds == main_template]
     settings.sort(key=lambda s: s.test_seconds)

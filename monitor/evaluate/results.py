@@ -26,14 +26,14 @@ LID_SOURCES = ("calibration", "crossfit")
 
 @dataclass(frozen=True)
 class FeatureAudit:
-    """Every figure of one feature in one length setting (bits, fractions as in DESIGN §0)."""
+    """Every figure of one feature in one length setting (disclosures in bits, rates in [0, 1])."""
 
     feature: str
     histogram: np.ndarray  # (N,) rank histogram (fractional ties), trial counts
     histogram_stats: SrdStats
     fits: Mapping[str, RankFit]  # all five losses
     loss: str  # the loss whose fit is "the model"
-    EER: float  # threshold sweep (§6.1)
+    EER: float  # threshold sweep
     EER_rocch: float
     lid: np.ndarray  # (T,) LID per trial, bits
     lid_summary: LidSummary
@@ -80,7 +80,7 @@ class Audit:
 def composition_curves(
     lengths: np.ndarray, disclosure: np.ndarray, ceiling: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
-    """Shape curves of §5.7 anchored at the shortest length: D(L0)·(L/L0) and D(L0)·√(L/L0),
+    """Shape curves anchored at the shortest length: D(L0)·(L/L0) and D(L0)·√(L/L0),
     capped at ``ceiling`` (log2 N per length) when given: no disclosure exceeds log2 N."""
     lengths = np.asarray(lengths, dtype=np.float64)
     disclosure = np.asarray(disclosure, dtype=np.float64)

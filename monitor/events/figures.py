@@ -56,7 +56,7 @@ class Disclosure:
 
 @dataclass(frozen=True)
 class CompositionBounds:
-    """What DP composition would allow after ``windows`` windows (DESIGN §5.7, §12 step 5).
+    """What DP composition would allow after ``windows`` windows.
 
     ε = max over the period's windows of (window disclosure · ln 2) nats; bounds converted to bits.
     """
@@ -146,7 +146,7 @@ class ReceivedFigures:
 
 @dataclass(frozen=True)
 class Figures:
-    """One track's figures after one window (DESIGN §12 steps 1–5); see the module docstring."""
+    """One track's figures after one window; see the module docstring."""
 
     track: str  # local profile alias or "unknown-N" (aliases only, never real names)
     kind: TrackKind

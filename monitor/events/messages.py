@@ -1,11 +1,11 @@
 """Every message that flows between daemon stages, and what exporters consume.
 
-One module so a reader sees the whole protocol at once (STYLE §2). All messages are frozen
+One module so a reader sees the whole protocol at once. All messages are frozen
 dataclasses with units in their names: ``*_seconds`` is a duration or a stream position in
 seconds of audio, ``*_unix`` is wall-clock time (seconds since the epoch), ``*_monotonic`` is
 ``time.monotonic()`` of the daemon process, ``*_bits`` is information in bits.
 
-Flow (DESIGN §14)::
+Flow::
 
     AudioFrame → SpeechChunk → SpeechWindow          (monitor.audio)
     SpeechWindow → ClosedWindow                      (vad stage: numbered and timed)
@@ -121,7 +121,7 @@ class DaemonStarted:
 
 @dataclass(frozen=True)
 class WindowScored:
-    """One track's figures at one window close (DESIGN §12 steps 1–5), with the window's place in
+    """One track's figures at one window close, with the window's place in
     the stream and the time it took; :class:`Figures` is what the ledger stores and every
     exporter shows."""
 

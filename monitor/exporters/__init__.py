@@ -1,4 +1,4 @@
-"""Exporters: Prometheus metrics, MQTT alerts and Home Assistant discovery (DESIGN §15).
+"""Exporters: Prometheus metrics, MQTT alerts and Home Assistant discovery.
 
 :func:`build_exporters` builds the enabled ones from the config and wires them together
 (``voxmeter_mqtt_connected`` is a Prometheus instrument fed by the MQTT connection).

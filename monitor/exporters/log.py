@@ -91,7 +91,7 @@ class LogExporter:
         }
         self.log.warning(
             "reference set too small: one window of speech reached the ceiling log2 N; enrol "
-            "more reference voices (voxmeter enroll --corpus)",
+            "more reference voices (voxmeter enroll REFERENCE_CORPUS --db DB, without --local)",
             extra={"fields": fields},
         )
 

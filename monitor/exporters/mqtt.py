@@ -1,4 +1,4 @@
-"""Budget alerts, per-speaker state and daemon status over MQTT (DESIGN §15), via aiomqtt 2.x.
+"""Budget alerts, per-speaker state and daemon status over MQTT, via aiomqtt 2.x.
 
 Topics under ``<prefix>`` (default ``voxmeter/<device_id>``):
 

@@ -1,4 +1,4 @@
-"""Every Prometheus instrument of voxmeter (DESIGN §15), on a registry passed in.
+"""Every Prometheus instrument of voxmeter, on a registry passed in.
 
 :class:`Metrics` creates the instruments; :class:`PrometheusExporter` turns daemon events into
 ``set``/``inc``/``observe`` calls and serves ``/metrics`` (HTTP or HTTPS with client
@@ -49,7 +49,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 39217
 
 STAGE_BUCKETS_SECONDS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-#: Fine around the 0.25 s target (DESIGN §13: p95 ≤ 250 ms), so histogram_quantile can tell
+#: Fine around the 0.25 s target, so histogram_quantile can tell
 #: 0.2 from 0.3 s.
 LATENCY_BUCKETS_SECONDS = (
     0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -82,7 +82,7 @@ _Make = Callable[..., Any]  # declares one instrument on the metrics' registry
 
 
 class Metrics:
-    """The instruments of DESIGN §15 except those read at scrape time (see OutboxCollector)."""
+    """Every instrument except those read at scrape time (see OutboxCollector)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         # family by family, in this order: the exposition lists them as registered

@@ -1,4 +1,4 @@
-"""A change of speaker inside a window, scored on its log-mel filterbank frames (DESIGN §12).
+"""A change of speaker inside a window, scored on its log-mel filterbank frames.
 
 The embedding network's front end already computes a window's 80 log-mel frames every 10 ms
 (:mod:`monitor.features.fbank`); a change of speaker shows in them as a change of the spectral

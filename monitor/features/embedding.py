@@ -45,7 +45,7 @@ class UnitEmbedding:
     seconds-weighted pooling of unit vectors and cosine scoring.
 
     ``threads`` sets the network's intra-op threads when the model loads (torch's is
-    process-wide). The default 1 is the single-core target of DESIGN Part C and avoids OpenMP
+    process-wide). The default 1 is the single-core target of small devices and avoids OpenMP
     spinning on a busy device (two threads on two shared cores ran 10x slower here); ``None``
     leaves the runtime's setting. ``runtime`` (auto, onnx, torch) picks what runs ECAPA and
     CAM++: ONNX Runtime on numpy filterbanks, or the torch port (the reference); see

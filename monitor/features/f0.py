@@ -1,4 +1,4 @@
-"""F0 as paper 000 uses it: a histogram of YIN pitch lags at 8 kHz (DESIGN §9, §11).
+"""F0 as paper 000 uses it: a histogram of YIN pitch lags at 8 kHz.
 
 Our own YIN (de Cheveigné & Kawahara 2002), vectorised over frames: the difference function
 comes from an FFT cross-correlation of every frame at once, then the cumulative mean normalised

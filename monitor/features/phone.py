@@ -1,4 +1,4 @@
-"""Phone histograms from pocketsphinx all-phone decoding (DESIGN §11, Part C).
+"""Phone histograms from pocketsphinx all-phone decoding.
 
 Paper 000 counted VQ-VAE code indices; we count the phones pocketsphinx's bundled en-us model
 decodes with its phone language model: how often a speaker produces each of the 39 CMU phones

@@ -1,4 +1,4 @@
-"""The budget state machine per speaker (DESIGN §12 step 6).
+"""The budget state machine per speaker.
 
 ok → warning at ``warn_fraction × budget`` bits, → exceeded at ``budget`` bits. A state steps
 down only once the figure falls below its threshold minus ``hysteresis_bits`` (so a figure

@@ -91,7 +91,7 @@ def compose_json(rows: Sequence[CompositionRow]) -> list[dict[str, Any]]:
 def render_composition(
     rows: Sequence[CompositionRow], epsilon: float, delta: float, console: Console
 ) -> None:
-    """Composed ε per step count, in nats (and the optimal bound in bits, DESIGN §5.7)."""
+    """Composed ε per step count, in nats (and the optimal bound in bits)."""
     from rich.table import Table  # only when a table is printed
 
     table = Table(title=f"Composition of ε = {epsilon:g} nats per step at δ = {delta:g}")
@@ -111,4 +111,4 @@ def render_composition(
             f"{r.optimal / math.log(2):.3f}",
         )
     console.print(table)
-    console.print("ε in nats; a release that is ε-DP discloses at most ε·log2(e) bits (§5.7).")
+    console.print("ε in nats; a release that is ε-DP discloses at most ε·log2(e) bits.")

@@ -1,7 +1,7 @@
 """What ``voxmeter score`` computes and prints: the report, its JSON and its rich tables.
 
 The CLI stays a thin parser: it calls :func:`score_report_from_files` and hands the result to
-:func:`render_report` or to :func:`to_json_text`. Units follow DESIGN §0: bits for disclosures,
+:func:`render_report` or to :func:`to_json_text`. Units: bits for disclosures,
 rates stored as fractions (printed as %). Pooled trials need numpy and pyarrow only; the matrix
 report lives in :mod:`monitor.score.matrix` and ``voxmeter compose`` in
 :mod:`monitor.score.compose`.
@@ -81,7 +81,7 @@ def collect_notes(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
 
 
 def pairs_report(pairs: PairScores) -> ScoreReport:
-    """Pooled-trial report: scores are read as natural-log LLRs for Cllr (DESIGN §6.2)."""
+    """Pooled-trial report: scores are read as natural-log LLRs for Cllr."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         metrics = _pooled_metrics(pairs.tar, pairs.non)

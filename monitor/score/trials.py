@@ -1,6 +1,6 @@
 """Pooled 1-to-1 trials in the ZEBRA/VoicePrivacy (Kaldi-style) text format: a score file of
 ``enroll trial score`` lines joined with a key file of ``enroll trial target|nontarget`` lines on
-(enroll, trial) (DESIGN §3.7). Every problem is an InputError naming the file, line and problem.
+(enroll, trial). Every problem is an InputError naming the file, line and problem.
 
 Both files are streamed in chunks (:mod:`monitor.score.trial_text`); names become 64-bit words
 and pairs 64-bit hashes (:mod:`monitor.score.pair_words`), joined with numpy and checked word by
@@ -251,7 +251,7 @@ def _score_problem(path: Path, row: int, repeats: bool) -> InputError:
 
 
 def read_scores_key(scores_path: str | Path, key_path: str | Path) -> PairScores:
-    """Join a score file and a key file on (enroll, trial) (DESIGN §3.7).
+    """Join a score file and a key file on (enroll, trial).
 
     Score lines whose pair is not in the key are ignored; a key line without a score, a
     duplicated pair, a bad label or a non-finite score raises InputError. Both files are

@@ -1,5 +1,5 @@
 """Synchronous cores of the features and scorer stages: a window's observations, a track's
-pooled evidence, and its scoring against every template (DESIGN §12 steps 1–5)."""
+pooled evidence, and its scoring against every template."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Scoring a track's evidence against all N templates (DESIGN §12 steps 1–5).
+"""Scoring a track's evidence against all N templates.
 
 :class:`Scorer` is the synchronous core: given the pooled observations of a track and the seconds
 of speech behind them, it computes one similarity vector per feature against every template,
-picks the calibration bucket of that length (§13), builds the fused ``combined`` score, and
-turns each into SRD (log2(N·γ_r), §1.4) and LID (log2(N·P(l|s)), §2.5) figures.
+picks the calibration bucket of that length, builds the fused ``combined`` score, and
+turns each into SRD (log2(N·γ_r)) and LID (log2(N·P(l|s))) figures.
 
 Everything is O(N) per feature: the rank of one identity is a count of larger scores (tied
 identities share the mass of their ranks, exactly as :func:`identity_posterior`), so 10⁵
@@ -240,7 +240,7 @@ class FeatureScores:
     extrapolated: bool
 
     def srd_bits(self, index: int) -> float:
-        """log2(N·P_srd(index)); ties share the mass of the ranks they occupy (§1.2, §1.5)."""
+        """log2(N·P_srd(index)); ties share the mass of the ranks they occupy."""
         s = self.scores
         above = int(np.count_nonzero(s > s[index]))
         tied = int(np.count_nonzero(s == s[index]))
@@ -249,7 +249,7 @@ class FeatureScores:
         return math.log2(N * mass) if mass > 0 else -math.inf
 
     def lid_bits(self, index: int) -> float:
-        """log2(N·P_lid(index)) bits (§2.5)."""
+        """log2(N·P_lid(index)) bits."""
         return (math.log(self.scores.size) + float(self.log_posterior[index])) / LN2
 
 
@@ -368,7 +368,7 @@ class Scorer:
         return Evidence(seconds=float(seconds), features=scored)
 
     def bounds(self, windows: int, max_window_bits: float) -> CompositionBounds:
-        """Bounds after ``windows`` windows, the largest disclosing ``max_window_bits`` (§5.7)."""
+        """Bounds after ``windows`` windows, the largest disclosing ``max_window_bits``."""
         eps = max(float(max_window_bits), 0.0) * LN2
         if windows < 1 or eps <= 0.0:
             zero = 0.0

@@ -1,4 +1,4 @@
-"""Daemon settings loaded and validated once (STYLE §7): ``config.toml`` and ``--set`` overrides
+"""Daemon settings loaded and validated once: ``config.toml`` and ``--set`` overrides
 into the frozen records of :mod:`monitor.settings.sections`.
 
 ``config.toml`` at the repository root documents every key with its default; the settings are

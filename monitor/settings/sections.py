@@ -1,5 +1,5 @@
 """Daemon settings: one frozen dataclass per subsystem, each field documented with its unit and
-default, and the check of each value (STYLE §7). Reading ``config.toml`` and ``--set`` overrides
+default, and the check of each value. Reading ``config.toml`` and ``--set`` overrides
 into them is :mod:`monitor.settings.config`.
 """
 
@@ -317,7 +317,7 @@ class ScorerSettings:
 
 @dataclass(frozen=True)
 class BudgetSettings:
-    """Disclosure budget per speaker and period (DESIGN §12 step 6)."""
+    """Disclosure budget per speaker and period."""
 
     bits: float = setting(5.0, "budget per speaker and period (bits)", check.positive, unit="bits")
     warn_fraction: float = setting(0.8, "warning at this fraction of the budget", check.fraction)
@@ -369,7 +369,7 @@ class LoggingSettings:
 
 @dataclass(frozen=True)
 class PrometheusSettings:
-    """The /metrics endpoint (DESIGN §15)."""
+    """The /metrics endpoint."""
 
     enabled: bool = setting(True, "serve /metrics")
     host: str = setting(
@@ -384,7 +384,7 @@ class PrometheusSettings:
 
 @dataclass(frozen=True)
 class MqttSettings:
-    """Alerts and per-speaker state over MQTT (DESIGN §15)."""
+    """Alerts and per-speaker state over MQTT."""
 
     enabled: bool = setting(False, "publish to a broker")
     host: str = setting("127.0.0.1", "broker address")

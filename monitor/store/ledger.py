@@ -1,7 +1,7 @@
 """The evidence ledger: what the daemon has measured, per track and budget period.
 
 Per window, one row of disclosure figures (never audio). Per track, feature and period, the
-running *pooled* observation — what an attacker who recorded everything would hold (DESIGN §12)
+running *pooled* observation — what an attacker who recorded everything would hold
 — replaced in the same transaction as the window row, so a restart resumes exactly where the
 daemon stopped: the pooled evidence and the window count always agree.
 

@@ -1,4 +1,4 @@
-"""Budget state per speaker and the alert outbox (DESIGN §12 item 6, §15 MQTT).
+"""Budget state per speaker and the alert outbox.
 
 A budget state change and its alert are written in ONE transaction: after a crash either both
 exist or neither, so an alert is never lost nor sent for a state that was not stored. The MQTT

@@ -1,4 +1,4 @@
-"""A television is a source, not a crowd: one ``media`` track per stream (DESIGN §12).
+"""A television is a source, not a crowd: one ``media`` track per stream.
 
 A television or a radio talks for hours from one place in many voices. Tracked window by window
 it would open an ``unknown-N`` track for every voice and every reverberant fragment of one, each

@@ -1,4 +1,4 @@
-"""Who is speaking: assign each window to a track (DESIGN §12).
+"""Who is speaking: assign each window to a track.
 
 Thresholds are cosines read off the calibration's same- and other-speaker distributions at the
 window's length (:func:`monitor.calibration.tracking.tracker_thresholds`), so a 1 s window is

@@ -1,4 +1,4 @@
-"""A change of speaker inside a window, found on its filterbank frames (DESIGN §12).
+"""A change of speaker inside a window, found on its filterbank frames.
 
 The windower ends a window at a pause; when the next voice answers without one, the window
 would hold two voices, match nobody and open a stray ``unknown-N`` track. So each window of at

@@ -1,4 +1,4 @@
-"""Voices no member's profile claims: the ``unknown-N`` tracks (DESIGN §12).
+"""Voices no member's profile claims: the ``unknown-N`` tracks.
 
 A window nobody's profile accepts joins the closest unknown track within the cluster threshold
 (a track holding a template's worth of speech is held to the tighter ``mature`` one, and one

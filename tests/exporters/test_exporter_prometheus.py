@@ -279,6 +279,8 @@ def certificates(tmp_path: Path) -> Path:
         "2",
         "-subj",
         "/CN=test-ca",
+        "-addext",  # Python 3.13 verifies strictly: a CA without a key usage is refused
+        "keyUsage=critical,keyCertSign,cRLSign",
         "-keyout",
         f"{d}/ca.key",
         "-out",

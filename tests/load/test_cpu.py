@@ -33,12 +33,14 @@ def test_pool_threads_count_for_their_stage_and_keep_it_when_they_end() -> None:
     ]
     for thread in threads:
         thread.start()
-    while len(worker) + len(other) < 2:
-        time.sleep(0.01)
-    live = cpu.seconds()  # read while it lives: once ended, it keeps this reading
-    hold.set()
-    for thread in threads:
-        thread.join()
+    try:
+        while len(worker) + len(other) < 2:
+            time.sleep(0.01)
+        live = cpu.seconds()  # read while it lives: once ended, it keeps this reading
+    finally:  # the threads end with the test whatever happens
+        hold.set()
+        for thread in threads:
+            thread.join()
     cpu.vad += 0.002
     seconds = cpu.seconds()
     assert tuple(seconds) == STAGES
@@ -54,10 +56,12 @@ def test_work_before_the_start_is_not_counted() -> None:
     go = threading.Event()
     thread = threading.Thread(target=_spin, args=(0.2, spent, go), name="voxmeter-feed_0")
     thread.start()  # model loading, warm-up
-    while not spent:
-        time.sleep(0.01)
-    cpu = StageCpu()
-    cpu.start()
-    assert cpu.seconds()["feeder"] < spent[0] / 2
-    go.set()
-    thread.join()
+    try:
+        while not spent:
+            time.sleep(0.01)
+        cpu = StageCpu()
+        cpu.start()
+        assert cpu.seconds()["feeder"] < spent[0] / 2
+    finally:
+        go.set()
+        thread.join()

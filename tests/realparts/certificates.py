@@ -1,6 +1,8 @@
 """Certificates made with the openssl command for TLS tests: a private CA, a server certificate
 for 127.0.0.1 and localhost, one for another name only, a client certificate, and an unrelated
-CA that signed none of them. P-256 keys: quick to make."""
+CA that signed none of them. P-256 keys: quick to make. The CAs carry a key usage (keyCertSign):
+Python 3.13's default TLS context verifies strictly (VERIFY_X509_STRICT) and refuses a CA
+without one."""
 
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ def make_certificates(directory: Path) -> Certificates:
     d = directory
     for ca in ("ca", "other-ca"):
         _openssl("req", "-x509", *_key_args(d, ca), "-days", "2", "-subj", f"/CN=test-{ca}",
+                 "-addext", "keyUsage=critical,keyCertSign,cRLSign",
                  "-out", f"{d}/{ca}.pem")  # fmt: skip
     for name, alt in (
         ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost"),

@@ -21,9 +21,12 @@ from tests.realparts import stop_process
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def local_cluster() -> Iterator[Any]:
-    """2 single-threaded worker processes, no dashboard: what ``--jobs 2`` starts."""
+    """2 single-threaded worker processes, no dashboard: what ``--jobs 2`` starts. Stopped when
+    the module that uses it ends (its tests stay on one xdist worker, tests/conftest.py): a
+    cluster left running for the rest of a session kept its threads and processes alive in a
+    worker whose later tests start thread pools of their own."""
     distributed = pytest.importorskip("distributed")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Port .* is already in use", UserWarning)
