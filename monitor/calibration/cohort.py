@@ -90,11 +90,34 @@ class Cohort:
     ) -> None:
         self.unit = cohort
         self.top = top
+        self.listed = own >= 0  # (P,) whether profile p's identity is among the templates
         self.profile = profile_statistics(profiles, cohort, own, top)
 
-    def normalise(self, vector: Floats, cosines: Floats) -> Floats:
-        """(P,) AS-norm of the unit window ``vector``'s ``cosines`` to the profiles."""
-        return snorm(cosines, top_statistics(self.unit @ vector, self.top), self.profile)
+    def normalise(
+        self,
+        vector: Floats,
+        cosines: Floats,
+        voices: Floats | None = None,
+        own: float | None = None,
+    ) -> Floats:
+        """(P,) AS-norm of the unit window ``vector``'s ``cosines`` to the profiles.
+
+        The thresholds are calibrated with every test's own voice in its cohort (a template of
+        its speaker, :func:`normalised_trials`). Live, a stranger's voice is in no template:
+        the window meets a cohort of other voices only, its top cohort cosines fall and every
+        score of it rises: a stranger over a member's threshold (about twice the calibrated
+        rate on the corpus's held-out speakers, and more for a stranger of a member's gender
+        and age). So the window's cohort holds what the calibration's did: ``voices`` (E, D),
+        unit rows of the household's voices that are no template (members enrolled locally
+        only, the open unknown tracks), and, when nothing in it is as near the window as a
+        voice's own template usually is, that usual cosine ``own`` in place of the own
+        template missing."""
+        among = self.unit @ vector
+        if voices is not None and voices.shape[0]:
+            among = np.concatenate([among, voices @ vector])
+        if own is not None and float(among.max()) < own:
+            among = np.append(among, own)
+        return snorm(cosines, top_statistics(among, self.top), self.profile)
 
 
 def cohort_for(
