@@ -1,7 +1,8 @@
 """Who is speaking in a real room: the household streams of ``bench tracking`` under room acoustics.
 
 ``python -m bench tracking --rooms [--streams 5] [--minutes 4-6] [--backends ecapa]
-[--conditions dry16,room16,tv16,dry8] [--seed S]`` runs the same seeded households
+[--conditions dry16,room16,tv16,dry8,home16,alike16] [--seed S | --seeds S1,S2]`` runs the same
+seeded households (each seed its own, targets per seed)
 (bench/household.py) under each condition and reports per condition what ``bench tracking``
 reports (pyannote.metrics), plus what a room adds:
 
@@ -14,7 +15,13 @@ reports (pyannote.metrics), plus what a room adds:
   other, from the television's place in the room) ``TV_BELOW_DB`` below the household's speech
   and pink noise ``NOISE_BELOW_DB`` below it;
 - ``dry8``: the dry stream recorded by an 8 kHz device, its members enrolled from their clean
-  16 kHz files, as a user enrols with ``voxmeter enroll --local``.
+  16 kHz files, as a user enrols with ``voxmeter enroll --local``;
+- ``home16``: a household of its own: dry, 16 kHz, three members taking turns with two
+  strangers who are in no template (a real household's visitors never are: the other
+  conditions keep every held-out speaker in the database, the cohort the scores are
+  normalised on included);
+- ``alike16``: ``home16`` with strangers of a member's gender and age band (speakers.tsv):
+  the strangers a household's scores confuse most.
 
 Members' local profiles are always the clean 16 kHz enrolment (the pooled embedding of their
 four template utterances, what ``voxmeter enroll --local`` stores), in every condition. Beside
@@ -22,7 +29,9 @@ four template utterances, what ``voxmeter enroll --local`` stores), in every con
 (``background``), unknown tracks that only such windows own (``phantom tracks``: each one would
 show in Home Assistant), windows given to the media track (by whose speech: background, a
 member's, a stranger's), all unknown tracks opened per stream, and the seconds given
-to no track (``voxmeter_unattributed_speech_seconds_total``). Results: bench/results/rooms.json.
+to no track (``voxmeter_unattributed_speech_seconds_total``), and the turn splitter's recall
+and precision of the true changes of speaker inside windows (bench/changes.py). Results:
+bench/results/rooms.json (the first seed's figures; the others under ``seeds``).
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from bench.acoustics import (  # noqa: F401  (make_room, pink_noise: read from h
     make_room,
     pink_noise,
 )
+from bench.changes import SplitLog, change_counts, change_summary
 from bench.common import CORPUS, RESULTS_DIR, Run
 from bench.household import RATE_HZ, Stream, make_stream, trimmed
 from bench.tracked import (
@@ -159,6 +169,8 @@ def run_stream(
             return tracked, events
 
         pipeline.tracker.process = watched  # type: ignore[method-assign]
+        splits = SplitLog()
+        pipeline.turns.split = splits.watch(pipeline.turns.split)  # type: ignore[method-assign]
         started = time.process_time()
         asyncio.run(pipeline.run())
         cpu = time.process_time() - started
@@ -167,10 +179,14 @@ def run_stream(
     work.unlink()
     run = score_stream(stream, recorded, merges, collector.last, oracle, cpu)
     shows = (config.tracker.show_seconds, config.tracker.show_windows)
-    run["room"] = room_measures(stream, recorded, merges, shows) | {
-        "unattributed_seconds": unattributed,
-        "audio_seconds": stream.seconds,
-    }
+    run["room"] = (
+        room_measures(stream, recorded, merges, shows)
+        | {
+            "unattributed_seconds": unattributed,
+            "audio_seconds": stream.seconds,
+        }
+        | change_counts(stream, splits)
+    )
     return run
 
 
@@ -238,7 +254,7 @@ def summarise_condition(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "unknown_tracks_per_stranger": sum(r["unknown_tracks"] for r in rooms) / max(strangers, 1),
         "unattributed_share": sum(r["unattributed_seconds"] for r in rooms) / max(audio, 1e-9),
         "cpu_per_audio_second": summary["cpu_seconds"] / max(audio, 1e-9),
-    }
+    } | change_summary(rooms)
     return summary
 
 
@@ -258,6 +274,9 @@ def table(results: dict[str, Any]) -> str:
         ("… of them given to a track, of all windows (room, tv: ≤ 3 %)", pct("mixed_attributed")),
         ("windows refused as inconsistent (of them mixing two voices)", lambda s: (
             f"{100 * s['inconsistent_windows']:.1f} % ({s['inconsistent_mixed']})")),
+        ("changes of speaker inside a window: found (recall) / cuts at one (precision)",
+         lambda s: (f"{100 * s.get('change_recall', 0):.0f} % of {s.get('change_points', 0):.0f}"
+                    f" / {100 * s.get('change_precision', 0):.0f} % of {s.get('cuts', 0):.0f}")),
         ("windows given to no track", pct("skipped_windows")),
         ("member windows to the right member (room, tv, 8k: ≥ 90 %)", pct("member_right")),
         ("stranger windows to a member (none)", pct("stranger_to_member")),
