@@ -353,12 +353,12 @@ def main(argv: Sequence[str] = ()) -> None:
         raise SystemExit(f"bench tracking --rooms: unknown condition(s) {unknown}")
     seeds = [int(s) for s in str(args.seeds or args.seed).split(",")]
     run_record = Run("rooms", command="python -m bench tracking " + " ".join(argv))
-    baseline = None
+    started = None
     if args.baseline is not None:
-        baseline = report.baseline_summaries(
-            args.baseline, report.own_options(argv), args.baseline_release
-        )
+        options = report.own_options(argv)
+        started = report.Baseline(args.baseline, options, args.baseline_release)
     per_seed = {seed: run_seed(args, seed, conditions) for seed in seeds}
+    baseline = None if started is None else started.summaries()
     for seed, results in per_seed.items():
         summaries = {k: v["summary"] for k, v in results["conditions"].items()}
         before = None if baseline is None else report.seed_baseline(baseline, seed)

@@ -5,8 +5,9 @@ The targets are the first backend's (``--backends``, the configured embedding fi
 other backend listed runs the same households, and :func:`backend_rows` sets them beside it,
 condition by condition, so the embedding that tracks best is read off one table. A baseline
 (another checkout of voxmeter, e.g. the previous release) runs the same ``python -m bench
-tracking --rooms`` options with the first backend only, in a subprocess with its own
-PYTHONPATH, on the same machine in the same run, so both releases meet the same load; its
+tracking --rooms`` options with the first backend only, on its own daemon with this
+release's harness (the same households, conditions and seeds), in a subprocess beside this
+release's run on the same machine, so both releases meet the same load; its
 per-condition summaries stand beside this release's in the result (``figures.baseline``) and
 the "no worse" targets compare with them.
 """
@@ -93,30 +94,45 @@ def own_options(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def baseline_summaries(checkout: Path, argv: Sequence[str], release: str) -> dict[str, Any]:
-    """Run this benchmark on the ``checkout``'s daemon (its ``monitor`` package, this
-    release's ``bench``, so both meet the same households, conditions and seeds) with ``argv``
-    and return its per-condition summaries (per seed under ``seeds``) under ``release``."""
-    from monitor.features.weights import weights_dir
+class Baseline:
+    """The rooms benchmark run on the ``checkout``'s daemon (its ``monitor`` package, this
+    release's ``bench``, so both meet the same households, conditions and seeds) with
+    ``argv``, started at once in a subprocess: it runs beside this release's run on the other
+    core (each measures its own process CPU), and :meth:`summaries` waits for it."""
 
-    with tempfile.TemporaryDirectory(prefix="voxmeter-rooms-baseline-") as tmp:
-        overlay = Path(tmp) / "path"
+    def __init__(self, checkout: Path, argv: Sequence[str], release: str) -> None:
+        from monitor.features.weights import weights_dir
+
+        self.release = release
+        self._tmp = tempfile.TemporaryDirectory(prefix="voxmeter-rooms-baseline-")
+        overlay = Path(self._tmp.name) / "path"
         overlay.mkdir()
         (overlay / "monitor").symlink_to(checkout.resolve() / "monitor")
         (overlay / "bench").symlink_to(Path(__file__).resolve().parent)
-        out = Path(tmp) / "rooms.json"
+        self._out = Path(self._tmp.name) / "rooms.json"
         env = {**os.environ, "PYTHONPATH": str(overlay), "VOXMETER_MODELS": str(weights_dir())}
-        command = [sys.executable, "-m", "bench", "tracking", "--rooms", *argv, "--out", str(out)]
-        subprocess.run(command, cwd=overlay, env=env, check=True)
-        result = json.loads(out.read_text())
-    figures = result.get("figures", result)
+        command = [sys.executable, "-m", "bench", "tracking", "--rooms", *argv, "--out",
+                   str(self._out)]  # fmt: skip
+        self._process = subprocess.Popen(command, cwd=overlay, env=env)
 
-    def summaries(results: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v["summary"] for k, v in results.get("conditions", {}).items()}
+    def summaries(self) -> dict[str, Any]:
+        """Its per-condition summaries (per seed under ``seeds``) under its release's name."""
+        try:
+            if self._process.wait() != 0:
+                raise SystemExit(
+                    f"bench tracking --rooms: the baseline failed ({self._process.args})"
+                )
+            result = json.loads(self._out.read_text())
+        finally:
+            self._tmp.cleanup()
+        figures = result.get("figures", result)
 
-    seeds = {str(figures.get("seed")): summaries(figures)}
-    seeds |= {seed: summaries(r) for seed, r in figures.get("seeds", {}).items()}
-    return {"release": release, "conditions": summaries(figures), "seeds": seeds}
+        def summaries(results: Mapping[str, Any]) -> dict[str, Any]:
+            return {k: v["summary"] for k, v in results.get("conditions", {}).items()}
+
+        seeds = {str(figures.get("seed")): summaries(figures)}
+        seeds |= {seed: summaries(r) for seed, r in figures.get("seeds", {}).items()}
+        return {"release": self.release, "conditions": summaries(figures), "seeds": seeds}
 
 
 def seed_baseline(baseline: Mapping[str, Any], seed: int) -> dict[str, Any]:
