@@ -78,20 +78,22 @@ def look_alikes(
 ) -> list[str]:
     """Three members and ``strangers`` strangers from ``pool``, every stranger of the same
     group (gender and age band) as a member: the strangers a household's own scores confuse
-    most. A member is drawn only from a group that holds another speaker of ``pool``."""
-    names = list(pool)
-    order = [names[k] for k in rng.permutation(len(names))]
+    most. Each stranger is drawn with a member of their group (a seeded order), the other
+    members from anyone left."""
+    order = [str(pool[k]) for k in rng.permutation(len(pool))]
     members: list[str] = []
-    for name in order:
-        if len(members) < 3 and sum(groups[n] == groups[name] for n in names) >= 2:
-            members.append(name)
     chosen: list[str] = []
-    for k in range(strangers):
-        group = groups[members[k % len(members)]]
-        alike = [n for n in order if groups[n] == group and n not in members + chosen]
-        others = [n for n in order if n not in members + chosen]
-        chosen.append((alike or others)[0])
-    return members + chosen
+    for _ in range(strangers):
+        used = set(members + chosen)
+        for name in order:
+            alike = [n for n in order if n != name and groups[n] == groups[name]
+                     and n not in used]  # fmt: skip
+            if name not in used and alike:
+                members.append(name)
+                chosen.append(alike[0])
+                break
+    members += [n for n in order if n not in members + chosen][: 3 - len(members)]
+    return members[:3] + chosen
 
 
 def make_stream(
