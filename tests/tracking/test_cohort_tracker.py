@@ -140,10 +140,13 @@ def test_through_an_8khz_device_the_turn_does_not_keep_a_member_s_window(
 def _orthogonal(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """A random direction orthogonal to unit ``a``."""
     b = rng.normal(size=a.shape[0])
-    return b - (b @ a) * a
+    out: np.ndarray = b - (b @ a) * a
+    return out
 
 
-def _look_alike(rng: np.random.Generator, own: tuple[float, ...]) -> tuple[SpeakerTracker, dict]:
+def _look_alike(
+    rng: np.random.Generator, own: tuple[float, ...]
+) -> tuple[SpeakerTracker, dict[str, np.ndarray]]:
     """A member among 40 random template voices and a stranger of their gender and age (raw
     cosine 0.55 to them) who is in no template, as a household's visitor; the normalised
     threshold halfway between the stranger's score with a template of theirs in the cohort
