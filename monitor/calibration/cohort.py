@@ -66,8 +66,9 @@ def normalised_trials(scores: Floats, templates: Floats, N: int, top: int = COHO
     """AS-norm of calibration trials: ``scores`` (T, N) cosines of each test against the N
     templates of its start (rows ``s·N ..``: start s), ``templates`` (K·N, D) unit rows of
     every start. The cohort is the start's own N templates: a test is normalised against
-    all of them (as a live window meets every template, its speaker's too), a template
-    against the others (as a profile is, its identity left out)."""
+    all of them, its speaker's too, a template against the others (as a profile is, its
+    identity left out). A live window's speaker is often in no template (a visitor): the
+    tracker puts a stand-in for it in the window's cohort (:meth:`Cohort.normalise`)."""
     out = np.empty_like(scores)
     window = top_statistics(scores, top)
     for s in range(scores.shape[0] // N):
