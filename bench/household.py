@@ -73,6 +73,29 @@ def _pause(rng: np.random.Generator) -> float:
     return float(rng.uniform(3.0, 20.0))
 
 
+def look_alikes(
+    rng: np.random.Generator, pool: Sequence[str], groups: Mapping[str, str], strangers: int
+) -> list[str]:
+    """Three members and ``strangers`` strangers from ``pool``, every stranger of the same
+    group (gender and age band) as a member: the strangers a household's own scores confuse
+    most. Each stranger is drawn with a member of their group (a seeded order), the other
+    members from anyone left."""
+    order = [str(pool[k]) for k in rng.permutation(len(pool))]
+    members: list[str] = []
+    chosen: list[str] = []
+    for _ in range(strangers):
+        used = set(members + chosen)
+        for name in order:
+            alike = [n for n in order if n != name and groups[n] == groups[name]
+                     and n not in used]  # fmt: skip
+            if name not in used and alike:
+                members.append(name)
+                chosen.append(alike[0])
+                break
+    members += [n for n in order if n not in members + chosen][: 3 - len(members)]
+    return members[:3] + chosen
+
+
 def make_stream(
     index: int,
     *,
@@ -82,11 +105,21 @@ def make_stream(
     seed: int,
     folder: Path,
     rate_hz: int = RATE_HZ,
+    strangers: int | None = None,
+    groups: Mapping[str, str] | None = None,
 ) -> Stream:
-    """Stream ``index`` of a seeded set: 3 members and 1–2 strangers drawn from ``pool``."""
+    """Stream ``index`` of a seeded set: 3 members and 1–2 strangers drawn from ``pool``
+    (``strangers``: that many; ``groups``: speaker → gender and age band, every stranger of a
+    member's group, :func:`look_alikes`)."""
     rng = np.random.default_rng([seed, index])
-    people = list(rng.choice(list(pool), size=5, replace=False))
-    household = Household(tuple(people[:3]), tuple(people[3 : 3 + int(rng.integers(1, 3))]))
+    if groups is not None:
+        people = look_alikes(rng, pool, groups, 2 if strangers is None else strangers)
+        household = Household(tuple(people[:3]), tuple(people[3:]))
+    else:
+        people = list(rng.choice(list(pool), size=5, replace=False))
+        drawn = int(rng.integers(1, 3))  # drawn either way: the streams after stay the same
+        count = drawn if strangers is None else strangers
+        household = Household(tuple(people[:3]), tuple(people[3 : 3 + count]))
     everyone = [*household.members, *household.strangers]
     weights = np.array([1.0] * 3 + [0.6] * len(household.strangers))
     cursor = {p: (int(rng.integers(len(speech[p]))), 0) for p in everyone}

@@ -1,7 +1,8 @@
 """Who is speaking in a real room: the household streams of ``bench tracking`` under room acoustics.
 
 ``python -m bench tracking --rooms [--streams 5] [--minutes 4-6] [--backends ecapa]
-[--conditions dry16,room16,tv16,dry8] [--seed S]`` runs the same seeded households
+[--conditions dry16,room16,tv16,dry8,home16,alike16] [--seed S | --seeds S1,S2]`` runs the same
+seeded households (each seed its own, targets per seed)
 (bench/household.py) under each condition and reports per condition what ``bench tracking``
 reports (pyannote.metrics), plus what a room adds:
 
@@ -14,7 +15,13 @@ reports (pyannote.metrics), plus what a room adds:
   other, from the television's place in the room) ``TV_BELOW_DB`` below the household's speech
   and pink noise ``NOISE_BELOW_DB`` below it;
 - ``dry8``: the dry stream recorded by an 8 kHz device, its members enrolled from their clean
-  16 kHz files, as a user enrols with ``voxmeter enroll --local``.
+  16 kHz files, as a user enrols with ``voxmeter enroll --local``;
+- ``home16``: a household of its own: dry, 16 kHz, three members taking turns with two
+  strangers who are in no template (a real household's visitors never are: the other
+  conditions keep every held-out speaker in the database, the cohort the scores are
+  normalised on included);
+- ``alike16``: ``home16`` with strangers of a member's gender and age band (speakers.tsv):
+  the strangers a household's scores confuse most.
 
 Members' local profiles are always the clean 16 kHz enrolment (the pooled embedding of their
 four template utterances, what ``voxmeter enroll --local`` stores), in every condition. Beside
@@ -22,28 +29,35 @@ four template utterances, what ``voxmeter enroll --local`` stores), in every con
 (``background``), unknown tracks that only such windows own (``phantom tracks``: each one would
 show in Home Assistant), windows given to the media track (by whose speech: background, a
 member's, a stranger's), all unknown tracks opened per stream, and the seconds given
-to no track (``voxmeter_unattributed_speech_seconds_total``). Results: bench/results/rooms.json.
+to no track (``voxmeter_unattributed_speech_seconds_total``), and the turn splitter's recall
+and precision of the true changes of speaker inside windows (bench/changes.py). Results:
+bench/results/rooms.json (the first seed's figures; the others under ``seeds``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import csv
 import json
 import shutil
 import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import soundfile as sf
-from scipy.signal import fftconvolve
 
 from bench import rooms_report as report
+from bench.acoustics import (  # noqa: F401  (make_room, pink_noise: read from here too)
+    in_room,
+    make_room,
+    pink_noise,
+)
+from bench.changes import SplitLog, change_counts, change_summary
 from bench.common import CORPUS, RESULTS_DIR, Run
 from bench.household import RATE_HZ, Stream, make_stream, trimmed
 from bench.tracked import (
@@ -75,134 +89,11 @@ CONDITIONS = {
     "room16": "reverberant room, 16 kHz",
     "tv16": "room + television 18 dB below + pink noise, 16 kHz",
     "dry8": "dry, 8 kHz device, members enrolled at 16 kHz",
+    "home16": "dry, 16 kHz, three members and two strangers",
+    "alike16": "dry, 16 kHz, two strangers of a member's gender and age band",
 }
-RT60_SECONDS = (0.2, 0.8)
-DISTANCE_M = (0.5, 4.0)
-TV_BELOW_DB = 18.0
-NOISE_BELOW_DB = 30.0
-SPEECH_DBFS = -26.0  # the household's speech level in the recording
+UNSEEN = ("home16", "alike16")  # conditions whose strangers are not in the database
 MEDIA_COUNTS = ("windows", "background", "member", "stranger")  # windows to the media track
-
-
-@dataclass(frozen=True)
-class Room:
-    """One simulated living room: its size, reverberation and everyone's place in it."""
-
-    dims_m: tuple[float, float, float]
-    rt60_seconds: float  # asked of pyroomacoustics (Sabine)
-    measured_rt60_seconds: float  # of the first person's response (Schroeder)
-    distances_m: tuple[float, ...]  # each source to the microphone (people, then the TV)
-    responses: tuple[np.ndarray, ...]  # each source's impulse response at 16 kHz
-
-
-def _place(rng: np.random.Generator, dims: np.ndarray, mic: np.ndarray) -> np.ndarray:
-    """A point 0.5–4 m from the microphone inside the room (0.3 m from every wall)."""
-    for _ in range(1000):
-        distance = rng.uniform(*DISTANCE_M)
-        azimuth = rng.uniform(0, 2 * np.pi)
-        height = rng.uniform(1.0, 1.7)  # a child sitting to an adult standing
-        dz = height - mic[2]
-        flat = np.sqrt(max(distance**2 - dz**2, 0.01))
-        point = mic + np.array([flat * np.cos(azimuth), flat * np.sin(azimuth), dz])
-        if np.all(point[:2] > 0.3) and np.all(point[:2] < dims[:2] - 0.3):
-            return point
-    raise ValueError("no place in the room at that distance")
-
-
-def make_room(rng: np.random.Generator, sources: int) -> Room:
-    """A seeded room with ``sources`` sources and one microphone on a shelf near a wall."""
-    import pyroomacoustics as pra
-
-    dims = np.array([rng.uniform(3.5, 6.0), rng.uniform(3.0, 5.0), rng.uniform(2.4, 2.8)])
-    rt60 = float(np.exp(rng.uniform(*np.log(RT60_SECONDS))))
-    absorption, max_order = pra.inverse_sabine(rt60, dims.tolist())
-    room = pra.ShoeBox(dims.tolist(), fs=RATE_HZ, materials=pra.Material(absorption),
-                       max_order=max_order, use_rand_ism=False)  # fmt: skip
-    mic = np.array([rng.uniform(0.3, dims[0] - 0.3), 0.25, 1.0])
-    points = [_place(rng, dims, mic) for _ in range(sources)]
-    for point in points:
-        room.add_source(point.tolist())
-    room.add_microphone(mic.tolist())
-    room.compute_rir()
-    responses = tuple(np.asarray(room.rir[0][k], dtype=np.float64) for k in range(sources))
-    return Room(
-        dims_m=(float(dims[0]), float(dims[1]), float(dims[2])),
-        rt60_seconds=rt60,
-        measured_rt60_seconds=float(pra.experimental.measure_rt60(responses[0], fs=RATE_HZ)),
-        distances_m=tuple(float(np.linalg.norm(p - mic)) for p in points),
-        responses=responses,
-    )
-
-
-def pink_noise(rng: np.random.Generator, samples: int) -> np.ndarray:
-    """Seeded pink (1/f power) noise of unit RMS."""
-    spectrum = np.fft.rfft(rng.standard_normal(samples))
-    f = np.fft.rfftfreq(samples)
-    f[0] = f[1]
-    noise = np.fft.irfft(spectrum / np.sqrt(f), n=samples)
-    return noise / np.sqrt(np.mean(noise**2))
-
-
-def television(rng: np.random.Generator, speech: Sequence[Sequence[np.ndarray]], samples: int):
-    """A programme: its speakers' utterances one after the other with short pauses."""
-    out = np.zeros(samples)
-    at = 0
-    while at < samples:
-        who = speech[int(rng.integers(len(speech)))]
-        piece = who[int(rng.integers(len(who)))]
-        take = piece[: samples - at]
-        out[at : at + take.shape[0]] = take
-        at += take.shape[0] + round(rng.uniform(0.1, 0.6) * RATE_HZ)
-    return out
-
-
-def _level(audio: np.ndarray, mask: np.ndarray) -> float:
-    return float(np.sqrt(np.mean(audio[mask] ** 2)))
-
-
-def in_room(
-    stream: Stream,
-    *,
-    seed: int,
-    index: int,
-    tv_speech: Sequence[Sequence[np.ndarray]] | None,
-) -> tuple[Stream, dict[str, Any]]:
-    """``stream`` rewritten as heard in a room: each person's speech convolved with their own
-    response; with ``tv_speech`` a television and pink noise too. The truth stays the dry
-    segments. Returns the stream and what the room was."""
-    rng = np.random.default_rng([seed, index, 29])
-    dry, rate = sf.read(stream.path, dtype="float64")
-    people = [*stream.household.members, *stream.household.strangers]
-    room = make_room(rng, len(people) + (tv_speech is not None))
-    n = dry.shape[0]
-    wet = np.zeros(n)
-    speaking = np.zeros(n, dtype=bool)
-    for k, person in enumerate(people):
-        own = np.zeros(n)
-        for seg in stream.truth:
-            if seg.speaker == person:
-                a, b = round(seg.start * rate), min(round(seg.end * rate), n)
-                own[a:b] = dry[a:b]
-                speaking[a:b] = True
-        wet += fftconvolve(own, room.responses[k])[:n]
-    speech_level = _level(wet, speaking)
-    facts: dict[str, Any] = {
-        "dims_m": room.dims_m,
-        "rt60_seconds": room.rt60_seconds,
-        "measured_rt60_seconds": room.measured_rt60_seconds,
-        "distances_m": room.distances_m,
-    }
-    if tv_speech is not None:
-        programme = television(rng, tv_speech, n)
-        tv = fftconvolve(programme, room.responses[-1])[:n]
-        tv *= speech_level * 10 ** (-TV_BELOW_DB / 20) / _level(tv, np.abs(programme) > 0)
-        noise = pink_noise(rng, n) * speech_level * 10 ** (-NOISE_BELOW_DB / 20)
-        wet += tv + noise
-        facts |= {"tv_below_db": TV_BELOW_DB, "noise_below_db": NOISE_BELOW_DB}
-    wet *= 10 ** (SPEECH_DBFS / 20) / speech_level
-    wet /= max(1.0, float(np.abs(wet).max()) / 0.99)
-    sf.write(stream.path, wet.astype(np.float32), rate, subtype="PCM_16")
-    return stream, facts
 
 
 def daemon_windows(path: Path) -> list[SpeechWindow]:
@@ -229,14 +120,23 @@ def daemon_windows(path: Path) -> list[SpeechWindow]:
 
 
 def run_stream(
-    db: Path, stream: Stream, backend: str, folder: Path, overrides: Sequence[str]
+    db: Path,
+    stream: Stream,
+    backend: str,
+    folder: Path,
+    overrides: Sequence[str],
+    *,
+    unseen: bool = False,
 ) -> dict[str, Any]:
     """One stream through build_pipeline with the members enrolled from their clean 16 kHz
     files; ``bench tracking``'s measures plus background windows, phantom tracks and the
-    seconds given to no track."""
+    seconds given to no track. ``unseen``: the strangers are not in the database (a real
+    household's visitors never are; every other condition keeps all held-out speakers)."""
     work = folder / f"run-{stream.path.stem}-{backend}.db"
     shutil.copy(db, work)
     with open_store(work) as store:
+        for stranger in stream.household.strangers if unseen else ():
+            store.remove_identity(stranger)
         for k, member in enumerate(stream.household.members):
             store.add_local_profile(f"member-{k + 1}", member, store.template(member, "embedding"))
     config = load_config(
@@ -269,6 +169,8 @@ def run_stream(
             return tracked, events
 
         pipeline.tracker.process = watched  # type: ignore[method-assign]
+        splits = SplitLog()
+        pipeline.turns.split = splits.watch(pipeline.turns.split)  # type: ignore[method-assign]
         started = time.process_time()
         asyncio.run(pipeline.run())
         cpu = time.process_time() - started
@@ -277,10 +179,14 @@ def run_stream(
     work.unlink()
     run = score_stream(stream, recorded, merges, collector.last, oracle, cpu)
     shows = (config.tracker.show_seconds, config.tracker.show_windows)
-    run["room"] = room_measures(stream, recorded, merges, shows) | {
-        "unattributed_seconds": unattributed,
-        "audio_seconds": stream.seconds,
-    }
+    run["room"] = (
+        room_measures(stream, recorded, merges, shows)
+        | {
+            "unattributed_seconds": unattributed,
+            "audio_seconds": stream.seconds,
+        }
+        | change_counts(stream, splits)
+    )
     return run
 
 
@@ -348,7 +254,7 @@ def summarise_condition(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "unknown_tracks_per_stranger": sum(r["unknown_tracks"] for r in rooms) / max(strangers, 1),
         "unattributed_share": sum(r["unattributed_seconds"] for r in rooms) / max(audio, 1e-9),
         "cpu_per_audio_second": summary["cpu_seconds"] / max(audio, 1e-9),
-    }
+    } | change_summary(rooms)
     return summary
 
 
@@ -368,6 +274,9 @@ def table(results: dict[str, Any]) -> str:
         ("… of them given to a track, of all windows (room, tv: ≤ 3 %)", pct("mixed_attributed")),
         ("windows refused as inconsistent (of them mixing two voices)", lambda s: (
             f"{100 * s['inconsistent_windows']:.1f} % ({s['inconsistent_mixed']})")),
+        ("changes of speaker inside a window: found (recall) / cuts at one (precision)",
+         lambda s: (f"{100 * s.get('change_recall', 0):.0f} % of {s.get('change_points', 0):.0f}"
+                    f" / {100 * s.get('change_precision', 0):.0f} % of {s.get('cuts', 0):.0f}")),
         ("windows given to no track", pct("skipped_windows")),
         ("member windows to the right member (room, tv, 8k: ≥ 90 %)", pct("member_right")),
         ("stranger windows to a member (none)", pct("stranger_to_member")),
@@ -410,6 +319,9 @@ def main(argv: Sequence[str] = ()) -> None:
     parser.add_argument("--backends", default="ecapa", help=report.BACKENDS_HELP)
     parser.add_argument("--conditions", default=",".join(CONDITIONS))
     parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument(
+        "--seeds", help="comma-separated seeds, each its own households (targets per seed)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--no-narrow",
@@ -439,13 +351,59 @@ def main(argv: Sequence[str] = ()) -> None:
     unknown = sorted(set(conditions) - set(CONDITIONS))
     if unknown:
         raise SystemExit(f"bench tracking --rooms: unknown condition(s) {unknown}")
+    seeds = [int(s) for s in str(args.seeds or args.seed).split(",")]
     run_record = Run("rooms", command="python -m bench tracking " + " ".join(argv))
-    baseline = None
+    started = None
     if args.baseline is not None:
-        baseline = report.baseline_summaries(
-            args.baseline, report.own_options(argv), args.baseline_release
-        )
-    results: dict[str, Any] = {"seed": args.seed, "conditions": {}}
+        options = report.own_options(argv)
+        started = report.Baseline(args.baseline, options, args.baseline_release)
+    per_seed = {seed: run_seed(args, seed, conditions) for seed in seeds}
+    baseline = None if started is None else started.summaries()
+    for seed, results in per_seed.items():
+        summaries = {k: v["summary"] for k, v in results["conditions"].items()}
+        before = None if baseline is None else report.seed_baseline(baseline, seed)
+        label = f"seed {seed} " if len(seeds) > 1 else ""
+        report.record_targets(run_record, summaries, before, label=label)
+        per_seed[seed] = report.with_backends(results, summaries)
+        print(table(per_seed[seed]))
+    first = per_seed[seeds[0]]
+    others = {str(seed): per_seed[seed] for seed in seeds[1:]}
+    run_record.figures = first | ({"seeds": others} if others else {}) | {"baseline": baseline}
+    run_record.write(path=args.out)
+
+
+def groups() -> dict[str, str]:
+    """Every corpus speaker's gender and age band (child < 13, teen < 18, adult)."""
+    with open(CORPUS / "speakers.tsv", newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    band = {True: "child", False: "teen"}
+    return {r["speaker"]: r["gender"] + "-" + (band[int(r["age"]) < 13] if int(r["age"]) < 18
+            else "adult") for r in rows}  # fmt: skip
+
+
+def condition_stream(
+    condition: str, index: int, *, seed: int, minutes: float, pool: Sequence[str],
+    speech: dict[str, list[np.ndarray]], folder: Path,
+) -> tuple[Stream, dict[str, Any]]:  # fmt: skip
+    """Stream ``index`` of ``seed`` as ``condition`` hears it, and what its room was."""
+    rate = 8000 if condition == "dry8" else RATE_HZ
+    strangers = 2 if condition in ("home16", "alike16") else None
+    stream = make_stream(
+        index, speech=speech, pool=pool, minutes=minutes, seed=seed, folder=folder,
+        rate_hz=rate, strangers=strangers, groups=groups() if condition == "alike16" else None,
+    )  # fmt: skip
+    if condition not in ("room16", "tv16"):
+        return stream, {}
+    household = {*stream.household.members, *stream.household.strangers}
+    others = [s for s in pool if s not in household]
+    picks = np.random.default_rng([seed, index, 18]).choice(others, size=3, replace=False)
+    tv = [speech[s] for s in picks] if condition == "tv16" else None
+    return in_room(stream, seed=seed, index=index, tv_speech=tv)
+
+
+def run_seed(args: argparse.Namespace, seed: int, conditions: Sequence[str]) -> dict[str, Any]:
+    """Every backend and condition on the households of ``seed``."""
+    results: dict[str, Any] = {"seed": seed, "conditions": {}}
     with tempfile.TemporaryDirectory(prefix="voxmeter-rooms-") as tmp:
         folder = Path(tmp)
         for backend in args.backends.split(","):
@@ -460,39 +418,27 @@ def main(argv: Sequence[str] = ()) -> None:
             }
             for condition in conditions:
                 runs = []
-                rng = np.random.default_rng(args.seed)
+                rng = np.random.default_rng(seed)
                 for index in range(args.streams):
                     minutes = float(rng.uniform(*args.minutes))
-                    rate = 8000 if condition == "dry8" else RATE_HZ
-                    stream = make_stream(
-                        index, speech=speech, pool=speakers, minutes=minutes, seed=args.seed,
-                        folder=folder, rate_hz=rate,
+                    stream, facts = condition_stream(
+                        condition, index, seed=seed, minutes=minutes, pool=speakers,
+                        speech=speech, folder=folder,
                     )  # fmt: skip
-                    facts: dict[str, Any] = {}
-                    if condition in ("room16", "tv16"):
-                        household = {*stream.household.members, *stream.household.strangers}
-                        others = [s for s in speakers if s not in household]
-                        picks = np.random.default_rng([args.seed, index, 18]).choice(
-                            others, size=3, replace=False
-                        )
-                        tv = [speech[s] for s in picks] if condition == "tv16" else None
-                        stream, facts = in_room(stream, seed=args.seed, index=index, tv_speech=tv)
-                    run = run_stream(db, stream, backend, folder, args.set)
+                    unseen = condition in UNSEEN
+                    run = run_stream(db, stream, backend, folder, args.set, unseen=unseen)
                     run["room"] |= facts
                     stream.path.unlink()
                     runs.append(run)
                     room = {k: v for k, v in run["room"].items() if k != "distances_m"}
-                    print(f"{backend} {condition} stream {index}: {json.dumps(run['counts'])} "
+                    counts = json.dumps(run["counts"])
+                    print(f"{backend} {condition} seed {seed} stream {index}: {counts} "
                           f"{json.dumps(room)}", flush=True)  # fmt: skip
                 summary = summarise_condition(runs)
-                print(f"== {backend} {condition}: {json.dumps(summary, indent=1)}", flush=True)
+                print(f"== {backend} {condition} seed {seed}: {json.dumps(summary, indent=1)}",
+                      flush=True)  # fmt: skip
                 results["conditions"][f"{condition}@{backend}"] = {
                     "summary": summary,
                     "streams": runs,
                 }
-    summaries = {k: v["summary"] for k, v in results["conditions"].items()}
-    report.record_targets(run_record, summaries, baseline)
-    results = report.with_backends(results, summaries)
-    run_record.figures = results | {"baseline": baseline}
-    run_record.write(path=args.out)
-    print(table(results))
+    return results

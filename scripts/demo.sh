@@ -185,12 +185,17 @@ fi
     "${SETTINGS[@]}" >"$LOG" 2>&1 &
 DAEMON=$!
 PIDS+=("$DAEMON")
-for _ in $(seq 120); do  # models load in a few seconds
-    grep -q "msg=started" "$LOG" 2>/dev/null && break
+# the stream is played only once the capture runs: "started" comes when the models are loaded,
+# the microphone opens after it, and a stream played meanwhile loses its first seconds
+READY="msg=started"
+[ "$SOURCE" = "mic:pulse" ] && READY="capturing from"
+for _ in $(seq 600); do  # models load in a few seconds (minutes on a busy machine)
+    grep -q "$READY" "$LOG" 2>/dev/null && break
     kill -0 "$DAEMON" 2>/dev/null || { cat "$LOG"; exit 1; }
     sleep 0.5
 done
 if [ "$SOURCE" = "mic:pulse" ]; then
+    grep -q "$READY" "$LOG" || { echo "demo: the capture did not start (see $LOG)" >&2; exit 1; }
     paplay --device=vmic "$STREAM" 2>/dev/null &
     PIDS+=($!)
 fi

@@ -66,8 +66,9 @@ def normalised_trials(scores: Floats, templates: Floats, N: int, top: int = COHO
     """AS-norm of calibration trials: ``scores`` (T, N) cosines of each test against the N
     templates of its start (rows ``s·N ..``: start s), ``templates`` (K·N, D) unit rows of
     every start. The cohort is the start's own N templates: a test is normalised against
-    all of them (as a live window meets every template, its speaker's too), a template
-    against the others (as a profile is, its identity left out)."""
+    all of them, its speaker's too, a template against the others (as a profile is, its
+    identity left out). A live window's speaker is often in no template (a visitor): the
+    tracker puts a stand-in for it in the window's cohort (:meth:`Cohort.normalise`)."""
     out = np.empty_like(scores)
     window = top_statistics(scores, top)
     for s in range(scores.shape[0] // N):
@@ -90,11 +91,34 @@ class Cohort:
     ) -> None:
         self.unit = cohort
         self.top = top
+        self.listed = own >= 0  # (P,) whether profile p's identity is among the templates
         self.profile = profile_statistics(profiles, cohort, own, top)
 
-    def normalise(self, vector: Floats, cosines: Floats) -> Floats:
-        """(P,) AS-norm of the unit window ``vector``'s ``cosines`` to the profiles."""
-        return snorm(cosines, top_statistics(self.unit @ vector, self.top), self.profile)
+    def normalise(
+        self,
+        vector: Floats,
+        cosines: Floats,
+        voices: Floats | None = None,
+        own: float | None = None,
+    ) -> Floats:
+        """(P,) AS-norm of the unit window ``vector``'s ``cosines`` to the profiles.
+
+        The thresholds are calibrated with every test's own voice in its cohort (a template of
+        its speaker, :func:`normalised_trials`). Live, a stranger's voice is in no template:
+        the window meets a cohort of other voices only, its top cohort cosines fall and every
+        score of it rises: a stranger over a member's threshold (about twice the calibrated
+        rate on the corpus's held-out speakers, and more for a stranger of a member's gender
+        and age). So the window's cohort holds what the calibration's did: ``voices`` (E, D),
+        unit rows of the household's voices that are no template (members enrolled locally
+        only, the open unknown tracks), and, when nothing in it is as near the window as a
+        voice's own template usually is, that usual cosine ``own`` in place of the own
+        template missing."""
+        among = self.unit @ vector
+        if voices is not None and voices.shape[0]:
+            among = np.concatenate([among, voices @ vector])
+        if own is not None and float(among.max()) < own:
+            among = np.append(among, own)
+        return snorm(cosines, top_statistics(among, self.top), self.profile)
 
 
 def cohort_for(

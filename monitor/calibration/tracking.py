@@ -268,6 +268,7 @@ class TrackerThresholds:
     cohort_top: int = 0  # cohort cosines per side of the AS-norm (0: raw cosines decide)
     profile_norm: tuple[float, ...] = ()  # ``profile`` and ``ambiguous`` on AS-normed scores
     ambiguous_norm: tuple[float, ...] = ()
+    own: tuple[float, ...] = ()  # a voice's median cosine to its own template (profile_same)
 
     def staying(self, seconds: float) -> float:
         """The cosine a window that continues a turn needs to stay with the turn's track."""
@@ -302,7 +303,9 @@ def tracker_thresholds(
     as far from it as only ``false_change_rate`` of a voice's own windows are from its template
     (profile_same): a turn's 1 s tail proves little, but nothing says the voice changed.
     Statistics with AS-normed profile scores (:mod:`monitor.calibration.cohort`) give the
-    member and ambiguity thresholds on those scores too, at the same rates.
+    member and ambiguity thresholds on those scores too, at the same rates; ``own``, a voice's
+    median cosine to its own template, stands for the own template the calibration's cohort
+    always held (:meth:`monitor.calibration.cohort.Cohort.normalise`).
     """
     q = tracking["quantiles"]
     table = tracking["lengths"]
@@ -329,6 +332,7 @@ def tracker_thresholds(
         ambiguous_norm=tuple(
             _level(r, "profile_other_snorm", 1 - ambiguous_rate, q) for r in rows
         ) if normed else (),
+        own=tuple(_level(r, "profile_same", 0.5, q) for r in rows),
     )  # fmt: skip
 
 

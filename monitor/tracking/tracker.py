@@ -72,18 +72,25 @@ class _Band:
     cohort: Cohort | None = None
 
     def decide(
-        self, vector: npt.NDArray[np.float64], cosines: npt.NDArray[np.float64], seconds: float
+        self,
+        vector: npt.NDArray[np.float64],
+        cosines: npt.NDArray[np.float64],
+        seconds: float,
+        voices: npt.NDArray[np.float64] | None = None,
     ) -> tuple[int, bool, bool]:
         """The nearest member, whether the window is theirs and whether it may be: AS-normed
         scores against the normalised thresholds with a cohort, else the raw cosines. (Whether
         a window may open a track is asked of the raw cosines either way, in ``_assign``: in a
-        room the normalised scale lifts every voice's windows, a stranger's too.)"""
+        room the normalised scale lifts every voice's windows, a stranger's too.) ``voices``: the
+        household's own voices, counted in the window's cohort with the usual own-template
+        cosine of the thresholds (:meth:`Cohort.normalise`)."""
         t = self.thresholds
         if self.cohort is None or not t.profile_norm:
             best = int(np.argmax(cosines))
             score = float(cosines[best])
             return best, score >= t.at(t.profile, seconds), score >= t.at(t.ambiguous, seconds)
-        normed = self.cohort.normalise(vector, cosines)
+        own = t.at(t.own, seconds) if t.own else None
+        normed = self.cohort.normalise(vector, cosines, voices, own)
         best = int(np.argmax(normed))
         score = float(normed[best])
         ambiguous = score >= t.at(t.ambiguous_norm, seconds)
@@ -294,6 +301,17 @@ class SpeakerTracker:
         band.profiles.learn(k, vector, seconds)
         self.domains.learn(window.stream.source, self._vector(window), band.matrix[k], seconds)
 
+    def _voices(self, band: _Band) -> npt.NDArray[np.float64] | None:
+        """Unit rows of the voices a window may be that the cohort's templates lack: the
+        members whose identity is no template (enrolled locally only) and every open unknown
+        track, so a stranger with a track meets the cohort the thresholds were calibrated on
+        (their own voice among it) instead of one that lifts them towards every member."""
+        if band.cohort is None:
+            return None
+        rows = [band.matrix[~band.cohort.listed]] if band.matrix.size else []
+        rows += [c.centroid[None, :] for c in self.clusters.values()]
+        return np.concatenate(rows) if rows else None
+
     def _skip(self, window: FeatureWindow) -> TrackedWindow | None:
         """Count ``window``'s seconds as given to no one (per source); None, its track."""
         seconds, source = window.speech_seconds, window.stream.source
@@ -320,7 +338,7 @@ class SpeakerTracker:
         best_profile = -1.0
         cosines = band.profiles.cosines(vector)
         if self.profile_aliases:
-            best, accepted, maybe = band.decide(vector, cosines, seconds)
+            best, accepted, maybe = band.decide(vector, cosines, seconds, self._voices(band))
             best_profile = float(cosines.max())
             accepted = accepted and not self._turn_keeps(window, vector, float(cosines[best]), t)
             if accepted or (maybe and self._sticks(window, best, band)):

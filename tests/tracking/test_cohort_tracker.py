@@ -135,3 +135,61 @@ def test_through_an_8khz_device_the_turn_does_not_keep_a_member_s_window(
     assert tail_window.band == "narrow"
     given, _ = t.process(tail_window)
     assert given is not None and given.track == "home-1"
+
+
+def _orthogonal(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A random direction orthogonal to unit ``a``."""
+    b = rng.normal(size=a.shape[0])
+    out: np.ndarray = b - (b @ a) * a
+    return out
+
+
+def _look_alike(
+    rng: np.random.Generator, own: tuple[float, ...]
+) -> tuple[SpeakerTracker, dict[str, np.ndarray]]:
+    """A member among 40 random template voices and a stranger of their gender and age (raw
+    cosine 0.55 to them) who is in no template, as a household's visitor; the normalised
+    threshold halfway between the stranger's score with a template of theirs in the cohort
+    (as the calibration scores every voice) and without one."""
+    cohort = rng.normal(size=(40, 64))
+    cohort /= np.linalg.norm(cohort, axis=1, keepdims=True)
+    aliases = tuple(f"{i:04d}" for i in range(40))
+    member = cohort[0]
+    stranger = at_cosine(member, _orthogonal(member, rng), 0.55)
+    template = at_cosine(stranger, _orthogonal(stranger, rng), 0.76)  # theirs
+    t = SpeakerTracker(
+        [profile("home-1", "0000", member)],
+        TrackerSettings(merge_seconds=6.0),
+        thresholds=fitted(cohort_top=10, own=own),
+        cohort=(aliases, cohort),
+        clock=FakeClock(),
+        wall_clock=FakeClock(),
+    )
+    band = t.bands["wide"]
+    assert band.cohort is not None
+    cosines = band.profiles.cosines(stranger)
+    absent = float(band.cohort.normalise(stranger, cosines)[0])
+    calibrated = float(band.cohort.normalise(stranger, cosines, template[None, :])[0])
+    assert absent > calibrated  # the cohort without the stranger's voice lifts them
+    middle = ((absent + calibrated) / 2,) * 3
+    band.thresholds = replace(band.thresholds, profile_norm=middle, ambiguous_norm=middle)
+    return t, {"member": member, "stranger": stranger}
+
+
+def test_a_look_alike_stranger_in_no_template_is_not_lifted_to_the_member(
+    rng: np.random.Generator,
+) -> None:
+    """The stranger's window meets the cohort the thresholds were calibrated on (the usual
+    own-template cosine stands for the template they lack): not the member's, at the first
+    window and after; without that stand-in (thresholds without ``own``) it is the member's.
+    The member's own window is still theirs."""
+    t, v = _look_alike(rng, own=(0.76,) * 3)
+    first, _ = t.process(window(v["stranger"], 0))
+    assert first is None or first.kind == "unknown"
+    again, _ = t.process(window(v["stranger"], 1))
+    assert again is None or again.kind == "unknown"
+    member, _ = t.process(window(at_cosine(v["member"], v["stranger"], 0.9), 2))
+    assert member is not None and member.track == "home-1"
+    unfixed, w = _look_alike(np.random.default_rng(7), own=())
+    lifted, _ = unfixed.process(window(w["stranger"], 0))
+    assert lifted is not None and lifted.track == "home-1"
