@@ -16,6 +16,7 @@ from pathlib import Path
 from monitor.audio.frames import AudioSource
 from monitor.audio.microphone import MicrophoneSource
 from monitor.calibration.buckets import CalibrationSet, load_default
+from monitor.daemon.household import enrolment_for
 from monitor.daemon.lock import DaemonLock
 from monitor.daemon.pipeline import EXIT_DEADLINE_SECONDS, ExitWatchdog, Pipeline, RunSummary
 from monitor.daemon.protection import protection_for
@@ -148,7 +149,7 @@ def build_pipeline(
     if exporters is None:
         exporters = daemon_exporters(config, store, device_id)
     exporters = [*exporters, *protection_for(config, source, exporters, device_id)]
-    return Pipeline(
+    pipeline = Pipeline(
         config,
         store=store,
         source=source,
@@ -161,6 +162,8 @@ def build_pipeline(
         clock=clock,
         wall_clock=wall_clock,
     )
+    pipeline.exporters += enrolment_for(config, pipeline, exporters, load_scorer)
+    return pipeline
 
 
 def run_daemon(config: Config) -> RunSummary:

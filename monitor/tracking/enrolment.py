@@ -8,13 +8,13 @@ claim`: that ``unknown-N`` track's pooled speech so far). Either way the observa
 (:func:`monitor.store.live.live_enrolment`) and makes the tracker and scorer use the member at
 once. Only features are held, never audio, and only until the profile is made or refused.
 
-One voice only. While listening, the first window names the voice; a later window is the same
-voice when the tracker put it in the same track or its embedding is as close to the voice's
-centroid as an unknown track's window must be to join (the calibrated ``cluster`` cosine, the
-``mature`` one past a template's worth of speech). A window that may hold two voices (mixed,
-inconsistent), one of another voice, or one of a member counts against the session: another
-voice's speech over ``OTHER_VOICE_SHARE`` of the voice's (at least ``OTHER_VOICE_SECONDS``)
-refuses it ("two voices heard"), a member's refuses it at once ("already enrolled as ..."),
+One voice only. Windows are grouped into voices as the tracker groups them into unknown tracks:
+the same track, or as close to a voice's centroid as a window must be to join a track (the
+calibrated ``cluster`` cosine, the ``mature`` one past a template's worth of speech); the voice
+heard most is the one enrolled. The second voice heard most, with the windows that may hold two
+(mixed, inconsistent), counts against the session: its speech over ``OTHER_VOICE_SHARE`` of the
+voice's (at least ``OTHER_VOICE_SECONDS``) refuses it
+("two voices heard"); a member's window refuses it at once ("already enrolled as ..."),
 and a session that hears too little within ``wait_seconds`` ends ("too little speech"). Nothing
 is enrolled on a refusal: the held observations are dropped.
 
@@ -41,16 +41,19 @@ from monitor.vocabulary import TRACKING_FEATURE
 
 logger = logging.getLogger(__name__)
 
-NEEDED_SECONDS = 30.0
-"""Speech of one voice a live enrolment collects (a profile this long tracks as well as the
-corpus enrolments of the benchmarks, which pool 30 s)."""
+NEEDED_SECONDS = 20.0
+"""Speech of one voice (after voice activity detection) a live enrolment collects: about as
+much as a corpus speaker's six utterances that the daemon's tests enrol, and what a person
+reading aloud gives in under a minute."""
 WAIT_SECONDS = 300.0
 """A session that has not heard enough within this long ends ("too little speech")."""
-OTHER_VOICE_SECONDS = 4.0
-OTHER_VOICE_SHARE = 0.2
-"""Another voice's speech beyond max(OTHER_VOICE_SECONDS, OTHER_VOICE_SHARE × the voice's)
-refuses the session: two people spoke."""
+OTHER_VOICE_SECONDS = 5.0
+OTHER_VOICE_SHARE = 0.25
+"""A second voice's speech (with the windows that may hold two) beyond max(OTHER_VOICE_SECONDS,
+OTHER_VOICE_SHARE × the voice's) refuses the session: two people spoke."""
 MAX_ALIAS_CHARS = 64
+MAX_VOICES = 16
+"""Voices a session keeps apart before it refuses (bounds the memory of a noisy room)."""
 FORBIDDEN = "/#+"
 """Characters an alias may not hold: MQTT's level separator and wildcards (topics percent-
 encode them, but a household reading topics would not recognise the alias)."""
@@ -96,13 +99,33 @@ class Progress:
 
 @dataclass
 class _Voice:
-    """The voice being collected: its windows' observations, centroid and the others' seconds."""
+    """One voice heard while listening: its windows' observations and centroid."""
 
-    track: str | None = None
+    tracks: set[str] = field(default_factory=set)  # the tracker's tracks of its windows
     observations: dict[str, list[Observation]] = field(default_factory=dict)
     total: npt.NDArray[np.float64] | None = None  # Σ seconds × unit embedding
     seconds: float = 0.0
-    other_seconds: float = 0.0
+
+
+@dataclass
+class _Heard:
+    """What a session heard: the voices (windows grouped as unknown tracks group them) and
+    the speech that may hold two voices at once."""
+
+    voices: list[_Voice] = field(default_factory=list)
+    mixed_seconds: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        """Speech of the voice heard most (the one being enrolled)."""
+        return max((v.seconds for v in self.voices), default=0.0)
+
+    def others(self) -> float:
+        """Speech of the second voice heard most, and of windows that may hold two (scattered
+        windows that are no voice — a cough, a door, a word from the radio — each make a voice
+        of their own, and no second person)."""
+        ranked = sorted((v.seconds for v in self.voices), reverse=True)
+        return (ranked[1] if len(ranked) > 1 else 0.0) + self.mixed_seconds
 
 
 def alias_refusal(alias: str) -> str | None:
@@ -140,7 +163,7 @@ class EnrolmentSession:
         self.phase = IDLE
         self.reason = ""
         self.enrolled = ""  # the last member enrolled (the "done" sentence)
-        self._voice = _Voice()
+        self._heard = _Heard()
         self._started = 0.0
         self.on_change: Callable[[], None] = lambda: None
 
@@ -188,7 +211,7 @@ class EnrolmentSession:
         problem = self._ready("enrol")
         if problem is not None:
             return self._refuse_command(problem)
-        self.phase, self.reason, self._voice = LISTENING, "", _Voice()
+        self.phase, self.reason, self._heard = LISTENING, "", _Heard()
         self._started = self.clock()
         logger.info("enrolment: listening for the next voice, to enrol as %s", self.alias)
         self.on_change()
@@ -228,7 +251,7 @@ class EnrolmentSession:
     def tick(self) -> None:
         """Ends a session that heard too little within ``wait_seconds``."""
         if self.listening and self.clock() - self._started > self.wait_seconds:
-            heard = self._voice.seconds
+            heard = self._heard.seconds
             self._end(
                 REFUSED,
                 f"too little speech: {heard:.0f} of {self.needed:.0f} s of one voice heard "
@@ -241,42 +264,60 @@ class EnrolmentSession:
         """One window while listening (the tracker stage calls it after tracking it)."""
         if not self.listening:
             return
-        voice, seconds = self._voice, window.speech_seconds
+        heard = self._heard
         if tracked is not None and tracked.kind == "local":
             self._end(REFUSED, f"this voice is already enrolled as {tracked.track}")
             return
         if tracked is not None and tracked.kind == "media":
             return  # a television's: nobody's
-        if window.mixed or window.inconsistent or not self._same_voice(window, tracked):
-            voice.other_seconds += seconds
-            if voice.other_seconds > max(OTHER_VOICE_SECONDS, OTHER_VOICE_SHARE * voice.seconds):
-                self._end(REFUSED, "two voices heard: enrol one person at a time, alone")
-            return
-        self._keep(window, tracked)
-        if voice.seconds >= self.needed:
-            kept = voice.observations
-            self._commit(kept, voice.seconds, None)
+        if window.mixed or window.inconsistent:
+            heard.mixed_seconds += window.speech_seconds
+        else:
+            self._keep(window, tracked)
+        logger.debug(
+            "enrolment: %.2f s window (mixed %s, inconsistent %s, track %s): voices %s",
+            window.speech_seconds, window.mixed, window.inconsistent,
+            tracked and tracked.track, [round(v.seconds, 1) for v in heard.voices],
+        )  # fmt: skip
+        if heard.others() > max(OTHER_VOICE_SECONDS, OTHER_VOICE_SHARE * heard.seconds):
+            self._end(REFUSED, "two voices heard: enrol one person at a time, alone")
+        elif len(heard.voices) > MAX_VOICES:
+            self._end(REFUSED, "too many voices heard: enrol one person at a time, alone")
+        elif heard.seconds >= self.needed:
+            voice = max(heard.voices, key=lambda v: v.seconds)
+            self._commit(voice.observations, voice.seconds, None)
         else:
             self.on_change()
 
     def _vector(self, window: FeatureWindow) -> npt.NDArray[np.float64]:
         return unit(np.asarray(window.observations[TRACKING_FEATURE].values, dtype=np.float64))
 
-    def _same_voice(self, window: FeatureWindow, tracked: TrackedWindow | None) -> bool:
-        voice = self._voice
-        if voice.total is None:
-            return True  # the first window names the voice
-        if tracked is not None and voice.track is not None and tracked.track == voice.track:
-            return True
-        t = self.thresholds()
-        young = voice.seconds < t.mature_seconds
-        needed = t.at(t.cluster if young else t.mature, window.speech_seconds)
-        return float(unit(voice.total) @ self._vector(window)) >= needed
+    def _voice_of(self, window: FeatureWindow, tracked: TrackedWindow | None) -> _Voice:
+        """The voice the window is: the one whose windows the tracker put in the same track,
+        else the nearest one within the join threshold, else a new one."""
+        voices = self._heard.voices
+        if tracked is not None:
+            for voice in voices:
+                if tracked.track in voice.tracks:
+                    return voice
+        vector, t = self._vector(window), self.thresholds()
+        best, best_cosine = None, -1.0
+        for voice in voices:  # a handful at most (MAX_VOICES)
+            assert voice.total is not None
+            cosine = float(unit(voice.total) @ vector)
+            young = voice.seconds < t.mature_seconds
+            needed = t.at(t.cluster if young else t.mature, window.speech_seconds)
+            if cosine >= needed and cosine > best_cosine:
+                best, best_cosine = voice, cosine
+        if best is None:
+            best = _Voice()
+            voices.append(best)
+        return best
 
     def _keep(self, window: FeatureWindow, tracked: TrackedWindow | None) -> None:
-        voice, seconds = self._voice, window.speech_seconds
-        if voice.track is None and tracked is not None:
-            voice.track = tracked.track
+        voice, seconds = self._voice_of(window, tracked), window.speech_seconds
+        if tracked is not None:
+            voice.tracks.add(tracked.track)
         for name, observation in window.observations.items():
             voice.observations.setdefault(name, []).append(observation)
         weighted = seconds * self._vector(window)
@@ -303,12 +344,12 @@ class EnrolmentSession:
         """The session ends: the observations held are dropped whatever the outcome."""
         if phase in (REFUSED, CANCELLED):
             logger.warning("enrolment of %s ended: %s", self.alias, reason)
-        self.phase, self.reason, self._voice = phase, reason, _Voice()
+        self.phase, self.reason, self._heard = phase, reason, _Heard()
         self.on_change()
 
     def progress(self) -> Progress:
         members = len(self.household.members())
-        seconds = round(self._voice.seconds, 1)
+        seconds = round(self._heard.seconds, 1)
         sentence = {
             LISTENING: f"Listening: {seconds:.0f} of {self.needed:.0f} s of one voice",
             DONE: f"Done: {self.enrolled} enrolled",
