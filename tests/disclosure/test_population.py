@@ -1,0 +1,201 @@
+"""The population model: vectorised figures against a slow obvious version, a fit on one
+split checked on the other (synthetic and on the corpus), degenerate and bad input."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monitor.disclosure.lid import lid_per_trial
+from monitor.disclosure.population import (
+    PopulationModel,
+    PopulationSet,
+    fit_population_model,
+    population_figures,
+)
+
+W, ALPHA, BETA = 4.0, 0.6, 6.0
+
+
+def gaussian_trials(rng: np.random.Generator, windows: int, n: int, shift: float) -> np.ndarray:
+    """(windows, n) scores: impostors N(0, 1), column 0 the subject shifted by ~shift."""
+    S = rng.standard_normal((windows, n))
+    S[:, 0] += rng.normal(shift, 1.0, windows)
+    return S
+
+
+@pytest.fixture(scope="module")
+def model() -> PopulationModel:
+    rng = np.random.default_rng(7)
+    speakers, per = 60, 8
+    S = rng.standard_normal((speakers * per, speakers))
+    truth = np.repeat(np.arange(speakers), per)
+    S[np.arange(truth.size), truth] += rng.normal(3.0, 1.0, truth.size)
+    return fit_population_model(S, truth, seconds=3.0)
+
+
+def slow_figures(model: PopulationModel, row: np.ndarray, subject: int, N: float) -> dict:
+    """One row, written out term by term with Python loops (the obvious version)."""
+    others = [float(v) for j, v in enumerate(row) if j != subject]
+    mu = sum(others) / len(others)
+    sigma = math.sqrt(sum((v - mu) ** 2 for v in others) / len(others))
+    d = float(row[subject]) - mu
+    z = d / sigma
+    n = N - 1
+    sd = math.sqrt(sigma**2 * n / N + d**2 * n / N**2)
+    t, shift, a = W * sigma / sd, W * d / (N * sd), W * d * n / (N * sd)
+    q, zs, ss = 1 / n, list(model.z), list(model.survival)
+    bulk = 0.0
+    for k in range(len(zs)):
+        hi = max(ss[k], q)
+        lo = max(ss[k + 1], q) if k + 1 < len(zs) else (q if q > ss[-1] else 0.0)
+        at = 0.5 * (zs[k] + zs[k + 1]) if k + 1 < len(zs) else zs[-1]
+        bulk += (hi - lo) * math.exp(t * at)
+    bulk *= n
+    if q <= ss[-1]:
+        total = bulk
+        lid = math.log2(N) - math.log2(1 + total * math.exp(-shift - a))
+    else:
+        big = math.exp(t * float(model.quantile(np.array([max(q / 2, ss[-1])]))[0]))
+        p_any = 1 - (1 - q) ** n
+        lone = math.log2(1 + bulk * math.exp(-shift - a))
+        joint = math.log2(1 + (bulk + big) * math.exp(-shift - a))
+        lid = math.log2(N) - ((1 - p_any) * lone + p_any * joint)
+    x = float(model.survival_of(np.array([z]))[0])
+    return {"lid": lid, "rank1": (1 - x) ** n, "rank": 1 + n * x, "z": z}
+
+
+@pytest.mark.parametrize("N", [8.0, 125.0, 1e4, 8e9])
+def test_vectorised_figures_match_the_slow_version(model: PopulationModel, N: float) -> None:
+    rng = np.random.default_rng(int(N) % 1000)
+    S = gaussian_trials(rng, 20, 40, 3.0)
+    subjects = rng.integers(0, 40, 20)
+    got = population_figures(
+        S, subjects, model=model, population=N, lid_weight=W, alpha=ALPHA, beta=BETA
+    )
+    for r in range(20):
+        want = slow_figures(model, S[r], int(subjects[r]), N)
+        assert got.lid_bits[r] == pytest.approx(want["lid"], rel=1e-9, abs=1e-9)
+        assert got.rank1_probability[r] == pytest.approx(want["rank1"], rel=1e-9, abs=1e-12)
+        assert got.expected_rank[r] == pytest.approx(want["rank"], rel=1e-9)
+        assert got.subject_z[r] == pytest.approx(want["z"], rel=1e-12)
+
+
+def test_srd_of_a_certain_rank_is_the_beta_binomial_figure(model: PopulationModel) -> None:
+    from monitor.disclosure.srd import betabinom_pmf
+
+    # a subject far below every impostor: rank N with certainty, γ_N of the rank model
+    row = np.concatenate(([-1e3], np.linspace(-1, 1, 30)))
+    got = population_figures(
+        row, 0, model=model, population=64, lid_weight=W, alpha=ALPHA, beta=BETA
+    )
+    want = math.log2(64 * betabinom_pmf(64, ALPHA, BETA)[-1])
+    assert got.srd_bits[0] == pytest.approx(want, rel=1e-6)
+
+
+def test_fit_on_one_split_predicts_the_other(model: PopulationModel) -> None:
+    """Fitted on 60 speakers' windows; predicts the measured figures of unseen windows."""
+    rng = np.random.default_rng(11)
+    for N in (8, 32, 64):
+        measured_rows = gaussian_trials(rng, 3000, N, 3.0)
+        reference = rng.standard_normal((3000, 61))
+        reference[:, 0] = measured_rows[:, 0]  # the same window against the reference
+        measured = lid_per_trial(measured_rows, np.zeros(3000, dtype=int), W)
+        got = population_figures(
+            reference, 0, model=model, population=N, lid_weight=W, alpha=ALPHA, beta=BETA
+        )
+        rank1 = float(np.mean(measured_rows.argmax(axis=1) == 0))
+        assert abs(float(np.mean(got.rank1_probability)) - rank1) < 0.03
+        ceiling = math.log2(N) - 0.05
+        assert abs(np.mean(got.ceiling_probability) - np.mean(measured >= ceiling)) < 0.06
+        assert np.median(np.abs(got.lid_bits - measured)) < 0.25
+
+
+def test_figures_stay_under_the_ceiling_and_the_bound_under_the_estimate(
+    model: PopulationModel,
+) -> None:
+    rng = np.random.default_rng(3)
+    S = gaussian_trials(rng, 200, 60, 6.0)
+    got = population_figures(
+        S, 0, model=model, population=1e6, lid_weight=W, alpha=ALPHA, beta=BETA
+    )
+    assert np.all(got.lid_bits <= got.ceiling_bits + 1e-9)
+    assert np.all(got.srd_bits <= got.ceiling_bits + 1e-9)
+    assert got.beyond_reference.any() and got.tail_decides
+    assert np.all(got.lid_at_least_bits <= got.lid_bits + 1e-12)
+    assert np.any(got.lid_at_least_bits < got.lid_bits)
+    assert np.all(
+        got.lid_at_least_bits[~got.beyond_reference] == got.lid_bits[~got.beyond_reference]
+    )
+    small = population_figures(
+        S, 0, model=model, population=64, lid_weight=W, alpha=ALPHA, beta=BETA
+    )
+    assert not small.beyond_reference.any()  # a population the reference can validate
+
+
+def test_a_flat_row_carries_no_evidence(model: PopulationModel) -> None:
+    got = population_figures(
+        np.full((2, 10), 0.3), [0, 4], model=model, population=1e3, lid_weight=W, alpha=ALPHA,
+        beta=BETA,
+    )  # fmt: skip
+    assert np.all(got.lid_bits == 0.0) and np.all(got.srd_bits == 0.0)
+    assert np.allclose(got.rank1_probability, 1e-3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"population": 1.0}, "population"),
+        ({"population": 2e10}, "population"),
+        ({"population": math.nan}, "population"),
+        ({"subject": 9}, "subject"),
+        ({"scores": np.array([1.0, 2.0])}, "N >= 3"),
+        ({"scores": np.array([1.0, np.nan, 2.0, 3.0])}, "finite"),
+    ],
+)
+def test_bad_input_is_named(model: PopulationModel, kwargs: dict, message: str) -> None:
+    call = {"scores": np.arange(9.0), "subject": 0, "population": 1e3} | kwargs
+    with pytest.raises(ValueError, match=message):
+        population_figures(
+            call["scores"], call["subject"], model=model, population=call["population"],
+            lid_weight=W, alpha=ALPHA, beta=BETA,
+        )  # fmt: skip
+
+
+def test_fit_refuses_what_it_cannot_use() -> None:
+    with pytest.raises(ValueError, match="impostor"):
+        fit_population_model(np.zeros((3, 2)), np.zeros(3, dtype=int), seconds=3.0)
+    with pytest.raises(ValueError, match="same"):
+        fit_population_model(np.ones((3, 5)), np.zeros(3, dtype=int), seconds=3.0)
+    with pytest.raises(ValueError, match="truth"):
+        fit_population_model(np.ones((3, 5)), np.array([0, 1, 7]), seconds=3.0)
+
+
+def test_a_set_round_trips_through_arrays_and_names_damage(
+    model: PopulationModel, tmp_path: Path
+) -> None:
+    other = PopulationModel(
+        12.0, model.z, model.survival, model.tail_rate, model.validated_survival, 60, 1, 2
+    )
+    models = PopulationSet({"combined": (other, model)})
+    np.savez(tmp_path / "p.npz", **models.to_arrays())
+    with np.load(tmp_path / "p.npz") as stored:
+        back = PopulationSet.from_arrays(dict(stored))
+    assert back.lookup("combined", 5.0).seconds == 3.0
+    assert back.lookup("combined", 1.0).seconds == 3.0
+    assert back.lookup("combined", 30.0).seconds == 12.0
+    np.testing.assert_array_equal(back.lookup("combined", 3.0).z, model.z)
+    damaged = models.to_arrays()
+    damaged["combined/3/z"] = damaged["combined/3/z"][:-1]
+    with pytest.raises(ValueError, match="combined/3"):
+        PopulationSet.from_arrays(damaged)
+    damaged = models.to_arrays()
+    damaged["combined/12/survival"] = np.full_like(damaged["combined/12/survival"], np.inf)
+    with pytest.raises(ValueError, match="combined/12/survival"):
+        PopulationSet.from_arrays(damaged)
+    del damaged["combined/12/survival"]
+    with pytest.raises(ValueError, match="missing"):
+        PopulationSet.from_arrays(damaged)
