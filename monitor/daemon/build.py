@@ -41,7 +41,7 @@ from monitor.settings.sections import Config
 from monitor.sources.spec import Retry, open_sources
 from monitor.store.database import Store, open_store
 from monitor.store.templates import model_name
-from monitor.tracking.narrow import load_narrow
+from monitor.tracking.narrow import NarrowCopies, load_narrow
 from monitor.userfiles import socket_problem
 
 logger = logging.getLogger("monitor.daemon.pipeline")  # the name operators' log filters know
@@ -179,13 +179,12 @@ def build_pipeline(
     shipped = shipped_population(config)
     scorer = load_scorer(config, store, features, shipped)
     profiles = [p for p in store.local_profiles() if p.identity_alias in scorer.index]
-    narrow = load_narrow(
-        store,
-        scorer,
-        features,
-        tracker_thresholds_for(config, scorer.calibration, "narrow"),
-        shipped,
-    )
+
+    def narrow_for(scorer: Scorer) -> NarrowCopies:
+        thresholds = tracker_thresholds_for(config, scorer.calibration, "narrow")
+        return load_narrow(store, scorer, features, thresholds, shipped)
+
+    narrow = narrow_for(scorer)
     if exporters is None:
         exporters = daemon_exporters(config, store, device_id)
     exporters = [*exporters, *protection_for(config, source, exporters, device_id)]
@@ -202,7 +201,13 @@ def build_pipeline(
         clock=clock,
         wall_clock=wall_clock,
     )
-    pipeline.exporters += enrolment_for(config, pipeline, exporters, load_scorer)
+    pipeline.exporters += enrolment_for(
+        config,
+        pipeline,
+        exporters,
+        lambda: load_scorer(config, store, features, shipped),
+        narrow_for,
+    )
     return pipeline
 
 

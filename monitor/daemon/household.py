@@ -25,26 +25,29 @@ from monitor.errors import StoreError
 from monitor.events.messages import Exporter, HouseholdChanged
 from monitor.exporters.enrolment import EnrolmentMqtt, enrolment_entities
 from monitor.exporters.homeassistant import HomeAssistantExporter
-from monitor.features.base import Feature, Observation
+from monitor.features.base import Observation
 from monitor.scoring.scorer import Scorer
-from monitor.settings.config import tracker_thresholds_for
 from monitor.settings.sections import Config
 from monitor.store.database import Store
 from monitor.store.live import live_enrolment
 from monitor.tracking.enrolment import EnrolmentSession
-from monitor.tracking.narrow import NarrowCopies, cohort_of, load_narrow
+from monitor.tracking.narrow import NarrowCopies, cohort_of
 
 logger = logging.getLogger(__name__)
 
-ScorerLoader = Callable[[Config, Store, Mapping[str, Feature]], Scorer]
+ScorerLoader = Callable[[], Scorer]
+"""The scorer of the store's templates now (with the shipped population, as at start)."""
+NarrowLoader = Callable[[Scorer], NarrowCopies]
+"""The narrow-band copies for that scorer."""
 
 
 class LiveHousehold:
     """The pipeline's household, changed in place (module docstring)."""
 
-    def __init__(self, pipeline: Any, load_scorer: ScorerLoader) -> None:
+    def __init__(self, pipeline: Any, load_scorer: ScorerLoader, load_narrow: NarrowLoader) -> None:
         self.pipeline = pipeline  # a monitor.daemon.pipeline.Pipeline
         self.load_scorer = load_scorer
+        self.load_narrow = load_narrow
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -96,9 +99,8 @@ class LiveHousehold:
     ) -> None:
         """The measuring side's view of the household, made anew from the store."""
         p = self.pipeline
-        scorer = self.load_scorer(p.config, self.store, p.features)
-        thresholds = tracker_thresholds_for(p.config, scorer.calibration, "narrow")
-        narrow: NarrowCopies = load_narrow(self.store, scorer, p.features, thresholds)
+        scorer = self.load_scorer()
+        narrow = self.load_narrow(scorer)
         profiles = [q for q in self.store.local_profiles() if q.identity_alias in scorer.index]
         p.scorer = scorer
         scoring = p.track_scorer
@@ -126,14 +128,18 @@ class LiveHousehold:
 
 
 def enrolment_for(
-    config: Config, pipeline: Any, exporters: Sequence[Exporter], load_scorer: ScorerLoader
+    config: Config,
+    pipeline: Any,
+    exporters: Sequence[Exporter],
+    load_scorer: ScorerLoader,
+    load_narrow: NarrowLoader,
 ) -> list[Exporter]:
     """With Home Assistant discovery: the enrolment session in the tracker stage, its entities
     on the device and its MQTT exporter; otherwise nothing."""
     ha = [e for e in exporters if isinstance(e, HomeAssistantExporter)]
     if not ha:
         return []
-    household = LiveHousehold(pipeline, load_scorer)
+    household = LiveHousehold(pipeline, load_scorer, load_narrow)
     session = EnrolmentSession(household, thresholds=lambda: pipeline.tracker.thresholds)
     pipeline.enrolment = session
     for exporter in ha:
