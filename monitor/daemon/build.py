@@ -21,8 +21,9 @@ from monitor.calibration.buckets import CalibrationSet, load_default
 from monitor.daemon.household import enrolment_for
 from monitor.daemon.lock import DaemonLock
 from monitor.daemon.pipeline import EXIT_DEADLINE_SECONDS, ExitWatchdog, Pipeline, RunSummary
+from monitor.daemon.problem import held
 from monitor.daemon.protection import protection_for
-from monitor.errors import ConfigError, StoreError
+from monitor.errors import ConfigError, StoreError, VoxmeterError
 from monitor.events.messages import Exporter
 from monitor.exporters import build_exporters
 from monitor.exporters.log import LogExporter
@@ -225,12 +226,15 @@ def run_daemon(config: Config) -> RunSummary:
     if created:
         open_store(db).close()
     with DaemonLock(db):
+        started_unix = time.time()
         try:
             configure_logging(config.logging)
             pipeline, store = _started(config)
-        except BaseException:
+        except BaseException as error:
             if created:  # a refused start leaves no database behind
                 _remove_database(db)
+            if isinstance(error, VoxmeterError):  # shown in Home Assistant until a restart
+                held(config, error, started_unix)
             raise
         try:
             summary = asyncio.run(pipeline.run())

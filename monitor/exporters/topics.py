@@ -121,6 +121,14 @@ TOPICS: dict[str, TopicDecl] = {
         payload="a member's alias: its identity and profile are removed (the member's Forget "
         "button)",
     ),
+    "problem": TopicDecl(
+        "{prefix}/problem",
+        retained=True,
+        direction="publish",
+        exporter="problem",
+        payload='JSON {"problem"}: the one line of a start refused for something the user can '
+        "fix (the Problem sensor; the daemon waits to be restarted)",
+    ),
     "discovery_config": TopicDecl(
         "{discovery_prefix}/{component}/{node_id}/{object_id}/config",
         retained=True,

@@ -25,8 +25,14 @@ from tests.wyoming.wyoming_peers import stream_to
 pytestmark = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.mosquitto]
 
 REPO = Path(__file__).resolve().parents[2]
-ENTITIES = (("text", "enrol_alias"), ("button", "enrol_start"), ("button", "enrol_cancel"),
-            ("sensor", "enrolment"), ("binary_sensor", "online"), ("sensor", "templates"))  # fmt: skip
+ENTITIES = (
+    ("text", "enrol_alias"),
+    ("button", "enrol_start"),
+    ("button", "enrol_cancel"),
+    ("sensor", "enrolment"),
+    ("binary_sensor", "online"),
+    ("sensor", "templates"),
+)
 
 
 def test_first_start_then_enrol_from_home_assistant(
@@ -90,3 +96,47 @@ def test_first_start_then_enrol_from_home_assistant(
                 log.close()
 
     asyncio.run(scenario())
+
+
+def test_a_start_the_user_must_fix_is_one_entity_and_no_restart_loop(
+    mosquitto: MosquittoBroker, tmp_path: Path
+) -> None:
+    """A database that is not one: the one line in the log and on the *Problem* entity, the
+    process waits (a supervisor restarts nothing) and exits 2 when stopped."""
+    db = tmp_path / "voxmeter.db"
+    db.write_text("these are not the templates you are looking for\n" * 100)
+    db.chmod(0o600)
+    settings = [
+        f"daemon.source=wyoming-listen://127.0.0.1:{free_port()}",
+        f"daemon.db={db}",
+        f"daemon.device_id={json.dumps(DEVICE)}",
+        "prometheus.enabled=false",
+        "wyoming.zeroconf=false",
+        "mqtt.enabled=true",
+        f"mqtt.port={mosquitto.port}",
+        "homeassistant.discovery=true",
+        f"homeassistant.discovery_prefix={DISCOVERY}",
+    ]
+    command = [sys.executable, "-m", "monitor.cli", "run"]
+    command += [item for setting in settings for item in ("--set", setting)]
+
+    async def scenario() -> tuple[str, int | None, str, int]:
+        async with subscribed(mosquitto, "#") as sub:
+            process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, text=True)
+            try:
+                entity = config_topic("sensor", "problem")
+                await sub.wait(lambda: bool(sub.on(entity) and sub.on(f"{PREFIX}/problem")), 30)
+                await sub.wait(lambda: bool(sub.on(config_topic("binary_sensor", "online"))), 30)
+                running = process.poll()
+            finally:
+                stop_process(process)
+            _, stderr = process.communicate(timeout=30)
+            problem = str(sub.on(f"{PREFIX}/problem")[-1]["problem"])
+            return problem, running, stderr, process.returncode
+
+    problem, running, stderr, code = asyncio.run(scenario())
+    assert code == 2, stderr
+    assert running is None  # still there: nothing for a supervisor to restart
+    assert str(db) in problem and "\n" not in problem
+    assert stderr.count(problem) >= 1 and "Traceback" not in stderr
+    assert db.read_text().startswith("these are not")  # nothing lost
