@@ -3,7 +3,8 @@ corpus speech streamed by a Wyoming client: the daemon publishes the enrolment e
 start; an alias written to the text, the button pressed and one corpus speaker's speech give
 that alias its own entities, and the speaker's later windows are theirs; every bad input (an
 alias with ``/``, ``#``, a newline, 10 kB or already enrolled, a second press, two voices, a
-retained press) is one line in the log and a reason on *Enrolment progress*, nothing enrolled."""
+retained press) is one line in the log and a reason on *Enrolment progress*, nothing enrolled;
+a member forgotten loses their entities and their identity."""
 
 from __future__ import annotations
 
@@ -112,10 +113,16 @@ def test_enrol_the_next_voice_from_home_assistant(
             assert "two voices" in refused["reason"], refused
             await daemon.command("command", "CANCEL")
             await daemon.until_reason("no enrolment is running")
+            # forgotten: the member's entities go, and the identity with its profile
+            await daemon.command("forget", "reader")
+            await daemon.until_reason("forgot reader")
+            gone = config_topic("sensor", "reader_disclosure")
+            await sub.wait(lambda: sub.on(gone)[-1] is None, 30)
+            assert "reader" not in daemon.pipeline.tracker.profile_aliases
 
     asyncio.run(scenario())
     with open_store(daemon_db) as store:
         profiles = {p.alias for p in store.local_profiles()}
         aliases = {i.alias for i in store.identities()}
-    assert "reader" in profiles and "reader" in aliases
-    assert "pair" not in aliases
+    assert "reader" not in profiles and "reader" not in aliases  # forgotten
+    assert "pair" not in aliases  # never enrolled
