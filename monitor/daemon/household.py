@@ -83,12 +83,19 @@ class LiveHousehold:
     ) -> None:
         """Write the new member and measure with them from the next window on; ValueError
         (the reason) when the speech is no evidence or the store refuses it."""
+        missing = sorted(set(self.pipeline.features) - {k for k, v in observations.items() if v})
+        if missing:  # shed under load in every window: a template of each feature is needed
+            raise ValueError(f"no {'/'.join(missing)} evidence was kept (the daemon was behind)")
         enrolment = live_enrolment(alias, observations, seconds=seconds)
         try:
             self.store.bulk_replace_templates([enrolment])
         except (StoreError, ValueError) as error:
             raise ValueError(str(error)) from error
-        self._reload(added=(alias,), removed=(), claimed=claimed)
+        try:
+            self._reload(added=(alias,), removed=(), claimed=claimed)
+        except (StoreError, ValueError) as error:  # measured as before, the member not kept
+            self.store.remove_identity(alias)
+            raise ValueError(str(error)) from error
 
     def forget(self, alias: str) -> None:
         self.store.remove_identity(alias)
