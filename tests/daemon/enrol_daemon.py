@@ -15,21 +15,24 @@ from typing import Any
 
 import aiomqtt
 import soundfile as sf
+from wyoming.asr import Transcribe
 
 from monitor.corpus import scan_corpus
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.pipeline import Pipeline
 from monitor.settings.config import load_config
 from monitor.store.database import open_store
+from monitor.wyoming.proxy import WyomingProxySource
 from monitor.wyoming.source import WyomingSource
 from tests.daemon_corpus import _concatenate
 from tests.exporters.test_exporter_mqtt import Subscriber, subscribed
 from tests.realparts.mosquitto import MosquittoBroker, free_port
-from tests.wyoming.wyoming_peers import stream_to
+from tests.wyoming.wyoming_peers import conversation, stream_to, talk
 
 DEVICE = "lounge"
 PREFIX = f"voxmeter/{DEVICE}"
 DISCOVERY = "ha-enrol"
+COMMAND_SAMPLES = 6 * 16000  # through the proxy: one spoken command's length per request
 
 
 def config_topic(component: str, object_id: str) -> str:
@@ -88,10 +91,20 @@ class EnrolDaemon:
         return self.progress()
 
     async def speak(self, path: Path) -> None:
-        """Stream ``path`` as one Wyoming client, and return once every window of it went
-        through the ledger (a later command must not meet its last windows)."""
-        await stream_to("127.0.0.1", self.port, path, timeout_seconds=120)
+        """Stream ``path`` as one Wyoming client (to the listener, or through the proxy as a
+        satellite asks for a transcript), and return once every window of it went through the
+        ledger (a later command must not meet its last windows)."""
         pipeline = self.pipeline
+        if isinstance(pipeline.source, WyomingProxySource):
+            audio, _ = sf.read(path, dtype="int16")
+            for start in range(0, len(audio), COMMAND_SAMPLES):  # one request per command
+                piece = audio[start : start + COMMAND_SAMPLES]
+                replies = await talk(
+                    pipeline.source.port, conversation(piece, Transcribe().event())
+                )
+                assert replies and replies[0].type == "transcript", replies
+        else:
+            await stream_to("127.0.0.1", self.port, path, timeout_seconds=120)
 
         def idle() -> bool:
             return not pipeline.streams.live and all(q.empty() for q in pipeline.queues.values())
@@ -101,6 +114,13 @@ class EnrolDaemon:
             while calm < 6:  # idle through three stats intervals: no window in a stage's hands
                 calm = calm + 1 if idle() else 0
                 await asyncio.sleep(0.5)
+
+    async def serving(self) -> None:
+        """Until the source listens (the proxy binds its port when the pipeline runs)."""
+        source = self.pipeline.source
+        async with asyncio.timeout(120):
+            while isinstance(source, WyomingProxySource) and not source.port:
+                await asyncio.sleep(0.05)
 
     def config(self, component: str, object_id: str) -> dict[str, Any] | None:
         found = self.sub.on(config_topic(component, object_id))
@@ -141,7 +161,7 @@ async def enrol_daemon(
             await sub.client.publish(f"{PREFIX}/enrolment/{topic}", payload, qos=1, retain=True)
         with open_store(db) as store:
             pipeline = build_pipeline(config, store=store)
-            assert isinstance(pipeline.source, WyomingSource)
+            assert isinstance(pipeline.source, WyomingSource | WyomingProxySource)
             running = asyncio.create_task(pipeline.run())
             try:
                 yield EnrolDaemon(pipeline, sub, port)

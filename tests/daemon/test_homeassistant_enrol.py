@@ -1,7 +1,8 @@
 """Enrolment as a household does it in a real Home Assistant (2025.4): the alias typed into the
 *New member's alias* text and *Enrol the next voice* pressed through Home Assistant's own API
 (its ``text.set_value`` and ``button.press`` services, which publish to our command topics), a
-Wyoming client streams one corpus speaker's speech to the daemon, and the new member's entities
+Wyoming client streams one corpus speaker's speech through the daemon's proxy (to a real
+offline speech-to-text service, as a satellite asks for a transcript), and the new member's entities
 appear in Home Assistant's entity registry; in a real headless Chromium, the device page with
 the enrolment entities, whose screenshots the documentation shows (docs/images/homeassistant/,
 written there only with ``VOXMETER_SCREENSHOTS=docs``)."""
@@ -22,6 +23,7 @@ from tests.daemon_corpus import DaemonCorpus
 from tests.realparts.browser import Browser
 from tests.realparts.homeassistant import HomeAssistant, wait_until
 from tests.realparts.mosquitto import MosquittoBroker
+from tests.realparts.wyoming_upstreams import serve
 
 pytestmark = [
     pytest.mark.slow,
@@ -89,8 +91,11 @@ def test_enrol_from_home_assistant_and_the_device_page(
         shows(ha, progress, "Listening")
 
     async def scenario() -> None:
-        overrides = ["homeassistant.discovery_prefix=homeassistant"]
+        server, upstream = await serve("asr")  # a real offline speech-to-text service
+        proxy = f"wyoming-proxy://127.0.0.1:0?upstream=tcp://127.0.0.1:{upstream}"
+        overrides = ["homeassistant.discovery_prefix=homeassistant", f"daemon.source={proxy}"]
         async with enrol_daemon(daemon_db, mosquitto, overrides) as daemon:
+            await daemon.serving()
             await blocking(shows, ha, progress, "1 member enrolled")
             await blocking(press)
             await blocking(device_page, "enrolment-listening.png", "Listening")
@@ -99,6 +104,7 @@ def test_enrol_from_home_assistant_and_the_device_page(
             wanted = {f"sensor.{NODE}_reader_disclosure", f"button.{NODE}_reader_forget"}
             await blocking(wait_until, lambda: wanted <= registered(ha), 60, "reader's entities")
             await blocking(device_page, "enrolment-done.png", "Done: reader enrolled")
+        await server.stop()
 
     asyncio.run(scenario())
     assert not ha.problems("voxmeter", "mqtt"), ha.problems("voxmeter", "mqtt")
