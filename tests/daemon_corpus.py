@@ -111,6 +111,15 @@ def daemon_corpus(
     return DaemonCorpus(db, tuple(sorted(enrolled)), enrolled[0], known, strange, stranger)
 
 
+def reference_count(aliases: tuple[str, ...], backend: str = "campplus-int8") -> int:
+    """N the daemon scores against: the enrolled identities and the shipped population's
+    speakers (those enrolled under their corpus id count once)."""
+    from monitor.population.shipped import load_shipped
+
+    shipped = load_shipped(backend).speakers
+    return len(aliases) + len(set(shipped) - set(aliases))
+
+
 @pytest.fixture
 def daemon_db(daemon_corpus: DaemonCorpus, tmp_path: Path) -> Path:
     """A private copy of the template database for one test."""

@@ -50,7 +50,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("corpus",),
     ("calibration",),
     ("store", "score", "settings"),
-    ("events",),
+    ("events", "population"),
     ("scoring", "load", "relay"),
     ("tracking", "ledger"),
     ("exporters",),

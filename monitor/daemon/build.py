@@ -7,7 +7,9 @@ with their own source or exporters. What the built pipeline does is in pipeline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -16,27 +18,31 @@ from pathlib import Path
 from monitor.audio.frames import AudioSource
 from monitor.audio.microphone import MicrophoneSource
 from monitor.calibration.buckets import CalibrationSet, load_default
+from monitor.daemon.household import enrolment_for
 from monitor.daemon.lock import DaemonLock
 from monitor.daemon.pipeline import EXIT_DEADLINE_SECONDS, ExitWatchdog, Pipeline, RunSummary
+from monitor.daemon.problem import held
 from monitor.daemon.protection import protection_for
-from monitor.errors import ConfigError, StoreError
+from monitor.errors import ConfigError, StoreError, VoxmeterError
 from monitor.events.messages import Exporter
 from monitor.exporters import build_exporters
 from monitor.exporters.log import LogExporter
 from monitor.features.base import (
     Feature,
+    TemplateBatch,
     get_feature,
     set_embedding_backend,
     set_embedding_runtime,
 )
 from monitor.logs import configure_logging
+from monitor.population.shipped import ShippedPopulation, join, load_shipped
 from monitor.scoring.scorer import Scorer
 from monitor.settings.config import source_specs, tracker_thresholds_for
 from monitor.settings.sections import Config
 from monitor.sources.spec import Retry, open_sources
 from monitor.store.database import Store, open_store
 from monitor.store.templates import model_name
-from monitor.tracking.narrow import load_narrow
+from monitor.tracking.narrow import NarrowCopies, load_narrow
 from monitor.userfiles import socket_problem
 
 logger = logging.getLogger("monitor.daemon.pipeline")  # the name operators' log filters know
@@ -92,26 +98,57 @@ def check_template_model(store: Store, name: str, feature: Feature) -> None:
     )
 
 
-def load_scorer(config: Config, store: Store, features: Mapping[str, Feature]) -> Scorer:
-    """All templates of the enabled features (same identities for each) and the calibration."""
+def shipped_population(config: Config) -> ShippedPopulation | None:
+    """The reference population shipped for the configured backend (``[population] shipped``),
+    checked: a missing or damaged file stops the start with one line."""
+    return load_shipped(config.features.embedding) if config.population.shipped else None
+
+
+def _stored_batch(store: Store, name: str) -> tuple[tuple[str, ...], TemplateBatch | None]:
+    """The database's ``name`` templates; none at all (an empty database) is not an error here:
+    the shipped population is the reference set then."""
+    if not store.template_counts().get(name):
+        return (), None
+    return store.template_batch(name)
+
+
+def load_scorer(
+    config: Config,
+    store: Store,
+    features: Mapping[str, Feature],
+    shipped: ShippedPopulation | None = None,
+) -> Scorer:
+    """All templates of the enabled features (same identities for each): the database's, then
+    the ``shipped`` population's, and the calibration."""
     for name, feature in features.items():
         check_template_model(store, name, feature)
     aliases: tuple[str, ...] | None = None
     batches = {}
     for name in features:
-        names, batch = store.template_batch(name)
-        if aliases is not None and names != aliases:
-            missing = sorted(set(aliases) ^ set(names))[:5]
+        stored, batch = _stored_batch(store, name)
+        if aliases is not None and stored != aliases:
+            missing = sorted(set(aliases) ^ set(stored))[:5]
             raise StoreError(
                 f"{store.path}: identities differ between features (e.g. {', '.join(missing)}): "
                 "every identity needs a template of every enabled feature"
             )
-        aliases = names
-        batches[name] = batch
+        aliases = stored
+        if batch is None and shipped is None:
+            raise StoreError(
+                f"{store.path}: no {name!r} templates, and [population] shipped is off: enrol "
+                "speakers with `voxmeter enroll`, or set population.shipped = true"
+            )
+        batches[name] = join(stored, batch, shipped, name)
     assert aliases is not None
     try:
+        names = {joined for joined, _ in batches.values()}
+        (every,) = names
         return Scorer(
-            aliases, batches, load_calibration(config, store), features, delta=config.scorer.delta
+            every,
+            {name: batch for name, (_, batch) in batches.items()},
+            load_calibration(config, store),
+            features,
+            delta=config.scorer.delta,
         )
     except ValueError as error:
         raise StoreError(f"{store.path}: {error}") from error
@@ -140,15 +177,19 @@ def build_pipeline(
     set_embedding_backend(config.features.embedding)
     set_embedding_runtime(config.features.runtime)
     features = {name: get_feature(name) for name in config.features.enabled}
-    scorer = load_scorer(config, store, features)
+    shipped = shipped_population(config)
+    scorer = load_scorer(config, store, features, shipped)
     profiles = [p for p in store.local_profiles() if p.identity_alias in scorer.index]
-    narrow = load_narrow(
-        store, scorer, features, tracker_thresholds_for(config, scorer.calibration, "narrow")
-    )
+
+    def narrow_for(scorer: Scorer) -> NarrowCopies:
+        thresholds = tracker_thresholds_for(config, scorer.calibration, "narrow")
+        return load_narrow(store, scorer, features, thresholds, shipped)
+
+    narrow = narrow_for(scorer)
     if exporters is None:
         exporters = daemon_exporters(config, store, device_id)
     exporters = [*exporters, *protection_for(config, source, exporters, device_id)]
-    return Pipeline(
+    pipeline = Pipeline(
         config,
         store=store,
         source=source,
@@ -161,25 +202,41 @@ def build_pipeline(
         clock=clock,
         wall_clock=wall_clock,
     )
+    pipeline.exporters += enrolment_for(
+        config,
+        pipeline,
+        exporters,
+        lambda: load_scorer(config, store, features, shipped),
+        narrow_for,
+    )
+    return pipeline
 
 
 def run_daemon(config: Config) -> RunSummary:
     """``voxmeter run``: lock the database, open it, build the pipeline, run it to the end.
 
-    The lock (``flock`` on the database file, see lock.py) comes first and is released last:
-    a second daemon on the same file, by whatever path, is refused with one line before it
-    logs, opens a source, restores a track, binds a port or connects to the broker.
+    A database that does not exist yet is created first (mode 0600, its folder too): the
+    shipped reference population is then the reference set, and a refused start removes it
+    again. The lock (``flock`` on the database file, see lock.py) comes next and is released
+    last: a second daemon on the same file, by whatever path, is refused with one line before
+    it logs, opens a source, restores a track, binds a port or connects to the broker.
     """
-    with DaemonLock(config.daemon.db):
-        configure_logging(config.logging)
-        source = make_source(config)  # a bad file: one line, before anything else
-        for each in getattr(source, "named", {"": source}).values():
-            if isinstance(each, MicrophoneSource) and not each.wait_for_device:
-                each.probe()  # a missing device: likewise
-        store = open_store(config.daemon.db, create=False)
+    db = Path(config.daemon.db)
+    created = not os.path.lexists(db)
+    if created:
+        open_store(db).close()
+    with DaemonLock(db):
+        started_unix = time.time()
         try:
-            pipeline = build_pipeline(config, store=store, source=source)
-            pipeline.watchdog = ExitWatchdog(EXIT_DEADLINE_SECONDS)
+            configure_logging(config.logging)
+            pipeline, store = _started(config)
+        except BaseException as error:
+            if created:  # a refused start leaves no database behind
+                _remove_database(db)
+            if isinstance(error, VoxmeterError):  # shown in Home Assistant until a restart
+                held(config, error, started_unix)
+            raise
+        try:
             summary = asyncio.run(pipeline.run())
         finally:
             store.close()
@@ -188,3 +245,27 @@ def run_daemon(config: Config) -> RunSummary:
         extra={"fields": {"reason": summary.stop_reason, "windows": summary.windows}},
     )
     return summary
+
+
+def _started(config: Config) -> tuple[Pipeline, Store]:
+    """The source checked (a bad file or a missing device: one line before anything else), the
+    store open and the pipeline built; the store is closed again if building fails."""
+    source = make_source(config)
+    for each in getattr(source, "named", {"": source}).values():
+        if isinstance(each, MicrophoneSource) and not each.wait_for_device:
+            each.probe()
+    store = open_store(config.daemon.db)
+    try:
+        pipeline = build_pipeline(config, store=store, source=source)
+    except BaseException:
+        store.close()
+        raise
+    pipeline.watchdog = ExitWatchdog(EXIT_DEADLINE_SECONDS)
+    return pipeline, store
+
+
+def _remove_database(db: Path) -> None:
+    """Remove a database this run created and never used, with its SQLite side files."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(OSError):
+            db.with_name(db.name + suffix).unlink()

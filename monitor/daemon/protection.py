@@ -152,7 +152,7 @@ def protection_for(
     # Home Assistant shows the switch whenever the daemon relays, mode off included (it says so)
     switch = ProtectionMqtt(policy, config.mqtt, device_id=device_id) if ha else None
     for exporter in ha:
-        exporter.extra_entities = protection_entities
+        exporter.extra_entities.append(protection_entities)
     if switch is not None:
         switch.display_name = ha[0].display_name
         added.append(switch)

@@ -44,6 +44,7 @@ from monitor.scoring.received import received_embedding
 from monitor.scoring.scorer import Scorer
 from monitor.settings.sections import Config
 from monitor.store.database import Store
+from monitor.tracking.enrolment import EnrolmentSession
 from monitor.tracking.tracker import EMBEDDING, SpeakerTracker
 from monitor.tracking.turns import TurnSplitter
 
@@ -88,6 +89,7 @@ class PipelineStages:
     _alerts: int
     _stop: asyncio.Event
     _stop_reason: str
+    enrolment: EnrolmentSession | None = None  # Home Assistant's (monitor.daemon.household)
 
     async def _source_stage(self) -> None:
         out = self.queues["frames"]
@@ -290,6 +292,8 @@ class PipelineStages:
                 await out.put(None)
                 return
             tracked, expired = self.tracker.process(window)
+            if self.enrolment is not None and self.enrolment.listening:
+                self.enrolment.heard(window, tracked)  # may enrol: the next window knows them
             if domains.taught != kept and self.clock() - kept_at >= ROOMS_KEPT_SECONDS:
                 self._keep_rooms()
                 kept_at, kept = self.clock(), domains.taught

@@ -174,6 +174,18 @@ class TrackExpired:
 
 
 @dataclass(frozen=True)
+class HouseholdChanged:
+    """The household changed while the daemon runs (enrolled or forgotten from Home Assistant):
+    the tracker and scorer use the new members already; exporters show or remove them."""
+
+    added: tuple[str, ...]  # new members' aliases
+    removed: tuple[str, ...]  # forgotten members' aliases
+    templates: int  # N, the identities every window is scored against now
+    at_unix: float
+    claimed: str | None = None  # the unknown-N track whose speech became the new member's
+
+
+@dataclass(frozen=True)
 class SourceCounts:
     """One named source's totals since start (``PipelineStats.sources``; Prometheus labels them
     ``source``): what it heard, what the measuring side missed, what it refused."""
@@ -227,6 +239,7 @@ DaemonEvent = (
     | TrackExpired
     | PipelineStats
     | DaemonStopping
+    | HouseholdChanged
 )
 
 

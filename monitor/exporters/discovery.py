@@ -38,6 +38,9 @@ from monitor.settings.sections import HomeAssistantSettings
 ONLINE, OFFLINE = "online", "offline"
 SPEAKER_ENTITIES = ("disclosure", "highest", "one_in", "budget_used", "budget")
 """Object-id suffixes of one speaker's entities."""
+MEMBER_BUTTON, STRANGER_BUTTON = "forget", "enrol"
+"""Object-id suffixes of a member's *Forget* button and of an unrecognised voice's *Enrol as
+the new member* button (the enrolment's commands, monitor.exporters.enrolment)."""
 SUPPORT_URL = "https://github.com/voxmeter/voxmeter"
 DOCUMENTATION_URL = f"{SUPPORT_URL}/blob/main/docs/home-assistant.md"
 """The devices' Visit link unless ``homeassistant.configuration_url`` names another (the add-on
@@ -280,9 +283,28 @@ class Discovery:
             Entity("sensor", f"{base}_media_speech_seconds", speech),
         ]
 
-    def speaker_entities(self, alias: str, display: str | None = None) -> list[Entity]:
+    def speaker_button(self, alias: str, display: str | None, kind: str) -> Entity:
+        """A member's *Forget* button (``kind`` local: its payload is the alias) or an
+        unrecognised voice's *Enrol as the new member* (``kind`` unknown: the track's speech so
+        far becomes the profile of the alias typed in *New member's alias*)."""
+        who, stranger = display or alias, kind == "unknown"
+        suffix = STRANGER_BUTTON if stranger else MEMBER_BUTTON
+        name = f"Enrol {who} as the new member" if stranger else f"Forget {who}"
+        config = {
+            **self._common(f"{safe_id(alias)}_{suffix}", name),
+            "command_topic": self.topics.at("enrolment_claim" if stranger else "enrolment_forget"),
+            "payload_press": alias,
+            "icon": "mdi:account-plus" if stranger else "mdi:account-remove",
+            "entity_category": "config",
+        }
+        return Entity("button", f"{safe_id(alias)}_{suffix}", config)
+
+    def speaker_entities(
+        self, alias: str, display: str | None = None, kind: str | None = None
+    ) -> list[Entity]:
         """One speaker's figures (module docstring), from its retained state topic; ``display``
-        is the name Home Assistant shows (default: the alias)."""
+        is the name Home Assistant shows (default: the alias); with ``kind`` (local or unknown)
+        its enrolment button too (:meth:`speaker_button`)."""
         base, who = safe_id(alias), display or alias
         state_topic = self.topics.speaker_state(alias)
 
@@ -323,7 +345,8 @@ class Discovery:
             "icon": "mdi:wallet-outline",
         }
         entities = zip(SPEAKER_ENTITIES, (disclosure, highest, one_in, used, budget), strict=True)
-        return [Entity("sensor", f"{base}_{suffix}", config) for suffix, config in entities]
+        sensors = [Entity("sensor", f"{base}_{suffix}", config) for suffix, config in entities]
+        return sensors if kind is None else [*sensors, self.speaker_button(alias, display, kind)]
 
 
 # Templates that also read a state retained by an older voxmeter (without the words, the media).

@@ -44,6 +44,7 @@ from monitor.events.figures import Figures
 from monitor.events.messages import (
     DaemonEvent,
     DaemonStarted,
+    HouseholdChanged,
     PipelineStats,
     TrackExpired,
     TrackRestored,
@@ -142,7 +143,9 @@ class HomeAssistantExporter:
         self._started = asyncio.Event()
         self._wake = asyncio.Event()
         self.connected = False
-        self.extra_entities: Callable[[Discovery], list[Entity]] | None = None  # protection's
+        # the device's other entities (protection's switch, enrolment's): kept, never swept
+        self.extra_entities: list[Callable[[Discovery], list[Entity]]] = []
+        self.enrolment_buttons = False  # each speaker's Forget / Enrol button (enrolment on)
 
     def _figures(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         """The figures this exporter publishes itself, as they start: the device's, each
@@ -168,7 +171,10 @@ class HomeAssistantExporter:
         """Clear the speaker's configs, then (once they are acknowledged) its state."""
         self._speakers.discard(alias)
         self._strangers.pop(alias, None)
-        for entity in self.discovery.speaker_entities(alias):
+        gone = self.discovery.speaker_entities(alias)
+        if self.enrolment_buttons:  # whichever it had
+            gone += [self.discovery.speaker_button(alias, None, k) for k in ("local", "unknown")]
+        for entity in gone:
             topic = self.discovery.config_topic(entity.component, entity.object_id)
             self._configs.pop(topic, None)
             self._dirty[topic] = b""
@@ -199,7 +205,8 @@ class HomeAssistantExporter:
             if stranger:
                 self._strangers[alias] = stranger_numbers(self._strangers, alias)
             self._cleared.pop(self.topics.speaker_state(alias), None)
-            self._want(self.discovery.speaker_entities(alias, self.display_name(alias)))
+            kind = ("unknown" if stranger else "local") if self.enrolment_buttons else None
+            self._want(self.discovery.speaker_entities(alias, self.display_name(alias), kind))
 
     def _reference_set(self, figures: Figures) -> None:
         """Whether this window alone reached the ceiling log2 N (the set is too small)."""
@@ -254,8 +261,8 @@ class HomeAssistantExporter:
                 self._want(self.discovery.device_entities())
                 for source in self.sources:
                     self._want(self.discovery.source_entities(source))
-                if self.extra_entities is not None:
-                    self._want(self.extra_entities(self.discovery))
+                for extra in self.extra_entities:
+                    self._want(extra(self.discovery))
                 household = {p.alias for p in self._store.local_profiles()}
                 for alias in sorted(self._speakers | household):
                     self._speakers.discard(alias)
@@ -297,9 +304,26 @@ class HomeAssistantExporter:
             case PipelineStats():
                 if not self._media(event):
                     return
+            case HouseholdChanged():
+                self._household(event)
             case _:
                 return  # StateChanged, DaemonStopping: nothing to show
         self._wake.set()
+
+    def _household(self, event: HouseholdChanged) -> None:
+        """A member enrolled (an unrecognised voice named: its entities become the member's)
+        or forgotten: their entities appear or go, at once."""
+        for alias in event.removed:
+            if alias in self._speakers:
+                self._forget(alias)
+        for alias in event.added:
+            self._speakers.discard(alias)
+            self._strangers.pop(alias, None)
+            self._add_speaker(alias)
+        if event.claimed is not None and event.claimed in self._speakers:
+            self._forget(event.claimed)  # its speech is the member's profile now
+        self._device["templates"] = event.templates
+        self._device_dirty = True
 
     def is_wanted(self, config_topic: str) -> bool:
         return config_topic in self._configs

@@ -82,6 +82,54 @@ TOPICS: dict[str, TopicDecl] = {
         exporter="protection",
         payload="ON or OFF: the Protection switch in Home Assistant",
     ),
+    "enrolment_state": TopicDecl(
+        "{prefix}/enrolment",
+        retained=True,
+        direction="publish",
+        exporter="enrolment",
+        payload='JSON {"status", "phase", "alias", "seconds", "needed", "members", "reason"}: '
+        "the Enrolment progress sensor and the alias text (phase idle, listening, done, "
+        "refused or cancelled)",
+    ),
+    "enrolment_alias": TopicDecl(
+        "{prefix}/enrolment/alias/set",
+        retained=False,
+        direction="subscribe",
+        exporter="enrolment",
+        payload="the new member's alias (the text in Home Assistant); retained commands are "
+        "ignored",
+    ),
+    "enrolment_command": TopicDecl(
+        "{prefix}/enrolment/command",
+        retained=False,
+        direction="subscribe",
+        exporter="enrolment",
+        payload="START (enrol the next voice heard) or CANCEL: the enrolment buttons",
+    ),
+    "enrolment_claim": TopicDecl(
+        "{prefix}/enrolment/claim",
+        retained=False,
+        direction="subscribe",
+        exporter="enrolment",
+        payload="an unknown-N track: its speech so far becomes the new member's profile "
+        "(the button of an Unrecognised voice)",
+    ),
+    "enrolment_forget": TopicDecl(
+        "{prefix}/enrolment/forget",
+        retained=False,
+        direction="subscribe",
+        exporter="enrolment",
+        payload="a member's alias: its identity and profile are removed (the member's Forget "
+        "button)",
+    ),
+    "problem": TopicDecl(
+        "{prefix}/problem",
+        retained=True,
+        direction="publish",
+        exporter="problem",
+        payload='JSON {"problem"}: the one line of a start refused for something the user can '
+        "fix (the Problem sensor; the daemon waits to be restarted)",
+    ),
     "discovery_config": TopicDecl(
         "{discovery_prefix}/{component}/{node_id}/{object_id}/config",
         retained=True,

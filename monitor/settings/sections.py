@@ -11,6 +11,7 @@ from functools import cached_property
 
 from monitor.settings import checks as check
 from monitor.settings.checks import setting
+from monitor.settings.population import PopulationSettings
 from monitor.settings.zones import budget_zone
 from monitor.vocabulary import FigureKey
 
@@ -494,6 +495,7 @@ class Config:
     homeassistant: HomeAssistantSettings = field(default_factory=HomeAssistantSettings)
     protect: ProtectSettings = field(default_factory=ProtectSettings)
     load: LoadSettings = field(default_factory=LoadSettings)
+    population: PopulationSettings = field(default_factory=PopulationSettings)
 
 
 SECTIONS: dict[str, type] = {f.name: f.default_factory for f in fields(Config)}  # type: ignore[misc]

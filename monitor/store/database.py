@@ -67,6 +67,16 @@ def _create_private_file(path: Path) -> None:
     os.chmod(path, 0o600)  # the umask may have cleared bits; make the mode exact
 
 
+def _make_folder(folder: Path) -> None:
+    """The database's folder, made (mode 0700, parents too) if missing: a first run with
+    ``daemon.db = "~/.local/share/voxmeter/voxmeter.db"`` needs nothing made by hand."""
+    if folder.is_dir():
+        return
+    if folder.is_symlink() or folder.exists():
+        raise StoreError(f"{folder}: not a directory, cannot hold the database")
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
 def _opening_error(path: Path, error: sqlite3.Error, busy_timeout_seconds: float) -> StoreError:
     """One line for a failure while opening: locked, not SQLite, damaged, read-only folder."""
     text = str(error)
@@ -131,9 +141,8 @@ def _new_file(path: Path, create: bool) -> bool:
     if status is None:
         if not create:
             raise StoreError(f"{path}: no such database (create it with `voxmeter enroll`)")
-        if not path.parent.is_dir():
-            raise StoreError(f"{path}: directory {path.parent} does not exist")
         try:
+            _make_folder(path.parent)
             _create_private_file(path)
             return True
         except FileExistsError:  # another process made it meanwhile: look once more, no loop

@@ -26,10 +26,11 @@ import numpy as np
 from monitor.corpus import Corpus, check_speaker_names
 from monitor.corpus.duplicates import find_duplicates, fingerprint, warn_duplicates
 from monitor.errors import InputError
-from monitor.features.base import FEATURE_NAMES, Observation, get_feature
+from monitor.features.base import FEATURE_NAMES, Observation
 from monitor.features.extract import FeatureCache, FileFeatures, extract_many
 from monitor.protect.mcadams import Alpha
 from monitor.store.database import Store
+from monitor.store.live import pool_kept
 from monitor.store.templates import LOCAL_PROFILE_FEATURE, Enrolment
 
 __all__ = [
@@ -97,11 +98,9 @@ def _file_problem(
 
 
 def _pool_kept(feature: str, results: Sequence[FileFeatures]) -> Observation:
-    """The feature's pool over the files that carry evidence for it (all files if none do:
-    an empty template scores as no evidence)."""
-    observations = [r.observations[feature] for r in results]
-    kept = [o for o in observations if np.any(o.values != 0)] or observations
-    return get_feature(feature).pool(kept)
+    """The feature's pool over the files that carry evidence for it (the same pool a live
+    enrolment makes of its windows, :func:`monitor.store.live.pool_kept`)."""
+    return pool_kept(feature, [r.observations[feature] for r in results])
 
 
 @dataclass

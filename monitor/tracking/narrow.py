@@ -30,6 +30,7 @@ import numpy.typing as npt
 from monitor.calibration.tracking import TrackerThresholds
 from monitor.errors import StoreError
 from monitor.features.base import Feature, Observation, TemplateBatch
+from monitor.population.shipped import ShippedPopulation, join
 from monitor.scoring.scorer import PreparedTemplates, Scorer
 from monitor.store.database import Store
 from monitor.store.templates import LOCAL_PROFILE_FEATURE, LocalProfile
@@ -126,6 +127,11 @@ def _copies(
     return aliases, batch, ""
 
 
+def _stored_identities(store: Store) -> bool:
+    """Whether the database holds any embedding template (an empty one has no copies to lack)."""
+    return bool(store.template_counts().get(LOCAL_PROFILE_FEATURE))
+
+
 def _by_identity(aliases: Sequence[str], batch: TemplateBatch | None) -> dict[str, Observation]:
     if batch is None:
         return {}
@@ -140,10 +146,11 @@ def load_narrow(
     scorer: Scorer,
     features: Mapping[str, Feature],
     thresholds: TrackerThresholds | None,
+    shipped: ShippedPopulation | None = None,
 ) -> NarrowCopies:
     """The store's narrow-band copies for this daemon (the embedding's model must have made
-    them), the narrow scorer when every one of the N identities has one, the thresholds, and
-    the members' far-field copies."""
+    them) and the ``shipped`` population's, the narrow scorer when every one of the N
+    identities has one, the thresholds, and the members' far-field copies."""
     copies = NarrowCopies(thresholds=thresholds)
     if thresholds is None:
         copies.missing.append("the calibration's tracker statistics")
@@ -154,6 +161,8 @@ def load_narrow(
     copies.rooms = _by_identity(*rooms[:2])
     aliases, batch, problem = _copies(store, narrow_name(), narrow_model(embedding.version))
     copies.templates = _by_identity(aliases, batch)
+    if shipped is not None and (batch is not None or not _stored_identities(store)):
+        aliases, batch = join(aliases, batch, shipped, narrow_name())
     if batch is None:
         copies.missing.append(problem)
         return copies

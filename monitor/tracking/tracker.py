@@ -159,6 +159,25 @@ class SpeakerTracker:
         # per stream, the track of its last window (None: it had none); the newest streams
         self._previous: dict[StreamKey, str | None] = {}
 
+    def with_profiles(
+        self,
+        profiles: Sequence[LocalProfile],
+        *,
+        narrow: NarrowCopies | None,
+        cohort: tuple[tuple[str, ...], npt.NDArray[np.float64]] | None,
+    ) -> SpeakerTracker:
+        """This tracker with the household's new profiles (a member enrolled or forgotten while
+        the daemon runs): the unknown tracks, rooms, media and turns carry on; members' adapted
+        copies start afresh from their profiles."""
+        new = SpeakerTracker(
+            profiles, self.settings, thresholds=self.thresholds, narrow=narrow, cohort=cohort,
+            clock=self.clock, wall_clock=self.wall_clock,
+        )  # fmt: skip
+        new.unknown, new.domains, new.media = self.unknown, self.domains, self.media
+        new.skipped_seconds, new.skipped_by_source = self.skipped_seconds, self.skipped_by_source
+        new._previous = self._previous
+        return new
+
     def _adapted(
         self,
         matrix: npt.NDArray[np.float64],

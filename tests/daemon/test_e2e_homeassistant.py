@@ -19,7 +19,7 @@ from monitor.daemon.pipeline import Pipeline
 from monitor.exporters.words import BUDGET_WORDS
 from monitor.settings.config import load_config
 from monitor.store.database import open_store
-from tests.daemon_corpus import PROFILE, DaemonCorpus
+from tests.daemon_corpus import PROFILE, DaemonCorpus, reference_count
 from tests.exporters.test_exporter_homeassistant import configs, render, retained
 from tests.exporters.test_exporter_mqtt import Subscriber, subscribed
 from tests.realparts.mosquitto import MosquittoBroker, free_port
@@ -91,7 +91,7 @@ def test_daemon_publishes_entities_carrying_its_figures(
                 assert float(shown[f"{PROFILE}_disclosure"]) == last.budget_figure_bits
                 assert shown[f"{PROFILE}_budget"] == BUDGET_WORDS[last.state]
                 assert shown["online"] == "online"
-                assert int(shown["templates"]) == len(daemon_corpus.aliases)
+                assert int(shown["templates"]) == reference_count(daemon_corpus.aliases)
                 pipeline.stop("test")
                 assert (await run).stop_reason == "test"
 

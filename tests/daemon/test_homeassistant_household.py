@@ -84,7 +84,7 @@ async def daemon(broker: MosquittoBroker, store: Store) -> AsyncIterator[Daemon]
     async with exporters(
         broker, store, prefix=PREFIX, sources=ROOMS, configuration_url=METRICS
     ) as pair:
-        pair[1].extra_entities = protection_entities
+        pair[1].extra_entities.append(protection_entities)
         switch.display_name = pair[1].display_name
         task = asyncio.create_task(switch.run())
         try:

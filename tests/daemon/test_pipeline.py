@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from monitor.events.messages import (
 )
 from monitor.settings.config import load_config
 from monitor.store.database import open_store
+from tests.daemon_corpus import reference_count
 
 pytestmark = pytest.mark.corpus
 
@@ -81,8 +83,9 @@ def test_known_speaker_windows_reach_the_ledger(daemon_corpus, daemon_db) -> Non
         assert event.identity == daemon_corpus.profile_identity
         pairs = {(d.feature, d.measure) for d in event.disclosures}
         assert pairs == {(f, m) for f in FEATURES for m in MEASURES}
-        assert event.ceiling_bits == pytest.approx(3.0)
-        assert all(d.cumulative_bits <= 3.0 + 1e-9 for d in event.disclosures)
+        assert event.templates == reference_count(daemon_corpus.aliases)
+        assert event.ceiling_bits == pytest.approx(math.log2(event.templates))
+        assert all(d.cumulative_bits <= event.ceiling_bits + 1e-9 for d in event.disclosures)
     assert [e.figures.windows for e in local] == list(range(1, len(local) + 1))
     with open_store(daemon_db) as store:
         period = scored[0].figures.period_start_unix

@@ -51,7 +51,7 @@ def test_switch_sensor_and_alert_through_a_real_broker(
         HomeAssistantSettings(discovery=True, discovery_prefix=PREFIX), mqtt, store=store,
         device_id=DEVICE,
     )  # fmt: skip
-    ha.extra_entities = protection_entities
+    ha.extra_entities.append(protection_entities)
     observer = ProtectionObserver(policy)
 
     async def scenario() -> None:
@@ -154,7 +154,7 @@ def test_protection_says_why_and_is_there_whenever_the_daemon_relays(tmp_path: P
         tmp_path / "v.db"), device_id=DEVICE)  # fmt: skip
     added = protection_for(config, Relaying(), [ha], DEVICE)
     assert [e.name for e in added] == ["protect", "protection-mqtt"]
-    assert ha.extra_entities is protection_entities
+    assert ha.extra_entities == [protection_entities]
     assert protection_for(config, object(), [ha], DEVICE) == []  # nothing relays: nothing shown
 
 

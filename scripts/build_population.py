@@ -1,0 +1,142 @@
+"""Build the reference population shipped with voxmeter, one file per embedding backend.
+
+    python scripts/build_population.py [CORPUS] [--embedding BACKEND ...] [--jobs 2]
+
+Pools each of the corpus's *train* speakers' utterances (speakers.tsv ``original_split`` =
+train) into one template per feature as ``voxmeter enroll`` does (all their utterances, the
+narrow-band copy included; per-file features come from the feature cache where it has them),
+then writes the templates, never audio, to ``monitor/population/data/population-<backend>.npz``
+(:mod:`monitor.population.shipped` describes the file). The test speakers are never in it:
+every test and benchmark measures speakers the shipped population has not seen.
+
+speechocean762 is CC BY 4.0: ``monitor/population/data/NOTICE.md`` carries the attribution.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from bench.common import CORPUS  # noqa: E402
+from monitor.features.base import (  # noqa: E402
+    DEFAULT_EMBEDDING,
+    EMBEDDING_BACKENDS,
+    Observation,
+    get_feature,
+    set_embedding_backend,
+)
+from monitor.population.shipped import HISTOGRAMS, NARROW, shipped_path  # noqa: E402
+from monitor.store.variants import narrow_model  # noqa: E402
+
+CORPUS_NAME = "speechocean762"
+SOURCE = "https://www.openslr.org/101/"
+
+
+def train_files(corpus: Path) -> dict[str, list[str]]:
+    """Each train speaker's utterances (absolute paths, the feature cache's keys)."""
+    from monitor.corpus import scan_corpus
+
+    scanned = scan_corpus(corpus, split="train")
+    return {
+        speaker: [str(Path(u.path).absolute()) for u in scanned.utterances_of(speaker)]
+        for speaker in sorted(scanned.speakers)
+    }
+
+
+def _pooled(feature: str, observations: list[Observation]) -> Observation:
+    """The feature's pool over the files that carry evidence for it, as enrolment pools."""
+    kept = [o for o in observations if np.any(o.values != 0)] or observations
+    return get_feature(feature).pool(kept)
+
+
+def templates(
+    files: dict[str, list[str]], jobs: int
+) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, str]]:
+    """feature → (N, D) templates of the speakers (all their utterances pooled, as
+    ``voxmeter enroll`` pools them), the speech seconds behind each, feature → version."""
+    from monitor.features.extract import FeatureCache, default_cache_dir, extract_many
+    from monitor.store.variants import narrow_templates
+
+    paths = [p for ps in files.values() for p in ps]
+    extraction = extract_many(paths, FeatureCache(default_cache_dir()), jobs=jobs)
+    if extraction.errors:
+        first = next(iter(extraction.errors.values()))
+        raise SystemExit(f"cannot extract {len(extraction.errors)} files: {first}")
+    features = (*HISTOGRAMS, "embedding")
+    matrices = {f: np.zeros((len(files), get_feature(f).dimension)) for f in features}
+    seconds = np.zeros(len(files))
+    for row, speaker in enumerate(files):
+        results = [extraction.files[p] for p in files[speaker]]
+        for feature in features:
+            pooled = _pooled(feature, [r.observations[feature] for r in results])
+            matrices[feature][row] = pooled.values
+            if feature == "embedding":
+                seconds[row] = pooled.seconds
+    narrow = narrow_templates(files, jobs=jobs)
+    matrices[NARROW] = np.stack([narrow[speaker].values for speaker in files])
+    models = {f: get_feature(f).version for f in features}
+    models[NARROW] = narrow_model(models["embedding"])
+    return matrices, seconds, models
+
+
+def write(
+    backend: str,
+    speakers: list[str],
+    matrices: dict[str, np.ndarray],
+    seconds: np.ndarray,
+    models: dict[str, str],
+) -> Path:
+    """The backend's shipped file: histograms normalised (float32), unit vectors (float16)."""
+    for feature in HISTOGRAMS:
+        totals = matrices[feature].sum(axis=1, keepdims=True)
+        matrices[feature] = (matrices[feature] / totals).astype(np.float32)
+    for feature in ("embedding", NARROW):
+        unit = matrices[feature] / np.linalg.norm(matrices[feature], axis=1, keepdims=True)
+        matrices[feature] = unit.astype(np.float16)
+    facts = {
+        "corpus": CORPUS_NAME,
+        "source": SOURCE,
+        "licence": "CC BY 4.0",
+        "split": "train",
+        "speakers": len(speakers),
+        "backend": backend,
+    }
+    target = shipped_path(backend)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    arrays: dict[str, Any] = {
+        "speakers": np.array(speakers),
+        "seconds": seconds.astype(np.float32),
+        "models": np.array(json.dumps(models, sort_keys=True)),
+        "facts": np.array(json.dumps(facts, sort_keys=True)),
+        **matrices,
+    }
+    np.savez_compressed(target, **arrays)
+    return target
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("corpus", nargs="?", type=Path, default=CORPUS)
+    parser.add_argument(
+        "--embedding", action="append", choices=sorted(EMBEDDING_BACKENDS), help="repeatable"
+    )
+    parser.add_argument("--jobs", type=int, default=1)
+    args = parser.parse_args(argv)
+    files = train_files(args.corpus)
+    for backend in args.embedding or [DEFAULT_EMBEDDING]:
+        set_embedding_backend(backend)
+        matrices, seconds, models = templates(files, args.jobs)
+        target = write(backend, list(files), matrices, seconds, models)
+        print(f"{target}: {len(files)} speakers, {target.stat().st_size} bytes", flush=True)
+
+
+if __name__ == "__main__":
+    main()
