@@ -1,4 +1,4 @@
-"""The naming rules of docs/architecture.md, checked over the source with ``ast`` beside the
+"""Naming rules of the architecture, checked over the source with ``ast`` beside the
 import rules (tests/test_import_rules.py):
 
 - no two top-level packages of monitor/ named after one word (``score/`` beside ``scoring/``):
