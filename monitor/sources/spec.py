@@ -17,8 +17,9 @@ from monitor.errors import InputError
 from monitor.numerals import ascii_digits
 from monitor.sources.several import SourceSet
 from monitor.userfiles import not_utf8
-from monitor.wyoming.proxy import WyomingProxySource, parse_proxy
-from monitor.wyoming.source import WyomingSource, parse_endpoint
+from monitor.wyoming.endpoint import ProxyEndpoint, parse_endpoint, parse_proxy, parse_wyoming
+from monitor.wyoming.proxy import WyomingProxySource
+from monitor.wyoming.source import WyomingSource
 
 SOURCE_SPELLINGS = (
     "mic, mic:DEVICE, file:PATH[?fast], stdin, stdin:RATE[:CHANNELS], "
@@ -93,15 +94,12 @@ def _parse_spec(spec: str) -> SourceSpec:
             channels = int(parts[1]) if len(parts) == 2 else 1
             return SourceSpec("stdin", spec, rate_hz=rate, channels=channels, name="stdin")
         raise InputError("stdin", f"bad stream spec {spec!r} (expected stdin[:RATE[:CHANNELS]])")
-    if kind in ("wyoming", "wyoming-listen"):
-        endpoint = parse_endpoint(spec)  # checked now; WyomingSource keeps the parsed endpoint
-        port = endpoint.port if endpoint.listen else None
-        return SourceSpec("wyoming", spec, name=f"{kind}-{endpoint.port}", listen_port=port)
-    if kind == "wyoming-proxy":
-        proxy = parse_proxy(spec)
-        return SourceSpec(
-            "wyoming-proxy", spec, name=f"{kind}-{proxy.port}", listen_port=proxy.port
-        )
+    if kind in ("wyoming", "wyoming-listen", "wyoming-proxy"):
+        endpoint = parse_wyoming(spec)  # checked now; the source parses it again when opened
+        proxy = isinstance(endpoint, ProxyEndpoint)
+        port = endpoint.port if proxy or endpoint.listen else None
+        family = "wyoming-proxy" if proxy else "wyoming"
+        return SourceSpec(family, spec, name=f"{kind}-{endpoint.port}", listen_port=port)
     raise InputError("source", f"unknown audio source {spec!r} (must be {SOURCE_SPELLINGS})")
 
 

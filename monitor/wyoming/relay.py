@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import itertools
 import json
@@ -35,16 +34,16 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import parse_qs, urlsplit
 
 from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.info import Info
 from wyoming.server import AsyncEventHandler
 
-from monitor.audio.retry import backoff_seconds
-from monitor.errors import InputError
 from monitor.logs import PeerWarnings
+from monitor.wyoming.endpoint import PROXY_SCHEME, WyomingService
+from monitor.wyoming.endpoint import ProxyEndpoint as ProxyEndpoint
+from monitor.wyoming.endpoint import parse_proxy as parse_proxy
 from monitor.wyoming.wire import (
     BROKEN_EVENT,
     RefusedAudioError,
@@ -54,14 +53,14 @@ from monitor.wyoming.wire import (
     read_event_bytes,
     reason,
     refuse,
-    serving,
 )
 
 logger = logging.getLogger(__name__)
 warnings = PeerWarnings(logger)
 """Warnings clients can trigger, rate-limited per client host and kind."""
 
-SCHEME = "wyoming-proxy"
+SCHEME = PROXY_SCHEME  # the relay process picks its specs out by it
+
 CONNECT_SECONDS = 0.5
 """Longest wait for the upstream to accept: with the error's trip, the client hears within 1 s."""
 LINGER_SECONDS = 5.0
@@ -70,52 +69,6 @@ VIA = " via voxmeter"
 NOTE = "passes through voxmeter, which measures how much the audio discloses about who speaks"
 _PROGRAMS = ("asr", "tts", "handle", "intent", "wake", "mic", "snd")
 _MODELS = ("models", "voices")
-
-
-@dataclass(frozen=True)
-class ProxyEndpoint:
-    """Where we listen and where we relay to, parsed from a ``wyoming-proxy://`` spec."""
-
-    host: str
-    port: int
-    upstream_host: str
-    upstream_port: int
-
-    @property
-    def upstream(self) -> str:
-        return f"tcp://{self.upstream_host}:{self.upstream_port}"
-
-    def __str__(self) -> str:
-        return f"{SCHEME}://{self.host}:{self.port}?upstream={self.upstream}"
-
-
-def parse_proxy(spec: str) -> ProxyEndpoint:
-    """The endpoint of a proxy spec; a malformed one raises InputError naming it."""
-    problem = (
-        f"expected {SCHEME}://HOST:PORT?upstream=tcp://HOST:PORT, the upstream's PORT 1..65535"
-    )
-    parts = urlsplit(spec)
-    query = parse_qs(parts.query, keep_blank_values=True)
-    upstream = urlsplit(query["upstream"][0]) if list(query) == ["upstream"] else None
-    try:
-        port, upstream_port = parts.port, upstream.port if upstream else None
-    except ValueError:
-        port = upstream_port = None
-    if (
-        parts.scheme != SCHEME
-        or not parts.hostname
-        or port is None
-        or parts.path not in ("", "/")
-        or upstream is None
-        or len(query["upstream"]) != 1
-        or upstream.scheme != "tcp"
-        or not upstream.hostname
-        or not upstream_port  # None, or 0: no port to connect to
-        or upstream.path not in ("", "/")
-        or upstream.query
-    ):
-        raise InputError("source", f"bad Wyoming proxy source {spec!r} ({problem})")
-    return ProxyEndpoint(parts.hostname, port, upstream.hostname, upstream_port)
 
 
 def annotate_info(info: Event) -> Event:
@@ -367,7 +320,7 @@ def _problem(error: OSError) -> str:
     return "no answer" if isinstance(error, TimeoutError) else reason(error) or str(error)
 
 
-class ProxyServer:
+class ProxyServer(WyomingService[ProxyEndpoint]):
     """A Wyoming proxy's server: the relay of every connection and the upstream's state; each
     relayed event is offered to ``tap`` (see the module docstring)."""
 
@@ -384,33 +337,23 @@ class ProxyServer:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
-        self.endpoint = endpoint
-        self.name = str(endpoint)
+        super().__init__(
+            endpoint,
+            backoff_initial_seconds=backoff_initial_seconds,
+            backoff_max_seconds=backoff_max_seconds,
+            zeroconf=zeroconf,
+            sleep=sleep,
+            rng=rng,
+        )
         self.tap = tap
         self.stats: Counters = stats if stats is not None else RelayCounters()
-        self.backoff_initial_seconds = backoff_initial_seconds
-        self.backoff_max_seconds = backoff_max_seconds
-        self.zeroconf = zeroconf
         self.upstream_transform = transform
-        self._sleep = sleep
-        self._rng = rng or random.Random()
         self.upstream = _Upstream(self)
-        self.port = endpoint.port  # the bound port once serving (differs when 0 was asked)
-
-    def backoff_seconds(self, attempt: int) -> float:
-        """Delay before upstream probe ``attempt`` (1-based), as every source waits."""
-        return backoff_seconds(
-            self._rng, attempt, self.backoff_initial_seconds, self.backoff_max_seconds
-        )
 
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[None]:
         """The relay (and its zeroconf announcement) runs inside this block."""
-        host, port = self.endpoint.host, self.endpoint.port
-        handler = functools.partial(Relay, self)
-        async with serving(self.name, host, port, handler, zeroconf=self.zeroconf) as bound:
-            self.port = bound  # the log names the port bound (the one the OS chose for 0)
-            listening = dataclasses.replace(self.endpoint, port=bound)
+        async with self._served(functools.partial(Relay, self)) as listening:
             logger.info("relaying Wyoming %s → %s", listening, self.endpoint.upstream)
             try:
                 yield

@@ -25,8 +25,6 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
-from urllib.parse import urlsplit
 
 import numpy as np
 from wyoming.audio import AudioChunk, AudioFormat, AudioStart, AudioStop
@@ -45,11 +43,14 @@ from monitor.audio.frames import (
     Sleep,
     SourceStats,
     StreamKey,
-    backoff_seconds,
     check_frame_ms,
 )
-from monitor.errors import AudioDeviceError, InputError
+from monitor.errors import AudioDeviceError
 from monitor.logs import PeerWarnings
+from monitor.wyoming.endpoint import SCHEMES as SCHEMES
+from monitor.wyoming.endpoint import WyomingEndpoint as WyomingEndpoint
+from monitor.wyoming.endpoint import WyomingService
+from monitor.wyoming.endpoint import parse_endpoint as parse_endpoint
 from monitor.wyoming.formats import MAX_CHANNELS, WIDTHS, audio_format
 from monitor.wyoming.wire import (
     BROKEN_EVENT,
@@ -61,51 +62,11 @@ from monitor.wyoming.wire import (
     read_event,
     reason,
     refuse,
-    serving,
 )
 
 logger = logging.getLogger(__name__)
 warnings = PeerWarnings(logger)
 """Warnings clients can trigger, rate-limited per client host and kind."""
-
-SCHEMES = ("wyoming", "wyoming-listen")
-
-
-@dataclass(frozen=True)
-class WyomingEndpoint:
-    """Where the audio comes from, parsed from ``wyoming[-listen]://HOST:PORT[?once]``."""
-
-    host: str
-    port: int
-    listen: bool
-    once: bool
-
-    def __str__(self) -> str:
-        scheme = SCHEMES[1] if self.listen else SCHEMES[0]
-        return f"{scheme}://{self.host}:{self.port}{'?once' if self.once else ''}"
-
-
-def parse_endpoint(spec: str) -> WyomingEndpoint:
-    """The endpoint of a source spec; a malformed one raises InputError naming it."""
-    problem = (
-        "expected wyoming://HOST:PORT (PORT 1..65535) or wyoming-listen://HOST:PORT (PORT "
-        "0..65535, 0 = any free port), optionally ?once"
-    )
-    parts = urlsplit(spec)
-    try:
-        port = parts.port
-    except ValueError:  # beyond 65535, or not a number
-        port = None
-    if (
-        parts.scheme not in SCHEMES
-        or not parts.hostname
-        or port is None
-        or (port == 0 and parts.scheme != SCHEMES[1])  # connecting needs a real port
-        or parts.path not in ("", "/")
-        or parts.query not in ("", "once")
-    ):
-        raise InputError("source", f"bad Wyoming source {spec!r} ({problem})")
-    return WyomingEndpoint(parts.hostname, port, parts.scheme == SCHEMES[1], parts.query == "once")
 
 
 def pcm_to_float(audio: bytes, *, width: int, channels: int) -> np.ndarray:
@@ -331,7 +292,7 @@ class _Listener(AsyncEventHandler):
         await self.source._client_left(self)
 
 
-class WyomingSource:
+class WyomingSource(WyomingService[WyomingEndpoint]):
     """Frames from a Wyoming audio stream (see the module docstring for both modes)."""
 
     def __init__(
@@ -350,15 +311,17 @@ class WyomingSource:
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
-        self.endpoint = endpoint
-        self.name = str(endpoint)
+        super().__init__(
+            endpoint,
+            backoff_initial_seconds=backoff_initial_seconds,
+            backoff_max_seconds=backoff_max_seconds,
+            zeroconf=zeroconf,  # announce a wyoming-listen server on mDNS
+            sleep=sleep,
+            rng=rng,
+        )
         self.frame_ms = check_frame_ms(frame_ms)
         self.stats = SourceStats()
-        self.backoff_initial_seconds = backoff_initial_seconds
-        self.backoff_max_seconds = backoff_max_seconds
         self.wait_for_device = wait_for_device
-        self._sleep = sleep
-        self._rng = rng or random.Random()
         self._queue_events = queue_events
         self._queue: asyncio.Queue[object] | None = None
         self.owner_idle_seconds = owner_idle_seconds
@@ -367,8 +330,6 @@ class WyomingSource:
         self._owner: _Listener | None = None
         self._owner_seen = 0.0  # clock reading of the streaming client's last event
         self._closed = False
-        self.zeroconf = zeroconf  # announce a wyoming-listen server on mDNS
-        self.port = endpoint.port  # the bound port once listening (differs when 0 was asked)
 
     def close(self) -> None:
         self._closed = True
@@ -382,12 +343,6 @@ class WyomingSource:
         events = self._serve() if self.endpoint.listen else self._connect()
         async for frame in decode_frames(events, self.frame_ms, self.stats, self.name):
             yield frame
-
-    def backoff_seconds(self, attempt: int) -> float:
-        """Delay before retry ``attempt`` (1-based), as every source waits."""
-        return backoff_seconds(
-            self._rng, attempt, self.backoff_initial_seconds, self.backoff_max_seconds
-        )
 
     # ---- wyoming:// — a client of a microphone service ----------------------------------------
 
@@ -433,11 +388,7 @@ class WyomingSource:
 
     async def _serve(self) -> AsyncIterator[Event | None]:
         self._queue = asyncio.Queue(self._queue_events)
-        host, port = self.endpoint.host, self.endpoint.port
-        handler = functools.partial(_Listener, self)
-        async with serving(self.name, host, port, handler, zeroconf=self.zeroconf) as bound:
-            self.port = bound  # the log names the port bound (the one the OS chose for 0)
-            listening = replace(self.endpoint, port=bound)
+        async with self._served(functools.partial(_Listener, self)) as listening:
             logger.info("listening for Wyoming audio on %s", listening)
             while (item := await self._queue.get()) is not _END:
                 yield item  # type: ignore[misc]

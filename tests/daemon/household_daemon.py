@@ -3,8 +3,8 @@
 ``async with household_daemon(db, {"wake": port1, "stt": port2}) as daemon`` builds the pipeline
 from the config a user would write (``audio.sources = ["wake=wyoming-proxy://127.0.0.1:0?…",
 …]``, no Prometheus, no zeroconf), runs it, and yields once every proxy serves;
-``daemon.port("wake")`` is where that proxy listens. :class:`Recorder` is an exporter that keeps
-the events; :class:`Settled` tells when every closed window has gone through the ledger.
+``daemon.port("wake")`` is where that proxy listens. :class:`Recorder` (tests/fakes.py)
+keeps the events; :class:`Settled` tells when every closed window has gone through the ledger.
 """
 
 from __future__ import annotations
@@ -22,29 +22,11 @@ from wyoming.event import Event
 
 from monitor.daemon.build import build_pipeline
 from monitor.daemon.pipeline import Pipeline, RunSummary
-from monitor.events.messages import DaemonEvent, WindowScored
 from monitor.settings.config import load_config
 from monitor.sources.several import SourceSet
 from monitor.store.database import open_store
 from monitor.wyoming.proxy import WyomingProxySource
-
-
-class Recorder:
-    """An exporter that keeps every event (a hand-written fake, not a mock)."""
-
-    name = "recorder"
-
-    def __init__(self) -> None:
-        self.events: list[DaemonEvent] = []
-
-    async def run(self) -> None:
-        await asyncio.Event().wait()
-
-    async def handle(self, event: DaemonEvent) -> None:
-        self.events.append(event)
-
-    def scored(self) -> list[WindowScored]:
-        return [e for e in self.events if isinstance(e, WindowScored)]
+from tests.fakes import Recorder
 
 
 @dataclass

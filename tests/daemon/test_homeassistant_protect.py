@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from tests.daemon.proxy_daemon import proxied_daemon
-from tests.daemon.test_homeassistant_wyoming import blocking, new_entity
 from tests.realparts.homeassistant import HomeAssistant
+from tests.scenarios import assist_through_proxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.homeassistant]
 
@@ -27,25 +27,12 @@ COMMAND = "turn on the kitchen light"
 def test_home_assistant_transcribes_through_the_protecting_proxy(
     home_assistant: HomeAssistant, daemon_db: Path, relay: bool
 ) -> None:
-    from wyoming.audio import AudioChunk
-
-    from monitor.wyoming.wire import read_event
-    from tests.realparts.wyoming_upstreams import serve, speech
+    from tests.realparts.wyoming_upstreams import serve, speech, upstream_audio
 
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng not installed (scripts/install-system.sh installs it)")
     ha = home_assistant
     audio = speech(COMMAND)
-
-    async def received_audio(record: bytes) -> bytes:
-        reader = asyncio.StreamReader()
-        reader.feed_data(bytes(record))
-        reader.feed_eof()
-        chunks = []
-        while (event := await read_event(reader)) is not None:
-            if AudioChunk.is_type(event.type):
-                chunks.append(AudioChunk.from_event(event).audio)
-        return b"".join(chunks)
 
     async def scenario() -> tuple[dict[str, Any], list[Any], list[bytes], float]:
         records: list[bytearray] = []
@@ -56,19 +43,10 @@ def test_home_assistant_transcribes_through_the_protecting_proxy(
             overrides=["protect.mode=always", "protect.alpha='0.8'"],
             relay=relay,
         ) as daemon:
-            pipeline = daemon.pipeline
-            flow = await blocking(
-                ha.config_flow, "wyoming", {"host": "127.0.0.1", "port": daemon.port}
-            )
-            stt = await blocking(new_entity, ha, "stt.")
-            events = await blocking(ha.assist, stt, audio.astype("<i2").tobytes())
-            async with asyncio.timeout(120):  # the measuring side saw the audio pass
-                while pipeline.audio_seconds < audio.shape[0] / 16000 - 0.1:
-                    await asyncio.sleep(0.1)
-            measured = pipeline.audio_seconds
+            assisted = await assist_through_proxy(ha, daemon, audio)
         await server.stop()
-        sent = [await received_audio(r) for r in records if b"audio-stop" in r]
-        return flow, events, sent, measured
+        sent = [await upstream_audio(r) for r in records if b"audio-stop" in r]
+        return assisted.flow, assisted.events, sent, assisted.measured
 
     flow, events, sent, measured = asyncio.run(scenario())
     assert flow["type"] == "create_entry", flow

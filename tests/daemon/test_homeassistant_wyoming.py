@@ -19,15 +19,11 @@ import pytest
 
 from tests.daemon.proxy_daemon import proxied_daemon
 from tests.realparts.homeassistant import HomeAssistant
+from tests.scenarios import assist_through_proxy, blocking, new_entity
 
 pytestmark = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.homeassistant]
 
 COMMAND = "turn on the kitchen light"
-
-
-async def blocking(function: Any, *args: Any) -> Any:
-    """Home Assistant's REST calls off the loop: the proxy and the upstream run on it."""
-    return await asyncio.get_running_loop().run_in_executor(None, function, *args)
 
 
 @pytest.mark.parametrize("relay", [False, True], ids=["in-process", "relay-process"])
@@ -56,24 +52,18 @@ def test_home_assistant_transcribes_through_the_proxy(
         (direct,) = await talk(upstream_port, conversation(audio, Transcribe().event()))
         records.clear()  # from here on, only what came through the proxy
         async with proxied_daemon(db, upstream_port, relay=relay) as daemon:
-            pipeline = daemon.pipeline
-            flow = await blocking(
-                ha.config_flow, "wyoming", {"host": "127.0.0.1", "port": daemon.port}
-            )
-            stt = await blocking(new_entity, ha, "stt.")
-            events = await blocking(ha.assist, stt, audio.astype("<i2").tobytes())
-            async with asyncio.timeout(120):  # the measuring side saw the audio pass
-                while pipeline.audio_seconds < audio.shape[0] / 16000 - 0.1:
-                    await asyncio.sleep(0.1)
-            measured = pipeline.audio_seconds
+            assisted = await assist_through_proxy(ha, daemon, audio)
             if relay:  # killed, the relay is back at once and Home Assistant uses it again
                 await daemon.kill_relay()
                 async with asyncio.timeout(60):
                     while not daemon.source.relay_connected:
                         await asyncio.sleep(0.05)
-                after_relay_kill = await blocking(ha.assist, stt, audio.astype("<i2").tobytes())
+                after_relay_kill = await blocking(
+                    ha.assist, assisted.stt, audio.astype("<i2").tobytes()
+                )
         await server.stop()
-        return flow, events, str(direct.data["text"]), records, measured
+        text = str(direct.data["text"])
+        return assisted.flow, assisted.events, text, records, assisted.measured
 
     flow, events, direct_text, records, measured = asyncio.run(scenario())
     assert flow["type"] == "create_entry", flow
@@ -142,14 +132,3 @@ def test_home_assistant_detects_a_wake_word_through_the_proxy(
     assert any(b"audio-chunk" in r and b"detect" in r for r in records), len(records)
     assert 0.5 < measured <= audio.shape[0] / 16000 + 0.1  # relayed until the detection
     assert ha.problems("wyoming", "voxmeter", "wake") == []
-
-
-def new_entity(ha: HomeAssistant, prefix: str) -> str:
-    """An entity of ``prefix`` (a domain and its dot) once one exists (waits for it)."""
-    from tests.realparts.homeassistant import wait_until
-
-    def found() -> str | None:
-        names = [e for e in ha.states() if e.startswith(prefix)]
-        return names[0] if names else None
-
-    return wait_until(found, 60, f"a {prefix} entity")

@@ -18,36 +18,17 @@ from monitor.errors import AudioDeviceError
 from monitor.events.messages import (
     FEATURES,
     MEASURES,
-    DaemonEvent,
     DaemonStarted,
     DaemonStopping,
     PipelineStats,
     TrackRestored,
-    WindowScored,
 )
 from monitor.settings.config import load_config
 from monitor.store.database import open_store
 from tests.daemon_corpus import reference_count
+from tests.fakes import Recorder
 
 pytestmark = pytest.mark.corpus
-
-
-class Recorder:
-    """An exporter that keeps every event (a hand-written fake, not a mock)."""
-
-    name = "recorder"
-
-    def __init__(self) -> None:
-        self.events: list[DaemonEvent] = []
-
-    async def run(self) -> None:
-        await asyncio.Event().wait()
-
-    async def handle(self, event: DaemonEvent) -> None:
-        self.events.append(event)
-
-    def scored(self) -> list[WindowScored]:
-        return [e for e in self.events if isinstance(e, WindowScored)]
 
 
 def run_file(db: Path, stream: Path, *overrides: str) -> tuple[Recorder, object]:

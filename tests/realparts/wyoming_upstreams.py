@@ -35,29 +35,23 @@ from wyoming.info import AsrModel, AsrProgram, Attribution, Describe, Info, Wake
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.wake import Detect, Detection, NotDetected
 
+from tests.fakes import RecordingReader
+
 THRESHOLD = 0.5
 """openWakeWord probability above which a wake word is detected (its own default)."""
 
 
-class Recorder:
-    """A stream reader that keeps every byte read through it (what the peer sent)."""
-
-    def __init__(self, reader: asyncio.StreamReader) -> None:
-        self.reader = reader
-        self.received = bytearray()
-
-    async def readline(self) -> bytes:
-        line = await self.reader.readline()
-        self.received += line
-        return line
-
-    async def readexactly(self, n: int) -> bytes:
-        data = await self.reader.readexactly(n)
-        self.received += data
-        return data
-
-    def feed_eof(self) -> None:  # the package's handler.stop() ends the reader
-        self.reader.feed_eof()
+async def upstream_audio(record: bytes) -> bytes:
+    """The samples of every ``audio-chunk`` in what one connection sent the upstream (a
+    ``record``)."""
+    reader = asyncio.StreamReader()
+    reader.feed_data(bytes(record))
+    reader.feed_eof()
+    chunks = []
+    while (event := await async_read_event(reader)) is not None:
+        if AudioChunk.is_type(event.type):
+            chunks.append(AudioChunk.from_event(event).audio)
+    return b"".join(chunks)
 
 
 def _to_16k(converter: AudioChunkConverter, event: Event) -> bytes:
@@ -82,7 +76,7 @@ class AsrHandler(AsyncEventHandler):
         super().__init__(*args)
         self.converter = AudioChunkConverter(rate=16000, width=2, channels=1)
         if records is not None:
-            recorder = Recorder(self.reader)
+            recorder = RecordingReader(self.reader)
             records.append(recorder.received)
             self.reader = recorder  # type: ignore[assignment]
         self.decoder: Any = None  # loaded at the first audio-start (see handle_event)
@@ -147,7 +141,7 @@ class WakeHandler(AsyncEventHandler):
 
         self.converter = AudioChunkConverter(rate=16000, width=2, channels=1)
         if records is not None:
-            recorder = Recorder(self.reader)
+            recorder = RecordingReader(self.reader)
             records.append(recorder.received)
             self.reader = recorder  # type: ignore[assignment]
         self.features = OpenWakeWordFeatures.from_builtin()

@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from wyoming.asr import Transcribe
-from wyoming.audio import AudioChunk
 
 from monitor.daemon.protection import ProtectionObserver, RelayFeed, protection_for
 from monitor.events.messages import DaemonStarted, StateChanged
@@ -34,10 +33,10 @@ from monitor.vocabulary import PROTECT_KEY
 from monitor.wyoming.channel import Uplink
 from monitor.wyoming.proxy import WyomingProxySource
 from monitor.wyoming.relay import parse_proxy
-from monitor.wyoming.wire import read_event
 from tests.daemon_corpus import DaemonCorpus
 from tests.realparts import stop_process
 from tests.realparts.mosquitto import free_port, wait_for_port
+from tests.realparts.wyoming_upstreams import upstream_audio
 from tests.wyoming.wyoming_peers import conversation, talk
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,18 +122,6 @@ def test_the_feed_tells_each_source_once_budgets_are_restored_and_on_every_chang
 
 
 # ---- real parts ---------------------------------------------------------------------------
-
-
-async def upstream_audio(record: bytes) -> bytes:
-    """The samples of every ``audio-chunk`` in what one connection sent the upstream."""
-    reader = asyncio.StreamReader()
-    reader.feed_data(bytes(record))
-    reader.feed_eof()
-    chunks = []
-    while (event := await read_event(reader)) is not None:
-        if AudioChunk.is_type(event.type):
-            chunks.append(AudioChunk.from_event(event).audio)
-    return b"".join(chunks)
 
 
 def anonymised(audio: np.ndarray, alpha: float) -> bytes:

@@ -26,6 +26,7 @@ from monitor.wyoming.channel import (
 )
 from monitor.wyoming.proxy import ProxyEndpoint, WyomingProxySource
 from monitor.wyoming.relay import ProxyServer
+from tests.fakes import RecordingTap
 from tests.realparts.wyoming_upstreams import serve, speech
 from tests.wyoming.wyoming_peers import SAMPLES_PER_CHUNK, conversation, talk
 
@@ -37,21 +38,6 @@ STOP = AudioStop().event()
 def chunk(seconds: float = 0.064, value: int = 0) -> Event:
     samples = np.full(round(seconds * 16000), value, dtype="<i2")
     return AudioChunk(rate=16000, width=2, channels=1, audio=samples.tobytes()).event()
-
-
-class Recorder:
-    """A tap that keeps what reaches it: (stream key, event type) and ``left`` as (key, None)."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[object, str | None]] = []
-        self.gaps = 0
-
-    def offer(self, who: object, event: Event, *, gap: bool = False) -> None:
-        self.seen.append((who, event.type))
-        self.gaps += gap
-
-    def left(self, who: object) -> None:
-        self.seen.append((who, None))
 
 
 @contextlib.asynccontextmanager
@@ -80,7 +66,7 @@ def test_without_a_measuring_process_audio_is_counted_unmeasured_then_reported(
             for event in (START, chunk(0.5), chunk(0.25), STOP):
                 tap.offer(a, event)  # nobody subscribes: returns at once, counted
             assert server.unmeasured[SOURCE] == pytest.approx(0.75)
-            recorder, reported = Recorder(), list[float]()
+            recorder, reported = RecordingTap(), list[float]()
             task = asyncio.get_running_loop().create_task(
                 receive(server.path, SOURCE, recorder, reported.append)
             )
@@ -106,7 +92,7 @@ def test_interleaved_connections_keep_their_own_stream_keys(tmp_path: Path) -> N
     async def main() -> None:
         async with channel(tmp_path) as server:
             tap = server.tap(SOURCE)
-            recorder = Recorder()
+            recorder = RecordingTap()
             task = asyncio.get_running_loop().create_task(
                 receive(server.path, SOURCE, recorder, lambda s: None)
             )
@@ -250,7 +236,7 @@ def test_the_measuring_side_tells_the_relay_and_a_new_relay_hears_the_latest_aga
                 server.tap(SOURCE), server.tap(other)
                 server.on_message = lambda source, header: heard.append((source, header))
                 task = asyncio.create_task(
-                    receive(server.path, SOURCE, Recorder(), lambda s: None, uplink=uplink)
+                    receive(server.path, SOURCE, RecordingTap(), lambda s: None, uplink=uplink)
                 )
                 if run == 1:
                     await until(lambda: len(heard) == 1)

@@ -18,8 +18,8 @@ import pytest
 
 from monitor.wyoming.channel import encode, read_message, receive
 from monitor.wyoming.channel_schema import message_problem
+from tests.fakes import RecordingTap
 from tests.realparts.mosquitto import free_port
-from tests.wyoming.test_channel import Recorder
 
 SOURCE = "wyoming-proxy://127.0.0.1:0?upstream=tcp://127.0.0.1:1"
 FMT = {"rate": 16000, "width": 2, "channels": 1}
@@ -113,7 +113,7 @@ def test_the_measuring_side_ignores_each_malformed_message_and_keeps_the_channel
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "relay.sock"
-    recorder = Recorder()
+    recorder = RecordingTap()
     connections = 0
 
     async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
