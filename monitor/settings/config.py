@@ -21,13 +21,8 @@ from typing import Any
 from monitor.calibration.tracking import TrackerThresholds, tracker_thresholds
 from monitor.errors import ConfigError, InputError
 from monitor.settings.checks import Check
-from monitor.settings.sections import (
-    SECTIONS,
-    TRACKER_THRESHOLDS,
-    Config,
-    MqttSettings,
-    TrackerSettings,
-)
+from monitor.settings.sections import SECTIONS, Config, MqttSettings
+from monitor.settings.tracker import TRACKER_THRESHOLDS, TrackerSettings
 from monitor.sources.spec import SourceSpec, parse_sources
 from monitor.userfiles import MAX_CONFIG_BYTES, read_bytes
 

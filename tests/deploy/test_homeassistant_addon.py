@@ -23,7 +23,7 @@ import yaml
 
 from monitor.relay.process import load_relay_config
 from monitor.settings.config import load_config
-from monitor.settings.sections import TRACKER_THRESHOLDS
+from monitor.settings.tracker import TRACKER_THRESHOLDS
 from tests.deploy.promql import DEPLOY
 
 ADDON = DEPLOY / "homeassistant-addon" / "voxmeter"

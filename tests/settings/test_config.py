@@ -134,7 +134,7 @@ def test_a_config_that_is_not_utf8_is_one_line(command: str, tmp_path: Path) -> 
 
 def test_tracker_thresholds_follow_the_embedding_backend_unless_set() -> None:
     from monitor.settings.config import tracker_settings
-    from monitor.settings.sections import TRACKER_THRESHOLDS
+    from monitor.settings.tracker import TRACKER_THRESHOLDS
 
     for backend, (profile, cluster) in TRACKER_THRESHOLDS.items():
         settings = tracker_settings(load_config(None, [f"features.embedding={backend}"]))

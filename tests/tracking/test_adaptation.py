@@ -12,7 +12,7 @@ import pytest
 from monitor.calibration.tracking import tracker_thresholds
 from monitor.events.messages import FeatureWindow
 from monitor.features.base import Observation
-from monitor.settings.sections import TrackerSettings
+from monitor.settings.tracker import TrackerSettings
 from monitor.tracking.adaptation import AdaptedProfiles
 from monitor.tracking.tracker import SpeakerTracker
 from tests.tracking.test_tracker import (

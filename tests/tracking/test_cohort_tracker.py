@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from monitor.calibration.cohort import MIN_COHORT
-from monitor.settings.sections import TrackerSettings
+from monitor.settings.tracker import TrackerSettings
 from monitor.tracking.tracker import SpeakerTracker
 from tests.tracking.test_tracker import FakeClock, at_cosine, fitted, profile, window
 

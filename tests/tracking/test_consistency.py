@@ -17,7 +17,7 @@ from monitor.audio.frames import RATE_HZ
 from monitor.audio.vad import speech_only
 from monitor.audio.windows import SpeechWindow
 from monitor.features.change import cepstra
-from monitor.settings.sections import TrackerSettings
+from monitor.settings.tracker import TrackerSettings
 from monitor.tracking.consistency import ConsistencyTest, load_consistency
 from monitor.tracking.turns import TurnSplitter, frames_of, load_change_models
 from tests.tracking.test_tracker import FakeClock, profile, tracker, voices, window

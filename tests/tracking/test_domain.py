@@ -11,7 +11,7 @@ import pytest
 
 from monitor.audio.frames import StreamKey
 from monitor.events.messages import FeatureWindow
-from monitor.settings.sections import TrackerSettings
+from monitor.settings.tracker import TrackerSettings
 from monitor.store.rooms import SourceRoom
 from monitor.tracking.domain import MAX_SHIFT, SourceDomains
 from monitor.tracking.tracker import SpeakerTracker

@@ -11,7 +11,7 @@ import pytest
 from monitor.audio.frames import StreamKey
 from monitor.events.messages import FeatureWindow, TrackedWindow
 from monitor.features.base import Observation
-from monitor.settings.sections import TrackerSettings
+from monitor.settings.tracker import TrackerSettings
 from monitor.store.templates import LocalProfile
 from monitor.tracking import media
 from monitor.tracking.media import MediaTracks, media_track, programme

@@ -12,7 +12,7 @@ import pytest
 
 from monitor.audio.band import NARROW_RATE_HZ, band_limit, band_of
 from monitor.features.base import Observation
-from monitor.settings.sections import TrackerSettings
+from monitor.settings.tracker import TrackerSettings
 from monitor.tracking.narrow import NarrowCopies
 from monitor.tracking.tracker import SpeakerTracker
 from tests.tracking.test_tracker import FakeClock, fitted, profile, unit, voices, window

@@ -15,7 +15,7 @@ from scipy.signal import fftconvolve
 
 from monitor.audio.reverb import in_a_room, synthetic_rir
 from monitor.calibration.tracking import tracker_thresholds
-from monitor.settings.sections import TrackerSettings
+from monitor.settings.tracker import TrackerSettings
 from monitor.tracking.adaptation import AdaptedProfiles
 from tests.tracking.test_adaptation import WINDOW_SECONDS, _speech, _windows
 from tests.tracking.test_tracker import unit

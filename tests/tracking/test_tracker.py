@@ -10,7 +10,7 @@ import pytest
 from monitor.calibration.tracking import TrackerThresholds
 from monitor.events.messages import FeatureWindow
 from monitor.features.base import Observation
-from monitor.settings.sections import TrackerSettings
+from monitor.settings.tracker import TrackerSettings
 from monitor.store.templates import LocalProfile
 from monitor.tracking.tracker import SpeakerTracker
 
