@@ -45,7 +45,7 @@ OLD_NAME = os.environ.get("VOXMETER_BENCH_OLD_NAME", "0.8.0")
 OLD_DEFAULT = os.environ.get("VOXMETER_BENCH_OLD_BACKEND", "campplus-int8")
 OLD_TREE = os.environ.get("VOXMETER_BENCH_OLD_TREE")
 """An existing checkout of the previous release (not created, not removed), else a worktree."""
-PHONE_OFF = ['features.enabled=["f0", "embedding"]']
+PHONE_OFF = ('features.enabled=["f0", "embedding"]',)
 """The previous release's default attacker (its ``DEFAULT_EMBEDDING``)."""
 FULL = ['load.measuring_priority="normal"', "load.shed_lag_seconds=0"]
 SILENCE_SECONDS = float(os.environ.get("VOXMETER_BENCH_SILENCE_SECONDS", 60.0))

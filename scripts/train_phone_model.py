@@ -183,7 +183,9 @@ def _accuracy(net: Any, batches: list[tuple[Any, Any]]) -> float:
     return right / max(total, 1)
 
 
-def train(data: dict[str, Any], epochs: int, patience: int = 3) -> tuple[Any, np.ndarray, dict]:
+def train(
+    data: dict[str, Any], epochs: int, patience: int = 3
+) -> tuple[Any, np.ndarray, dict[str, Any]]:
     """The network trained on the training speakers, the epoch with the best held-out frame
     accuracy kept; returns it, the input scale and the figures."""
     import torch
@@ -258,7 +260,7 @@ def export(net: Any, scale: np.ndarray, durations: np.ndarray, out: Path) -> int
         arrays[f"layer{k}_w"] = w.transpose(2, 1, 0).reshape(-1, w.shape[0]).astype(np.float16)
         arrays[f"layer{k}_b"] = conv.bias.detach().numpy().astype(np.float32)
     out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(out, **arrays)
+    np.savez_compressed(out, **arrays)  # type: ignore[arg-type]  # numpy stubs
     return sum(int(np.prod(a.shape)) for n, a in arrays.items() if n.startswith("layer"))
 
 
