@@ -32,8 +32,8 @@ of about 100k parameters: ~20 MFLOP per second of audio, a few milliseconds of o
 numpy. Weights ship as float16 in an .npz (< 1 MB), run in float32 by numpy.
 
 The shipped weights: ``--limit 625 --epochs 8`` (the first 625 train utterances in corpus
-order, 63 speakers: 57 trained on, 6 held out; labelling is pocketsphinx's decoding, ~0.04 of a core per second of speech,
-most of the script's CPU).
+order, 63 speakers: 57 trained on, 6 held out). Labelling is pocketsphinx's decoding, ~0.04 of
+a core per second of speech: most of the script's CPU.
 
 Figures (frame accuracy against the teacher on the training and held-out frames, parameters,
 size, seconds) go to ``bench/results/phone-model-train.json`` in the benchmarks' schema.
