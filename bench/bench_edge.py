@@ -77,6 +77,13 @@ def main() -> None:
         record.figures.update({"split": "test", "results": bench_phone()})
         record.write()
         return
+    if sys.argv[1:] == ["phone_backends"]:
+        from bench.phone_disclosure import bench_phone_backends
+
+        record = Run("phone-model-disclosure", command="python -m bench.bench_edge phone_backends")
+        bench_phone_backends(record)
+        record.write()
+        return
     if sys.argv[1:] == ["profile"]:
         record = Run("edge-profile", command="python -m bench.bench_edge profile")
         record.figures["profile"] = bench_profile()

@@ -3,9 +3,11 @@ replays of speech and of room noise, each release with its own default attacker.
 
 ``python -m bench edge_side`` → bench/results/edge-side.json (:class:`bench.common.Run`: CPU
 model and features, load at start and end, each target met or missed). For each release (this
-checkout, and ``VOXMETER_BENCH_OLD``, b469d62 by default, checked out with ``git worktree`` and
-run with its own ``PYTHONPATH``), one child process per replay, N = 1,000 templates, every
-feature on and never shed (``load.shed_lag_seconds=0``, normal priority):
+checkout, and ``VOXMETER_BENCH_OLD``, 0.8.0 (e23b388) by default, checked out with ``git
+worktree`` — or an existing checkout of it named by ``VOXMETER_BENCH_OLD_TREE``, used as it is —
+and run with its own ``PYTHONPATH`` and this checkout's model files), one child process per
+replay, N = 1,000 templates, every feature on and never shed (``load.shed_lag_seconds=0``,
+normal priority):
 
 - **speech**: bench_daemon's stream (two adult corpus speakers' utterances, 0.5 s apart);
 - **silence**: 60 s of room noise (Gaussian, −62 dBFS RMS: a quiet room's floor, never speech
@@ -15,7 +17,9 @@ Figures: process CPU per audio second from the daemon's start (model loading exc
 loop thread's CPU (``Pipeline.run``'s thread), and from them the CPU **per second of speech**
 — the speech replay's CPU less its non-speech seconds at the silence replay's rate, over the
 seconds the VAD kept — and **per second of silence**. This checkout also reports its own
-``voxmeter_cpu_seconds_total{stage}`` totals. CPU time, not wall time: the machine's two cores
+``voxmeter_cpu_seconds_total{stage}`` totals, and replays the speech once more with the phone
+feature off (``VOXMETER_BENCH_SIDE_PHONE_OFF=0`` skips it): the difference is what the phone
+evidence costs a second of speech. CPU time, not wall time: the machine's two cores
 are shared, and the load is recorded.
 """
 
@@ -35,10 +39,13 @@ import soundfile as sf
 from bench.common import Run
 
 REPO = Path(__file__).resolve().parent.parent
-OLD = os.environ.get("VOXMETER_BENCH_OLD", "b469d62")
+OLD = os.environ.get("VOXMETER_BENCH_OLD", "e23b388")
 #: The previous release by its version, as the pages name it (a commit is not a release name).
-OLD_NAME = os.environ.get("VOXMETER_BENCH_OLD_NAME", "0.7.0")
-OLD_DEFAULT = os.environ.get("VOXMETER_BENCH_OLD_BACKEND", "ecapa-int8")
+OLD_NAME = os.environ.get("VOXMETER_BENCH_OLD_NAME", "0.8.0")
+OLD_DEFAULT = os.environ.get("VOXMETER_BENCH_OLD_BACKEND", "campplus-int8")
+OLD_TREE = os.environ.get("VOXMETER_BENCH_OLD_TREE")
+"""An existing checkout of the previous release (not created, not removed), else a worktree."""
+PHONE_OFF = ('features.enabled=["f0", "embedding"]',)
 """The previous release's default attacker (its ``DEFAULT_EMBEDDING``)."""
 FULL = ['load.measuring_priority="normal"', "load.shed_lag_seconds=0"]
 SILENCE_SECONDS = float(os.environ.get("VOXMETER_BENCH_SILENCE_SECONDS", 60.0))
@@ -82,12 +89,24 @@ print("RESULT " + json.dumps({
 """
 
 
-def replay(tree: Path, backend: str, stream: Path, folder: Path) -> dict[str, Any]:
-    """One paced replay of ``stream`` by ``tree``'s code in a child process."""
+def replay(
+    tree: Path, backend: str, stream: Path, folder: Path, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """One paced replay of ``stream`` by ``tree``'s code in a child process (this checkout's
+    model files: a release's checkout has none of its own)."""
+    models = os.environ.get("VOXMETER_MODELS") or str((REPO / "models" / "weights").resolve())
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, backend, str(folder), str(stream), json.dumps(FULL)],
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            backend,
+            str(folder),
+            str(stream),
+            json.dumps([*FULL, *extra]),
+        ],
         cwd=tree,
-        env={**os.environ, "PYTHONPATH": str(tree)},
+        env={**os.environ, "PYTHONPATH": str(tree), "VOXMETER_MODELS": models},
         capture_output=True,
         text=True,
         check=False,
@@ -139,7 +158,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="voxmeter-bench-edge-side-"))
     stream, kind = _speech(folder)
     noise = room_noise(folder)
-    old = _old_tree(folder, OLD)
+    old = Path(OLD_TREE) if OLD_TREE else _old_tree(folder, OLD)
     releases = {"old": (old, OLD_DEFAULT), "new": (REPO, DEFAULT_EMBEDDING)}
     try:
         raw: dict[str, dict[str, Any]] = {}
@@ -148,13 +167,17 @@ def main() -> None:
                 raw.setdefault(release, {})[part] = replay(
                     tree, backend, audio, folder / f"{release}-{part}"
                 )
-        if os.environ.get("VOXMETER_BENCH_SIDE_ECAPA", "1") == "1":  # like for like
+        if os.environ.get("VOXMETER_BENCH_SIDE_PHONE_OFF", "1") == "1":  # the phone's share
+            speech = replay(REPO, DEFAULT_EMBEDDING, stream, folder / "new-nophone", PHONE_OFF)
+            raw["new_phone_off"] = {"speech": speech, "silence": raw["new"]["silence"]}
+        if os.environ.get("VOXMETER_BENCH_SIDE_ECAPA", "0") == "1":  # like for like
             raw["new_ecapa_int8"] = {
                 "speech": replay(REPO, "ecapa-int8", stream, folder / "new-ecapa-speech"),
                 "silence": raw["new"]["silence"],
             }
     finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)])
+        if not OLD_TREE:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)])
     figures = {name: per_second(r["speech"], r["silence"]) for name, r in raw.items()}
     run.figures.update(
         {
@@ -176,6 +199,12 @@ def main() -> None:
         round(previous["cpu_per_speech_second"] / 3, 4),
         note=f"a third of {OLD_NAME}'s {previous['cpu_per_speech_second']} in this run",
     )
+    if "new_phone_off" in figures:
+        phone = round(
+            new["cpu_per_speech_second"] - figures["new_phone_off"]["cpu_per_speech_second"], 4
+        )
+        run.figures["phone_cpu_per_speech_second"] = phone
+        run.target("phone_cpu_per_speech_second", phone, "<=", 0.01)
     run.target("cpu_per_silence_second", new["cpu_per_silence_second"], "<=", 0.005)
     run.target(
         "loop_thread_cpu_per_audio_second", new["loop_thread_cpu_per_audio_second"], "<=", 0.005

@@ -299,6 +299,7 @@ def bench_profile(backend: str = "ecapa", n: int = 1_000) -> dict[str, Any]:
     from monitor.features.embedding import EmbeddingStream
     from monitor.features.f0 import F0Stream
     from monitor.features.phone import PhoneStream
+    from monitor.features.phone_model import PhoneNetworkStream
     from monitor.scoring.evidence import TrackScorer
     from monitor.tracking.turns import TurnSplitter
 
@@ -307,6 +308,10 @@ def bench_profile(backend: str = "ecapa", n: int = 1_000) -> dict[str, Any]:
         "vad (silero)": [(FrameVad, "process")],
         "phone: fed while the window fills": [(PhoneStream, "feed")],
         "phone: at the window's end": [(PhoneStream, "finish")],
+        "phone network (filterbanks shared)": [
+            (PhoneNetworkStream, "feed"),
+            (PhoneNetworkStream, "finish"),
+        ],
         "f0": [(F0Stream, "feed"), (F0Stream, "finish")],
         "embedding: filterbanks fed": [(EmbeddingStream, "feed")],
         "embedding: network at the window's end": [(EmbeddingStream, "finish")],

@@ -80,7 +80,7 @@ def backend_choice_restored() -> Iterator[None]:
     """``set_embedding_backend`` / ``set_embedding_runtime`` write the process's environment (the
     CLI's choice reaches worker processes that way); a test that calls them must not leave its
     backend to the tests after it (a session fixture enrolled later would take it)."""
-    names = ("VOXMETER_EMBEDDING", "VOXMETER_EMBEDDING_RUNTIME")
+    names = ("VOXMETER_EMBEDDING", "VOXMETER_EMBEDDING_RUNTIME", "VOXMETER_PHONE")
     before = {name: os.environ.get(name) for name in names}
     yield
     for name, value in before.items():

@@ -46,7 +46,7 @@ from monitor.corpus.speakers import (
     load_speakers,
 )
 from monitor.errors import InputError
-from monitor.features.base import embedding_backend
+from monitor.features.base import embedding_backend, phone_backend
 
 if TYPE_CHECKING:
     from monitor.blocks.workers import Client
@@ -323,6 +323,7 @@ def _calibrate_loaded(
                 "split": split,
                 "features": list(features),
                 **({"embedding_backend": embedding_backend()} if "embedding" in features else {}),
+                **({"phone_backend": phone_backend()} if "phone" in features else {}),
                 "files": loaded.files,
                 "skipped": len(loaded.skipped),
                 # corpus speaker ids (aliases, never names): lets an audit check that its

@@ -33,6 +33,7 @@ from monitor.features.base import (
     get_feature,
     set_embedding_backend,
     set_embedding_runtime,
+    set_phone_backend,
 )
 from monitor.logs import configure_logging
 from monitor.population.shipped import ShippedPopulation, join, load_shipped
@@ -176,6 +177,7 @@ def build_pipeline(
     source = source if source is not None else make_source(config)
     set_embedding_backend(config.features.embedding)
     set_embedding_runtime(config.features.runtime)
+    set_phone_backend(config.features.phone)
     features = {name: get_feature(name) for name in config.features.enabled}
     shipped = shipped_population(config)
     scorer = load_scorer(config, store, features, shipped)

@@ -29,7 +29,8 @@ from monitor.audio.frames import RATE_HZ
 from monitor.audio.windows import SpeechWindow
 from monitor.features.base import BufferedStream, Feature, FeatureStream, open_stream
 from monitor.features.embedding import EmbeddingStream
-from monitor.features.fbank import EcapaFbankStream, ecapa_db
+from monitor.features.fbank import EcapaFbankStream, KaldiFbankStream, ecapa_db
+from monitor.features.phone_model import PhoneNetworkStream
 from monitor.load.shedding import AbsentStream, LoadShedder
 from monitor.tracking.turns import TurnSplitter, WindowFrames, frames_of
 
@@ -146,6 +147,7 @@ class IncrementalWindows:
             self._streams = {
                 n: open_stream(f, RATE_HZ) for n, f in self.features.items() if n not in self._shed
             }
+            share_fbank(self._streams)
         for name, stream in self._streams.items():
             if name not in self._shed and self._sheds(name):
                 self._shed.add(name)  # shed from here: this window's stream is incomplete
@@ -231,6 +233,21 @@ class IncrementalWindows:
             # this window's streams are handed over now
             self._feed(seen[offset + n :], push=False)
         return streams
+
+
+def share_fbank(streams: Mapping[str, FeatureStream]) -> bool:
+    """Let the phone network read the filterbanks the CAM++ embedding stream computes from the
+    same blocks (both are fed every block of the window, and the embedding is never shed), so
+    they are computed once a window; True when they are shared."""
+    phone, embedding = streams.get("phone"), streams.get("embedding")
+    if (
+        isinstance(phone, PhoneNetworkStream)
+        and isinstance(embedding, EmbeddingStream)
+        and isinstance(embedding.fbank, KaldiFbankStream)
+    ):
+        phone.share(embedding.fbank)
+        return True
+    return False
 
 
 #: ``id`` of every extractor whose streams were warmed up in this process (registry instances

@@ -26,8 +26,19 @@ FEATURE_NAMES: tuple[str, ...] = ("f0", "phone", "embedding")
 # name -> "module:class"; imported on first use so torch and pocketsphinx load only when needed.
 _FACTORIES: dict[str, str] = {
     "f0": "monitor.features.f0:F0Feature",
-    "phone": "monitor.features.phone:PhoneFeature",
 }
+
+PHONE_BACKENDS: dict[str, str] = {
+    "network": "monitor.features.phone_model:PhoneNetworkFeature",
+    "pocketsphinx": "monitor.features.phone:PhoneFeature",
+}
+"""The ``phone`` feature's backends: the shipped phone network (on CAM++'s filterbanks, trained
+on pocketsphinx's decoding) or pocketsphinx's all-phone decoder itself."""
+DEFAULT_PHONE = "network"
+"""The phone network: phone disclosure within 0.05 bits of pocketsphinx's at a fraction of its
+CPU (bench/results/phone-model-disclosure.json); pocketsphinx stays for comparison."""
+PHONE_ENV = "VOXMETER_PHONE"
+"""Carries the selected phone backend to worker processes (as :data:`EMBEDDING_ENV`)."""
 
 EMBEDDING_BACKENDS: dict[str, str] = {
     "ecapa": "monitor.features.embedding:EcapaEmbedding",
@@ -188,6 +199,22 @@ def set_embedding_backend(backend: str) -> None:
     os.environ[EMBEDDING_ENV] = _check_backend(backend)
 
 
+def phone_backend() -> str:
+    """The process's phone backend: the last :func:`set_phone_backend`, else the default."""
+    backend = os.environ.get(PHONE_ENV) or DEFAULT_PHONE
+    if backend not in PHONE_BACKENDS:
+        raise ValueError(f"unknown phone backend {backend!r}; known: {', '.join(PHONE_BACKENDS)}")
+    return backend
+
+
+def set_phone_backend(backend: str) -> None:
+    """Select the backend behind ``get_feature("phone")`` here and in the worker processes
+    started from now on (through :data:`PHONE_ENV`)."""
+    if backend not in PHONE_BACKENDS:
+        raise ValueError(f"unknown phone backend {backend!r}; known: {', '.join(PHONE_BACKENDS)}")
+    os.environ[PHONE_ENV] = backend
+
+
 def embedding_runtime() -> str:
     """The process's embedding runtime: the last :func:`set_embedding_runtime`, else auto."""
     return os.environ.get(RUNTIME_ENV) or DEFAULT_RUNTIME
@@ -229,6 +256,11 @@ def get_feature(name: str) -> Feature:
         key = f"embedding:{backend}:{runtime}"
         if key not in _INSTANCES:
             _INSTANCES[key] = embedding_class(backend)(runtime=runtime)
+        return _INSTANCES[key]
+    if name == "phone":
+        key = f"phone:{phone_backend()}"
+        if key not in _INSTANCES:
+            _INSTANCES[key] = _factory(PHONE_BACKENDS[phone_backend()])()
         return _INSTANCES[key]
     if name not in _FACTORIES:
         raise ValueError(f"unknown feature {name!r}; known: {', '.join(FEATURE_NAMES)}")

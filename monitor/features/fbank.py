@@ -12,6 +12,7 @@ utterance-wide floor and the mean to the end of the window. The torch ``Fbank`` 
 
 from __future__ import annotations
 
+import threading
 from typing import Protocol
 
 import numpy as np
@@ -135,11 +136,23 @@ class KaldiFbankStream:
         options.mel_opts.high_freq = 0
         self.rate = rate
         self._computer = knf.OnlineFbank(options)
+        # finish() once, its frames kept: the phone network reads the CAM++ stream's frames
+        # (monitor.features.phone_model), maybe from another feature thread at the same time
+        self._lock = threading.Lock()
+        self._done: np.ndarray | None = None
 
     def feed(self, block: np.ndarray) -> None:
         self._computer.accept_waveform(self.rate, np.asarray(block, dtype=np.float32).tolist())
 
     def finish(self) -> np.ndarray:
+        """The window's frames (computed on the first call; later calls return the same)."""
+        with self._lock:
+            if self._done is None:
+                self._done = self._frames()
+                self._done.setflags(write=False)
+            return self._done
+
+    def _frames(self) -> np.ndarray:
         self._computer.input_finished()
         frames = self._computer.num_frames_ready
         if frames == 0:

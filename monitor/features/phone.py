@@ -79,6 +79,12 @@ def to_pcm16(audio: np.ndarray, rate: int) -> bytes:
 
 def decode_phones(audio: np.ndarray, rate: int) -> list[str]:
     """The phone sequence pocketsphinx decodes (CMU phones only, in time order)."""
+    return [phone for phone, _, _ in phone_segments(audio, rate)]
+
+
+def phone_segments(audio: np.ndarray, rate: int) -> list[tuple[str, int, int]]:
+    """(phone, first frame, last frame) of each CMU phone decoded, frames of 10 ms from the
+    first sample (what the phone network is trained on: ``scripts/train_phone_model.py``)."""
     if len(audio) == 0:
         return []
     pcm = to_pcm16(audio, rate)
@@ -88,7 +94,9 @@ def decode_phones(audio: np.ndarray, rate: int) -> list[str]:
         decoder.start_utt()
         decoder.process_raw(pcm, full_utt=False)  # live CMN: as a stream would (module doc)
         decoder.end_utt()
-        return _phones(decoder)
+        return [
+            (s.word, s.start_frame, s.end_frame) for s in decoder.seg() or () if s.word in _INDEX
+        ]
 
 
 def _counts(phones: list[str]) -> np.ndarray:

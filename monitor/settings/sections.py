@@ -157,6 +157,14 @@ class FeatureSettings:
         "Runtime, less CPU); must be the one the database was enrolled with",
         check.one_of("ecapa", "campplus", "ge2e", "ecapa-int8", "campplus-int8"),
     )
+    phone: str = setting(
+        "network",
+        "what counts the phones: network (a small phone model of voxmeter's own on CAM++'s "
+        "filterbanks, a few thousandths of a core per second of speech) or pocketsphinx (its "
+        "all-phone decoder, the model's teacher, ~0.04 of a core); the calibration must be "
+        "fitted with the same one ($VOXMETER_PHONE for voxmeter calibrate)",
+        check.one_of("network", "pocketsphinx"),
+    )
     runtime: str = setting(
         "auto",
         "what runs the float ECAPA / CAM++ network: onnx (ONNX Runtime, graphs exported by "

@@ -48,7 +48,7 @@ from monitor.audio.frames import StreamKey
 from monitor.calibration.cohort import Cohort, cohort_for
 from monitor.calibration.tracking import TrackerThresholds, fixed_thresholds
 from monitor.events.messages import FeatureWindow, TrackedWindow, TrackExpired
-from monitor.settings.sections import TrackerSettings
+from monitor.settings.tracker import TrackerSettings
 from monitor.store.templates import LocalProfile
 from monitor.tracking.adaptation import AdaptedProfiles
 from monitor.tracking.domain import SourceDomains

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from monitor.calibration.tracking import TrackerThresholds
 from monitor.events.messages import TrackExpired
-from monitor.settings.sections import TrackerSettings
+from monitor.settings.tracker import TrackerSettings
 
 _UNKNOWN = re.compile(r"^unknown-(\d+)$")
 SPREAD_SIGMAS = 4.0  # a mature track refuses windows this many spreads below its mean cosine

@@ -13,8 +13,14 @@ from monitor.audio.file import read_audio
 from monitor.audio.vad import SpeechChunk
 from monitor.audio.windows import SpeechWindow, Windower
 from monitor.daemon.incremental import IncrementalWindows
-from monitor.features.base import get_feature, open_stream, set_embedding_backend
+from monitor.features.base import (
+    get_feature,
+    open_stream,
+    set_embedding_backend,
+    set_phone_backend,
+)
 from monitor.features.embedding import EmbeddingStream
+from monitor.features.phone_model import PhoneNetworkStream
 from monitor.scoring.evidence import WindowFeatures
 from monitor.tracking.turns import TurnSplitter, frames_of
 
@@ -50,6 +56,28 @@ def _check(windows: list[SpeechWindow], taken: list[dict], whole: WindowFeatures
                 assert np.linalg.norm(got.values - expected.values) <= 1e-5 * scale
             else:
                 assert np.array_equal(got.values, expected.values), name
+
+
+@pytest.mark.corpus
+def test_the_phone_network_reads_the_cam_streams_filterbanks(speech: np.ndarray) -> None:
+    # the default pair (CAM++ int8, the phone network): one Kaldi filterbank stream a window,
+    # and the phone counts are those of the window observed whole
+    set_embedding_backend("campplus-int8")
+    set_phone_backend("network")
+    features = {name: get_feature(name) for name in NAMES}
+    windower = Windower(3.0)
+    incremental = IncrementalWindows(features, max_samples=windower.window_samples)
+    windows, taken = [], []
+    for chunk in _chunks(speech, 4321):
+        incremental.feed(chunk.samples)
+        for window in windower.process(chunk):
+            windows.append(window)
+            taken.append(incremental.take(window.samples))
+    assert incremental.streamed == 3
+    for streams in taken:
+        assert isinstance(streams["phone"], PhoneNetworkStream)
+        assert streams["phone"].fbank is streams["embedding"].fbank
+    _check(windows, taken, WindowFeatures(features))
 
 
 @pytest.mark.corpus

@@ -13,6 +13,7 @@ from monitor.audio.file import read_audio
 from monitor.features.base import BufferedStream, Feature, get_feature, open_stream
 from monitor.features.f0 import F0Feature
 from monitor.features.phone import PhoneFeature
+from monitor.features.phone_model import PhoneNetworkFeature
 
 BLOCKS = (480, 1601, 16000)  # 30 ms VAD frames, odd sizes, 1 s
 
@@ -39,7 +40,11 @@ def _streamed(feature: Feature, audio: np.ndarray, block: int) -> np.ndarray:
 
 
 @pytest.mark.corpus
-@pytest.mark.parametrize("feature", [PhoneFeature(), F0Feature()], ids=["phone", "f0"])
+@pytest.mark.parametrize(
+    "feature",
+    [PhoneFeature(), PhoneNetworkFeature(), F0Feature()],
+    ids=["pocketsphinx", "network", "f0"],
+)
 def test_histogram_streams_equal_whole_windows(feature: Feature, corpus_root: Path) -> None:
     for audio in _windows(corpus_root):
         whole = feature.observe(audio, 16000).values
@@ -63,7 +68,7 @@ def test_phone_streams_run_side_by_side(corpus_root: Path) -> None:
 
 def test_empty_and_silent_streams_match_observe() -> None:
     silence = np.zeros(8000, np.float32)
-    for feature in (PhoneFeature(), F0Feature()):
+    for feature in (PhoneFeature(), PhoneNetworkFeature(), F0Feature()):
         stream = open_stream(feature, 16000)
         assert stream.finish().values.sum() == 0.0
         stream = open_stream(feature, 16000)

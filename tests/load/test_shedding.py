@@ -18,7 +18,7 @@ from monitor.daemon.build import build_pipeline
 from monitor.events.messages import FeatureWindow, WindowScored
 from monitor.exporters.prometheus import PrometheusExporter
 from monitor.features.embedding import EmbeddingStream
-from monitor.features.phone import PhoneStream
+from monitor.features.phone_model import PhoneNetworkStream as PhoneStream
 from monitor.load.shedding import LoadShedder, measuring_executor
 from monitor.settings.config import load_config
 from monitor.settings.sections import LoadSettings
