@@ -84,19 +84,11 @@ def run_command(
 ) -> None:
     """Run the live monitor: per-speaker disclosure, budgets, metrics and alerts."""
     from monitor.daemon.build import run_daemon
-    from monitor.errors import VoxmeterError
     from monitor.settings.config import load_config
 
     overrides = _run_overrides(set_, db, source, fast, duration, exit_at_end)
     settings = load_config(config, overrides)
-    try:
-        summary = run_daemon(settings)
-    except VoxmeterError as error:
-        if error.exit_code == 2:  # the user must fix it: tell Home Assistant too
-            from monitor.exporters.problem import report_problem
-
-            report_problem(settings, f"voxmeter: error: {error}")
-        raise
+    summary = run_daemon(settings)  # a refused start is shown and held there (daemon.problem)
     _print_summary(summary, settings)
     # Everything is committed and closed. Skip the interpreter's teardown of torch and
     # pocketsphinx (seconds on a small device) so that SIGTERM exits within 2 s.

@@ -2,14 +2,17 @@
 loop.
 
 When ``voxmeter run`` cannot start measuring (a database enrolled with another embedding
-backend, a database that is not one, a calibration that does not fit) and Home Assistant
-discovery is on, :func:`hold_problem` keeps the process alive without measuring: it logs the
-one line once, publishes the device's *Online* entity and a *Problem* sensor whose state is
-that line (``<prefix>/problem``), and waits for SIGTERM or SIGINT; the command then exits 2 as
-it would have at once. A supervisor that restarts a service that exits (the add-on's) thus
-restarts nothing until the user has fixed the cause and restarted it; the household reads the
-fix on the device page. Without discovery, or when the broker cannot be reached, the start
-fails at once as before (nothing to show it on).
+backend, a file that is not a database, a bad option) and Home Assistant discovery is on,
+:func:`held` keeps the process alive without measuring: it logs the one line once, publishes
+the device's *Online* and *Problem* entities (monitor.exporters.discovery) and the retained
+status ``{"state": "online", ..., "problem": line}``, and waits for SIGTERM or SIGINT; the
+status then says offline, still with the line, and the command exits 2 as it would have at
+once. Whatever the supervisor (the add-on's loop, systemd, a container's restart policy), there
+is no restart loop: nothing exits until the user has fixed the cause and restarted it; the
+household reads the fix as the Problem entity's *What to do*. The line lives in the status
+alone, so the next clean start clears it by publishing its own status, and nothing else has to.
+Without discovery, or when the broker cannot be reached, the start fails at once as before
+(nothing to show it on).
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from monitor.settings.sections import Config
 
 logger = logging.getLogger("monitor.daemon.pipeline")
 
-PROBLEM_LEVEL = "problem"
+SHOWN = ("online", "problem")
+"""The device entities a refused start publishes: whether it runs, and what to do."""
 
 
 def shows_problems(config: Config) -> bool:
@@ -39,42 +43,46 @@ def shows_problems(config: Config) -> bool:
     return bool(config.mqtt.enabled and config.homeassistant.discovery)
 
 
-async def hold_problem(config: Config, error: VoxmeterError, started_unix: float) -> None:
-    """Show ``error`` in Home Assistant and wait for a stop signal (module docstring)."""
+def problem_messages(
+    config: Config, line: str, started_unix: float
+) -> tuple[list[tuple[str, bytes]], bytes]:
+    """The retained (topic, payload) pairs that show ``line``: the configs of :data:`SHOWN`
+    (the daemon may never have started, so they may be missing), then the status holding the
+    line; and the offline status (the last will, and what a stop publishes) that keeps it."""
     device_id = config.daemon.device_id or socket.gethostname()
     topics = topics_for(config.mqtt, device_id)
     discovery = Discovery(config.homeassistant, topics, device_id)
-    problem_topic = topics.at("problem")
-    online = discovery.device_entities()[0]
-    sensor = {
-        **discovery._common("problem", "Problem"),
-        "state_topic": problem_topic,
-        "value_template": "{{ value_json.problem }}",
-        "icon": "mdi:alert-circle",
-    }
+    messages = [
+        (discovery.config_topic(e.component, e.object_id), json.dumps(e.config).encode())
+        for e in discovery.device_entities()
+        if e.object_id in SHOWN
+    ]
     status = {"state": "online", "version": __version__, "started": iso_utc(started_unix)}
+    messages.append((topics.status, json.dumps({**status, "problem": line}).encode()))
+    offline = json.dumps({**status, "state": "offline", "problem": line}).encode()
+    return messages, offline
+
+
+async def hold_problem(config: Config, line: str, started_unix: float) -> None:
+    """Show ``line`` in Home Assistant and wait for a stop signal (module docstring)."""
+    messages, offline = problem_messages(config, line, started_unix)
+    status_topic = messages[-1][0]
     qos = max(1, config.mqtt.qos)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    will = aiomqtt.Will(topics.status, json.dumps({**status, "state": "offline"}).encode(), 1, True)
+    device_id = config.daemon.device_id or socket.gethostname()
     client = aiomqtt.Client(
         **client_options(config.mqtt, tls_context(config.mqtt)),
         identifier=f"{config.mqtt.client_id or f'voxmeter-{device_id}'}-problem",
-        will=will,
+        will=aiomqtt.Will(status_topic, offline, 1, True),
     )
     async with client:
-        messages = (
-            (discovery.config_topic(online.component, online.object_id), online.config),
-            (discovery.config_topic("sensor", "problem"), sensor),
-            (problem_topic, {"problem": str(error)}),
-            (topics.status, status),
-        )
         for topic, payload in messages:
-            await publish(client, topic, json.dumps(payload).encode(), qos=qos, retain=True)
+            await publish(client, topic, payload, qos=qos, retain=True)
         await stop.wait()
-        await publish(client, topics.status, will.payload, qos=qos, retain=True)  # type: ignore[arg-type]
+        await publish(client, status_topic, offline, qos=qos, retain=True)
 
 
 def held(config: Config, error: VoxmeterError, started_unix: float) -> bool:
@@ -84,7 +92,7 @@ def held(config: Config, error: VoxmeterError, started_unix: float) -> bool:
         return False
     logger.error("%s (shown in Home Assistant; fix it, then restart)", error)
     try:
-        asyncio.run(hold_problem(config, error, started_unix))
+        asyncio.run(hold_problem(config, str(error), started_unix))
     except (aiomqtt.MqttError, OSError) as lost:
         logger.warning("could not show the problem in Home Assistant: %s", lost)
         return False

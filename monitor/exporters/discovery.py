@@ -174,7 +174,7 @@ class Discovery:
         }
 
     def device_entities(self) -> list[Entity]:
-        """Online (its last will), speech heard, and the reference set's two diagnostics."""
+        """Online (its last will), Problem, speech heard, the reference set's two diagnostics."""
         status = {
             **self._common("online", "Online"),
             "state_topic": self.topics.status,
@@ -213,7 +213,7 @@ class Discovery:
 
     def _problem(self) -> dict[str, Any]:
         """On while the measuring process refuses to start for a reason the user must fix
-        (monitor.exporters.problem puts the log's line in the status); its *What to do*
+        (monitor.daemon.problem puts the log's line in the status); its *What to do*
         attribute is that line. Shown while offline: that is when it matters."""
         problem = {
             **self._common("problem", "Problem"),

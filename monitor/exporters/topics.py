@@ -31,8 +31,8 @@ TOPICS: dict[str, TopicDecl] = {
         direction="publish",
         exporter="mqtt",
         payload='JSON {"state": "online"|"offline", "version", "started"}; the broker\'s last '
-        "will publishes offline when the daemon vanishes; a start the user must fix publishes "
-        'offline with "problem" (the log\'s line: the Problem entity)',
+        "will publishes offline when the daemon vanishes; a start the user must fix adds "
+        '"problem" (the log\'s line: the Problem entity) and waits to be restarted',
     ),
     "alerts": TopicDecl(
         "{prefix}/alerts",
@@ -121,14 +121,6 @@ TOPICS: dict[str, TopicDecl] = {
         exporter="enrolment",
         payload="a member's alias: its identity and profile are removed (the member's Forget "
         "button)",
-    ),
-    "problem": TopicDecl(
-        "{prefix}/problem",
-        retained=True,
-        direction="publish",
-        exporter="problem",
-        payload='JSON {"problem"}: the one line of a start refused for something the user can '
-        "fix (the Problem sensor; the daemon waits to be restarted)",
     ),
     "discovery_config": TopicDecl(
         "{discovery_prefix}/{component}/{node_id}/{object_id}/config",

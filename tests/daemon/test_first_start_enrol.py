@@ -101,8 +101,9 @@ def test_first_start_then_enrol_from_home_assistant(
 def test_a_start_the_user_must_fix_is_one_entity_and_no_restart_loop(
     mosquitto: MosquittoBroker, tmp_path: Path
 ) -> None:
-    """A database that is not one: the one line in the log and on the *Problem* entity, the
-    process waits (a supervisor restarts nothing) and exits 2 when stopped."""
+    """A database that is not one: the one line in the log and in the retained status the
+    device's *Problem* entity reads, the process waits (a supervisor restarts nothing) and exits
+    2 when stopped."""
     db = tmp_path / "voxmeter.db"
     db.write_text("these are not the templates you are looking for\n" * 100)
     db.chmod(0o600)
@@ -120,18 +121,21 @@ def test_a_start_the_user_must_fix_is_one_entity_and_no_restart_loop(
     command = [sys.executable, "-m", "monitor.cli", "run"]
     command += [item for setting in settings for item in ("--set", setting)]
 
+    status = f"{PREFIX}/status"
+
     async def scenario() -> tuple[str, int | None, str, int]:
         async with subscribed(mosquitto, "#") as sub:
             process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, text=True)
             try:
-                entity = config_topic("sensor", "problem")
-                await sub.wait(lambda: bool(sub.on(entity) and sub.on(f"{PREFIX}/problem")), 30)
-                await sub.wait(lambda: bool(sub.on(config_topic("binary_sensor", "online"))), 30)
+                await sub.wait(lambda: any(s and "problem" in s for s in sub.on(status)), 30)
+                entities = [config_topic("binary_sensor", e) for e in ("problem", "online")]
+                await sub.wait(lambda: all(sub.on(e) for e in entities), 30)
                 running = process.poll()
             finally:
                 stop_process(process)
             _, stderr = process.communicate(timeout=30)
-            problem = str(sub.on(f"{PREFIX}/problem")[-1]["problem"])
+            await sub.wait(lambda: sub.on(status)[-1]["state"] == "offline", 30)
+            problem = str(sub.on(status)[-1]["problem"])  # still shown once stopped
             return problem, running, stderr, process.returncode
 
     problem, running, stderr, code = asyncio.run(scenario())

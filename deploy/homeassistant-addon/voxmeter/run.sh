@@ -4,8 +4,10 @@
 # the Mosquitto add-on (when there is one) become /data/config.toml; then two processes run with
 # it (docs/operations.md, "Two processes: a relay that survives the measuring side"): the relay (the
 # Wyoming proxy, small, no numpy), restarted whenever it ends, and the measuring process
-# (voxmeter run), restarted after a crash or the OOM killer but not after a problem the user must
-# fix (exit 2: one line in the log says which option), so speech-to-text goes on either way.
+# (voxmeter run), restarted after a crash or the OOM killer but never for a problem the user must
+# fix (one line in the log says which option), so speech-to-text goes on either way. With MQTT
+# discovery, voxmeter run itself shows that line on the device's Problem entity and waits to be
+# stopped (then exits 2); without it, it exits 2 at once and the loop below waits instead.
 set -euo pipefail
 
 mqtt_args=()
@@ -41,8 +43,8 @@ bashio::discovery "wyoming" "$(bashio::var.json uri "tcp://$(hostname):10555")" 
 venv=/opt/voxmeter/.venv/bin
 
 # Runs "$@" again each time it ends, after ${2} s, the ${1} named in the log; after exit 2 (a
-# problem the user fixes in the options: no restart can) it waits for the add-on's restart
-# instead. SIGTERM goes on to the running process, whose own clean stop (the ledger flushed,
+# problem the user fixes in the options: no restart can; a process that showed it in Home
+# Assistant exits 2 only when stopped) it waits for the add-on's restart instead. SIGTERM goes on to the running process, whose own clean stop (the ledger flushed,
 # "offline" published) the loop waits for.
 keep_running() {
     local name="$1" delay="$2"
