@@ -3,7 +3,6 @@ budget state and, on a transition, the alert in the outbox), so a restart resume
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -38,6 +37,8 @@ class LedgerWriter:
         budget_bits: float,
         measure: FigureKey,
         templates: int,
+        ceiling_bits: float,
+        population: float,
         alert_topic: str,
         device_id: str,
         keep_seconds: float | None = None,
@@ -50,6 +51,8 @@ class LedgerWriter:
         self.budget_bits = budget_bits
         self.measure = measure
         self.templates = templates
+        self.ceiling_bits = ceiling_bits
+        self.population = population
         self.alert_topic = alert_topic
         self.device_id = device_id
         self.clock = clock
@@ -119,7 +122,7 @@ class LedgerWriter:
             pooled_speech_seconds=evidence.speech_seconds,
             disclosures=score.disclosures,
             bounds=score.bounds,
-            ceiling_bits=math.log2(self.templates),
+            ceiling_bits=self.ceiling_bits,
             templates=self.templates,
             budget_bits=self.budget_bits,
             budget_measure=str(self.measure),
@@ -131,6 +134,8 @@ class LedgerWriter:
             period_start_unix=scored.period_start_unix,
             window_end_unix=window_end_unix,
             received=scored.received,
+            population=self.population,
+            at_least=score.at_least,
         )
 
     def process(self, scored: ScoredWindow) -> list[DaemonEvent]:
