@@ -160,7 +160,8 @@ def _status_table(rows: list[TrackStatus]) -> Any:
     from rich.table import Table
 
     table = Table(
-        title="voxmeter: disclosure per speaker this period (bits; LID/SRD of the pooled speech)",
+        title="voxmeter: disclosure per speaker this period (bits; LID/SRD of the pooled speech "
+        "against the population N)",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -181,9 +182,11 @@ def _status_table(rows: list[TrackStatus]) -> Any:
 
         def bits(feature: str, measure: str, f: Figures = f) -> str:
             try:
-                return f"{f.bits(feature, measure):.2f}"
+                shown = f"{f.bits(feature, measure):.2f}"
             except KeyError:
                 return "-"
+            bound = f.at_least.get(f"{feature}.{measure}")  # beyond what the reference vouches
+            return shown if bound is None else f"{shown} (≥{bound:.1f})"
 
         top = "-"
         if f.kind == "unknown" and f.top_candidate:
@@ -206,8 +209,11 @@ def _status_table(rows: list[TrackStatus]) -> Any:
             f"{f.budget_bits:g}",
             cell(top),
         )
+    population = max((row.figures.population_size for row in rows), default=0.0)
     table.caption = (
-        f"{len(rows)} tracks; LID/SRD = combined features; f0/phone/emb = LID per feature; "
+        f"{len(rows)} tracks; figures against a population of N = {population:,.0f} "
+        "(ceil = log2 N); LID/SRD = combined features; f0/phone/emb = LID per feature; "
+        "(≥X) = beyond what the reference voices validate, which vouch for at least X bits; "
         "basic/adv/opt = composition bounds (* = above log2 N, shown at the ceiling: vacuous)"
     )
     return table

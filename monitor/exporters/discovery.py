@@ -182,7 +182,7 @@ class Discovery:
             "entity_category": "diagnostic",
         }
         too_small = {
-            **self._common("reference_set", "Reference set too small"),
+            **self._common("reference_set", "Figure beyond the reference"),
             "state_topic": state,
             "value_template": "{{ 'ON' if value_json.saturated else 'OFF' }}",
             "device_class": "problem",

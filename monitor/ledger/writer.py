@@ -3,6 +3,7 @@ budget state and, on a transition, the alert in the outbox), so a restart resume
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -37,10 +38,10 @@ class LedgerWriter:
         budget_bits: float,
         measure: FigureKey,
         templates: int,
-        ceiling_bits: float,
-        population: float,
         alert_topic: str,
         device_id: str,
+        ceiling_bits: float | None = None,
+        population: float = 0.0,
         keep_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -51,7 +52,8 @@ class LedgerWriter:
         self.budget_bits = budget_bits
         self.measure = measure
         self.templates = templates
-        self.ceiling_bits = ceiling_bits
+        # log2 N_pop with a population model (``population``), else log2 N of the templates
+        self.ceiling_bits = math.log2(templates) if ceiling_bits is None else ceiling_bits
         self.population = population
         self.alert_topic = alert_topic
         self.device_id = device_id

@@ -48,6 +48,7 @@ __all__ = [
     "ShippedPopulation",
     "join",
     "load_shipped",
+    "shipped_count",
     "shipped_path",
 ]
 
@@ -82,6 +83,16 @@ class ShippedPopulation:
 
     def __len__(self) -> int:
         return len(self.speakers)
+
+
+def shipped_count(backend: str) -> int:
+    """Speakers of the shipped population of ``backend`` (0 when it cannot be read: the daemon
+    says why, with one line, when it starts)."""
+    try:
+        with np.load(shipped_path(backend), allow_pickle=False) as data:
+            return int(data["speakers"].shape[0])
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
+        return 0
 
 
 def _expected_models(backend: str) -> dict[str, str]:
