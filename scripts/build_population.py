@@ -8,8 +8,9 @@ narrow-band copy included; per-file features come from the feature cache where i
 and fits the population model on those utterances (alone and pooled) scored against the
 templates, then writes both, never audio, to
 ``monitor/population/data/population-<backend>.npz`` (:mod:`monitor.population.shipped`
-describes the file). ``--refit`` keeps a shipped file's templates and fits the model again. The test speakers are never in it:
-every test and benchmark measures speakers the shipped population has not seen.
+describes the file). ``--refit`` keeps a shipped file's templates and fits the model again.
+The test speakers are never in it: every test and benchmark measures speakers the shipped
+population has not seen.
 
 speechocean762 is CC BY 4.0: ``monitor/population/data/NOTICE.md`` carries the attribution.
 """
