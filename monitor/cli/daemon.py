@@ -179,15 +179,7 @@ def _status_table(rows: list[TrackStatus]) -> Any:
     style = {"ok": "green", "warning": "yellow", "exceeded": "bold red"}
     for row in rows:
         f = row.figures
-
-        def bits(feature: str, measure: str, f: Figures = f) -> str:
-            try:
-                shown = f"{f.bits(feature, measure):.2f}"
-            except KeyError:
-                return "-"
-            bound = f.at_least.get(f"{feature}.{measure}")  # beyond what the reference vouches
-            return shown if bound is None else f"{shown} (≥{bound:.1f})"
-
+        bits = partial(_bits_cell, f)
         top = "-"
         if f.kind == "unknown" and f.top_candidate:
             top = f"{f.top_candidate} ({f.information_gain_bits or 0.0:.2f})"
@@ -217,6 +209,17 @@ def _status_table(rows: list[TrackStatus]) -> Any:
         "basic/adv/opt = composition bounds (* = above log2 N, shown at the ceiling: vacuous)"
     )
     return table
+
+
+def _bits_cell(f: Figures, feature: str, measure: str) -> str:
+    """One figure of the table; (≥X) where it lies beyond what the reference voices validate
+    and they vouch for at least X bits."""
+    try:
+        shown = f"{f.bits(feature, measure):.2f}"
+    except KeyError:
+        return "-"
+    bound = f.at_least.get(f"{feature}.{measure}")
+    return f"{shown} (≥{bound:.1f})" if bound is not None else shown
 
 
 def _bound_cell(bound_bits: float, ceiling_bits: float) -> str:
