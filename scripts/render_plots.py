@@ -105,10 +105,58 @@ def reference_set(run: dict[str, Any], path: Path) -> None:
     _save(figure, path)
 
 
+def population(run: dict[str, Any], path: Path) -> None:
+    """Predicted against measured on held-out speakers by N: windows at the ceiling and the
+    rank-1 rate (left), the per-window error in bits (right)."""
+    rows = run["figures"]["validation"]
+    sizes = [r["N"] for r in rows]
+    figure, (left, right) = plt.subplots(1, 2, figsize=SIZE_INCHES)
+    for key, name, mark in (("ceiling_share", "at the ceiling", "o"), ("rank1", "rank 1", "s")):
+        measured = key + "_measured"
+        predicted = key + "_predicted"
+        left.plot(sizes, [r[measured] for r in rows], mark + "-", label=f"{name}, measured")
+        left.plot(sizes, [r[predicted] for r in rows], mark + "--", label=f"{name}, model")
+    left.set_xscale("log", base=2)
+    left.set_xlabel("identities N")
+    left.set_ylabel("share of windows")
+    left.set_ylim(0, 1.05)
+    left.legend(fontsize=6)
+    right.plot(sizes, [r["lid_median_abs_error_bits"] for r in rows], "o-", label="model")
+    right.plot(sizes, [r.get("draw_noise_bits", float("nan")) for r in rows], "s:",
+               label="two measured sets")  # fmt: skip
+    right.axhline(0.25, color="grey", linestyle=":", linewidth=1)
+    right.set_xscale("log", base=2)
+    right.set_xlabel("identities N")
+    right.set_ylabel("median |error| (bits)")
+    right.legend(fontsize=6)
+    _save(figure, path)
+
+
+def population_day(run: dict[str, Any], path: Path) -> None:
+    """Median bits of a test speaker's pooled speech against its seconds, per N_pop, beside
+    the figure against the templates present; the default budget as a line."""
+    figures = run["figures"]
+    windows = figures["windows"]
+    seconds = [w["median_seconds"] for w in windows]
+    figure, axes = plt.subplots(figsize=SIZE_INCHES)
+    for key in ("1000", "1e+06", "8e+09"):
+        axes.plot(seconds, [w[f"{key}_median_bits"] for w in windows], "o-",
+                  label=f"N_pop = {float(key):.0e}")  # fmt: skip
+    axes.plot(seconds, [w["release_080_median_bits"] for w in windows], "k--",
+              label="against the templates present (0.8.0)")  # fmt: skip
+    axes.axhline(figures["default_budget_bits"], color="grey", linestyle=":", linewidth=1)
+    axes.set_xlabel("seconds of speech pooled over the day")
+    axes.set_ylabel("combined LID (bits)")
+    axes.legend(fontsize=6)
+    _save(figure, path)
+
+
 #: results file → its plot (docs/benchmarks/images/<name>.png).
 PLOTS: dict[str, Callable[[dict[str, Any], Path], None]] = {
     "edge-profile": cpu_per_stage,
     "rooms": rooms_conditions,
     "protect-alphas": protection_alphas,
     "reference-set": reference_set,
+    "population": population,
+    "population-day": population_day,
 }

@@ -74,8 +74,9 @@ def test_vectorised_figures_match_the_slow_version(model: PopulationModel, N: fl
     S = gaussian_trials(rng, 20, 40, 3.0)
     subjects = rng.integers(0, 40, 20)
     got = population_figures(
-        S, subjects, model=model, population=N, lid_weight=W, alpha=ALPHA, beta=BETA
-    )
+        S, subjects, model=model, population=N, lid_weight=W, alpha=ALPHA, beta=BETA,
+        templates_in_population=False,
+    )  # fmt: skip
     for r in range(20):
         want = slow_figures(model, S[r], int(subjects[r]), N)
         assert got.lid_bits[r] == pytest.approx(want["lid"], rel=1e-9, abs=1e-9)
@@ -105,8 +106,9 @@ def test_fit_on_one_split_predicts_the_other(model: PopulationModel) -> None:
         reference[:, 0] = measured_rows[:, 0]  # the same window against the reference
         measured = lid_per_trial(measured_rows, np.zeros(3000, dtype=int), W)
         got = population_figures(
-            reference, 0, model=model, population=N, lid_weight=W, alpha=ALPHA, beta=BETA
-        )
+            reference, 0, model=model, population=N, lid_weight=W, alpha=ALPHA, beta=BETA,
+            templates_in_population=False,
+        )  # fmt: skip
         rank1 = float(np.mean(measured_rows.argmax(axis=1) == 0))
         assert abs(float(np.mean(got.rank1_probability)) - rank1) < 0.03
         ceiling = math.log2(N) - 0.05
@@ -134,6 +136,30 @@ def test_figures_stay_under_the_ceiling_and_the_bound_under_the_estimate(
         S, 0, model=model, population=64, lid_weight=W, alpha=ALPHA, beta=BETA
     )
     assert not small.beyond_reference.any()  # a population the reference can validate
+
+
+def test_the_templates_present_alone_give_the_scorers_figures(model: PopulationModel) -> None:
+    """At N_pop = N the population is the templates present: LID is paper 003's, exactly,
+    and the rank is the counted one; a larger population only adds modelled impostors."""
+    from monitor.disclosure.srd import betabinom_pmf
+
+    rng = np.random.default_rng(5)
+    S = gaussian_trials(rng, 50, 30, 2.0)
+    got = population_figures(S, 0, model=model, population=30, lid_weight=W, alpha=ALPHA, beta=BETA)
+    np.testing.assert_allclose(
+        got.lid_bits, lid_per_trial(S, np.zeros(50, dtype=int), W), rtol=1e-9, atol=1e-9
+    )
+    ranks = 1 + (S[:, 1:] > S[:, :1]).sum(axis=1)
+    np.testing.assert_allclose(got.expected_rank, ranks)
+    np.testing.assert_allclose(got.rank1_probability, ranks == 1)
+    gamma = betabinom_pmf(30, ALPHA, BETA)
+    np.testing.assert_allclose(got.srd_bits, np.log2(30 * gamma[ranks - 1]), rtol=1e-6)
+    larger = population_figures(
+        S, 0, model=model, population=3e3, lid_weight=W, alpha=ALPHA, beta=BETA
+    )
+    assert np.all(larger.expected_rank >= got.expected_rank)
+    with pytest.raises(ValueError, match="below the 30 templates"):
+        population_figures(S, 0, model=model, population=29, lid_weight=W, alpha=ALPHA, beta=BETA)
 
 
 def test_a_flat_row_carries_no_evidence(model: PopulationModel) -> None:
@@ -199,3 +225,22 @@ def test_a_set_round_trips_through_arrays_and_names_damage(
     del damaged["combined/12/survival"]
     with pytest.raises(ValueError, match="missing"):
         PopulationSet.from_arrays(damaged)
+
+
+def test_a_set_is_fitted_per_bucket_as_the_scorer_picks_them() -> None:
+    from monitor.disclosure.population import fit_population_set
+
+    rng = np.random.default_rng(9)
+    S = rng.standard_normal((300, 20))
+    truth = rng.integers(0, 20, 300)
+    seconds = np.concatenate([np.full(100, 0.5), np.full(150, 4.0), np.full(50, 30.0)])
+    models = fit_population_set(
+        {"combined": S}, truth, seconds, buckets={"combined": [1.0, 3.0, 12.0]}
+    )
+    # 0.5 s falls in the first bucket, as CalibrationSet.lookup does; 12 s has 50 windows
+    assert [m.seconds for m in models.features["combined"]] == [1.0, 3.0, 12.0]
+    assert [m.windows for m in models.features["combined"]] == [100, 150, 50]
+    few = fit_population_set(
+        {"combined": S[:30]}, truth[:30], seconds[:30], buckets={"combined": [1.0]}
+    )
+    assert few.lookup("combined", 5.0).windows == 30
