@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from bench.common import CORPUS  # noqa: E402
-from monitor.disclosure.population import PopulationModel, PopulationSet  # noqa: E402
+from monitor.disclosure.population import PopulationSet, fit_population_set  # noqa: E402
 from monitor.features.base import (  # noqa: E402
     DEFAULT_EMBEDDING,
     EMBEDDING_BACKENDS,
@@ -51,6 +51,7 @@ from monitor.vocabulary import COMBINED  # noqa: E402
 CORPUS_NAME = "speechocean762"
 SOURCE = "https://www.openslr.org/101/"
 FEATURES = (*HISTOGRAMS, "embedding")
+NAMES = (*FEATURES, COMBINED)
 
 
 def train_files(corpus: Path) -> dict[str, list[str]]:
@@ -143,7 +144,6 @@ def fit_models(
     with enough evidence: the train evidence scored against the train templates as the
     daemon's scorer scores (float templates as shipped, the backend's calibration)."""
     from monitor.calibration.buckets import load_default
-    from monitor.disclosure.population import fit_population_model
     from monitor.scoring.scorer import Scorer
 
     calibration = load_default(backend)
@@ -152,22 +152,9 @@ def fit_models(
     scorer = Scorer(tuple(files), batches, calibration, features)
     rows, seconds, truth = evidence(files)
     scored = scorer.evaluate_many(list(zip(rows, seconds, strict=True)))
-    length = np.array(seconds)
-    who = np.array(truth)
-    models: dict[str, tuple[PopulationModel, ...]] = {}
-    for name in (*FEATURES, COMBINED):
-        scores = np.stack([e.features[name].scores for e in scored])
-        edges = np.array([b.seconds for b in calibration.buckets(name)])
-        bucket = np.maximum(np.searchsorted(edges, length, side="right") - 1, 0)
-        fitted = [
-            fit_population_model(scores[bucket == k], who[bucket == k], seconds=float(edge))
-            for k, edge in enumerate(edges)
-            if np.count_nonzero(bucket == k) >= MIN_ROWS
-        ]
-        models[name] = tuple(fitted) or (
-            fit_population_model(scores, who, seconds=float(edges[0])),
-        )
-    return PopulationSet(models)
+    raw = {name: np.stack([e.features[name].scores for e in scored]) for name in NAMES}
+    edges = {name: [b.seconds for b in calibration.buckets(name)] for name in NAMES}
+    return fit_population_set(raw, np.array(truth), np.array(seconds), buckets=edges)
 
 
 def write(

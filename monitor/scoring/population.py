@@ -55,7 +55,8 @@ class PopulationView:
         calibration: CalibrationSet,
     ) -> tuple[PopulationFigure, PopulationFigure]:
         """(LID, SRD) of the subject ``index`` among N_pop from one row of scores (N,) of
-        ``feature`` (``combined``: the fused row) behind ``seconds`` of speech."""
+        ``feature`` (``combined``: the fused row) behind ``seconds`` of speech; the templates
+        present are members of the population. Only LID carries an "at least" bound."""
         bucket, _ = calibration.lookup(feature, seconds)
         result = population_figures(
             scores,
@@ -72,8 +73,5 @@ class PopulationView:
                 float(result.lid_bits[0]),
                 float(result.lid_at_least_bits[0]) if beyond else None,
             ),
-            PopulationFigure(
-                float(result.srd_bits[0]),
-                float(result.srd_at_least_bits[0]) if beyond else None,
-            ),
+            PopulationFigure(float(result.srd_bits[0]), None),
         )
