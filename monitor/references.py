@@ -1,45 +1,57 @@
-"""How many reference voices make a disclosure figure meaningful, and when a set is too small.
+"""What the reference set can vouch for, said the same way by every part that speaks of it.
 
-A figure is at most log2 N bits (N reference voices, the household included): with a small N,
-one window of speech already reaches that ceiling, and every member reads "over budget" from
-the first seconds whatever they say. :data:`MEANINGFUL_REFERENCES` is the smallest N at which
-the median 3-second window of a corpus speaker stays below the ceiling; it is measured by
-``scripts/reference_set_size.py`` (bench/results/reference-set.json: measured up to the corpus's
-250 speakers, extrapolated beyond; a test checks the two agree).
+A figure is stated against a population of N_pop identities (``[population] size``) through a
+population model fitted on the reference templates (the shipped reference population, plus any
+reference speakers the user enrolled). The reference set no longer caps the figure; it limits
+what the model can *validate*: a window whose evidence lies beyond the impostors the reference
+holds gets the model's estimate as its figure, flagged, beside the lower bound the reference
+does vouch for ("at least X bits"). More reference speakers widen that range: enrol them with
+``voxmeter enroll DIR`` (without ``--local``). Without the shipped population
+(``population.shipped = false``) figures are against the templates present, at most log2 N,
+and a window that reaches that ceiling says nothing more than "everything".
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-MEANINGFUL_REFERENCES: Final = 650
-"""References (N) from which the median 3-second window stays below the ceiling log2 N."""
-
 SATURATION_MARGIN_BITS: Final = 0.05
 """A window this close to the ceiling log2 N has reached it: the set cannot tell more."""
 
+MORE_REFERENCES: Final = "enrol reference speakers of your own with `voxmeter enroll DIR`"
+"""The one action that widens what the reference vouches for (a command that exists)."""
+
 
 def saturated(window_bits: float, ceiling_bits: float) -> bool:
-    """Whether one window alone reached the ceiling log2 N (the reference set is too small to
-    tell how identifying the speech is)."""
+    """Whether one window alone reached the ceiling (only figures against the templates
+    present, without a population model, can: log2 N_pop is far above any window)."""
     return ceiling_bits > 0 and window_bits >= ceiling_bits - SATURATION_MARGIN_BITS
 
 
-def advice(templates: int) -> str | None:
-    """One sentence for a user whose reference set is too small (None when it is large enough)."""
-    if templates >= MEANINGFUL_REFERENCES:
-        return None
+def beyond_words(figure_bits: float, at_least_bits: float, templates: int) -> str:
+    """One sentence for a figure beyond what the reference can validate."""
     return (
-        f"{templates} reference voices: a few seconds of speech reach the ceiling of "
-        f"log2 {templates} bits; enrol at least {MEANINGFUL_REFERENCES} "
-        "(voxmeter enroll REFERENCE_CORPUS --db DB, without --local) for a figure that can "
-        "tell more from less"
+        f"this speech is more identifying than the {templates} reference voices can validate: "
+        f"the figure {figure_bits:.2f} bits is the population model's estimate, the reference "
+        f"vouches for at least {at_least_bits:.2f} bits; {MORE_REFERENCES} to validate more"
     )
 
 
-def summary(templates: int) -> str:
+def advice(templates: int, shipped: bool) -> str | None:
+    """One sentence for a reference set that cannot state figures against a population
+    (None when it can: the shipped population is on)."""
+    if shipped:
+        return None
+    return (
+        f"population.shipped is off: figures are against the {templates} templates present, at "
+        f"most log2 {templates} bits, and a few seconds of speech reach that; turn it on "
+        f"(population.shipped = true) to state them against population.size, or {MORE_REFERENCES}"
+    )
+
+
+def summary(enrolled: int, shipped: int) -> str:
     """``voxmeter enroll``'s line about the reference set."""
     return (
-        f"reference set: {templates} voices (a figure is meaningful from "
-        f"{MEANINGFUL_REFERENCES} on)"
+        f"reference set: {enrolled} enrolled + {shipped} shipped voices; figures are stated "
+        "against population.size through the population model"
     )

@@ -173,7 +173,9 @@ def _print_enrolment(
     report: EnrolmentReport, path: Path, utterances: int | None, seconds: float | None, n: int
 ) -> None:
     """What was left out (stderr), the summary and the N references' line (stdout)."""
-    from monitor.references import advice, summary
+    from monitor.features.base import embedding_backend
+    from monitor.population.shipped import shipped_count
+    from monitor.references import summary
 
     out = {"markup": False, "highlight": False, "soft_wrap": True}
     for file, reason in report.skipped_files:
@@ -200,9 +202,7 @@ def _print_enrolment(
         + (f"; {len(report.local_profiles)} local profiles" if report.local_profiles else ""),
         **out,
     )
-    if (too_few := advice(n)) is not None:  # too small to measure (monitor.references)
-        err_console.print(f"voxmeter: {too_few}", **out)
-    console.print(summary(n), **out)
+    console.print(summary(n, shipped_count(embedding_backend())), **out)
 
 
 def _print_drops_per_speaker(files: Sequence[str]) -> None:

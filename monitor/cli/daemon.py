@@ -163,7 +163,8 @@ def _status_table(rows: list[TrackStatus]) -> Any:
     from rich.table import Table
 
     table = Table(
-        title="voxmeter: disclosure per speaker this period (bits; LID/SRD of the pooled speech)",
+        title="voxmeter: disclosure per speaker this period (bits; LID/SRD of the pooled speech "
+        "against the population N)",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -181,13 +182,7 @@ def _status_table(rows: list[TrackStatus]) -> Any:
     style = {"ok": "green", "warning": "yellow", "exceeded": "bold red"}
     for row in rows:
         f = row.figures
-
-        def bits(feature: str, measure: str, f: Figures = f) -> str:
-            try:
-                return f"{f.bits(feature, measure):.2f}"
-            except KeyError:
-                return "-"
-
+        bits = partial(_bits_cell, f)
         top = "-"
         if f.kind == "unknown" and f.top_candidate:
             top = f"{f.top_candidate} ({f.information_gain_bits or 0.0:.2f})"
@@ -209,11 +204,25 @@ def _status_table(rows: list[TrackStatus]) -> Any:
             f"{f.budget_bits:g}",
             cell(top),
         )
+    population = max((row.figures.population_size for row in rows), default=0.0)
     table.caption = (
-        f"{len(rows)} tracks; LID/SRD = combined features; f0/phone/emb = LID per feature; "
+        f"{len(rows)} tracks; figures against a population of N = {population:,.0f} "
+        "(ceil = log2 N); LID/SRD = combined features; f0/phone/emb = LID per feature; "
+        "(≥X) = beyond what the reference voices validate, which vouch for at least X bits; "
         "basic/adv/opt = composition bounds (* = above log2 N, shown at the ceiling: vacuous)"
     )
     return table
+
+
+def _bits_cell(f: Figures, feature: str, measure: str) -> str:
+    """One figure of the table; (≥X) where it lies beyond what the reference voices validate
+    and they vouch for at least X bits."""
+    try:
+        shown = f"{f.bits(feature, measure):.2f}"
+    except KeyError:
+        return "-"
+    bound = f.at_least.get(f"{feature}.{measure}")
+    return f"{shown} (≥{bound:.1f})" if bound is not None else shown
 
 
 def _bound_cell(bound_bits: float, ceiling_bits: float) -> str:

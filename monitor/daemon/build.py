@@ -37,6 +37,7 @@ from monitor.features.base import (
 )
 from monitor.logs import configure_logging
 from monitor.population.shipped import ShippedPopulation, join, load_shipped
+from monitor.scoring.population import PopulationView
 from monitor.scoring.scorer import Scorer
 from monitor.settings.config import source_specs, tracker_thresholds_for
 from monitor.settings.sections import Config
@@ -105,6 +106,25 @@ def shipped_population(config: Config) -> ShippedPopulation | None:
     return load_shipped(config.features.embedding) if config.population.shipped else None
 
 
+def population_view(
+    config: Config, shipped: ShippedPopulation | None, templates: int
+) -> PopulationView | None:
+    """The figures against ``[population] size`` through the shipped population's model (none
+    without the shipped population: the figures are then against the templates present).
+    A size below the templates present is a config error naming the key and the value."""
+    if shipped is None or shipped.model is None:
+        return None
+    size = config.population.size
+    if size < templates:
+        raise ConfigError(
+            "population.size",
+            f"{size:g} is below the {templates} identities scored against (the household, "
+            "the reference speakers and the shipped population): the population they live in "
+            f"holds at least as many; set it to {templates} or more",
+        )
+    return PopulationView(shipped.model, size)
+
+
 def _stored_batch(store: Store, name: str) -> tuple[tuple[str, ...], TemplateBatch | None]:
     """The database's ``name`` templates; none at all (an empty database) is not an error here:
     the shipped population is the reference set then."""
@@ -150,6 +170,7 @@ def load_scorer(
             load_calibration(config, store),
             features,
             delta=config.scorer.delta,
+            population=population_view(config, shipped, len(every)),
         )
     except ValueError as error:
         raise StoreError(f"{store.path}: {error}") from error

@@ -178,6 +178,8 @@ class Pipeline(PipelineStages):
             budget_bits=config.budget.bits,
             measure=config.budget.figure,
             templates=scorer.n,
+            ceiling_bits=scorer.ceiling_bits,
+            population=scorer.population_size if scorer.population else 0.0,
             alert_topic=topics_for(config.mqtt, self.device_id).alerts,
             device_id=self.device_id,
             keep_seconds=(config.ledger.keep_periods - 1) * config.budget.period_seconds,
@@ -342,15 +344,18 @@ class Pipeline(PipelineStages):
         raise _StopRequestError
 
     def _check_budget(self) -> None:
-        """Warn about a budget no figure can reach: disclosure never exceeds log2 N."""
+        """Warn about a budget no figure can reach: disclosure never exceeds log2 N (N_pop
+        with a population model, else the templates present)."""
         bits, ceiling = self.config.budget.bits, self.scorer.ceiling_bits
         if bits > ceiling:
+            what = "population.size" if self.scorer.population else f"{self.scorer.n} templates"
             logger.warning(
-                "budget.bits = %g bits is above the ceiling log2 N = %.2f bits (N = %d "
-                "templates): no speaker can ever exceed it",
+                "budget.bits = %g bits is above the ceiling log2 N = %.2f bits (N = %s, %s): "
+                "no speaker can ever exceed it",
                 bits,
                 ceiling,
-                self.scorer.n,
+                f"{self.scorer.population_size:g}",
+                what,
             )
 
     def _on_signal(self, name: str) -> None:
@@ -432,6 +437,7 @@ class Pipeline(PipelineStages):
             states=dict(self.budget.states),
             budget_bits=self.config.budget.bits,
             speech_seconds=self.period_speech_seconds,
+            population=self.scorer.population_size if self.scorer.population else 0.0,
         )
 
     async def _goodbye(self) -> None:

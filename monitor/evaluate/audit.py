@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,10 +40,13 @@ from monitor.disclosure.blocks import (
 )
 from monitor.disclosure.lid import LidCalibration, lid_per_trial, lid_summary
 from monitor.disclosure.matrix_scan import RowSource, mated_scores
+from monitor.disclosure.population import PopulationSet
 from monitor.disclosure.ranks import histogram_of_rank_counts, true_rank_counts
 from monitor.disclosure.srd import fit_rank_model, srd_stats
 from monitor.disclosure.zebra import zebra_of_blocks
+from monitor.errors import VoxmeterError
 from monitor.evaluate.lid_setup import LidSetup, calibration_gap, calibration_weights, lid_weights
+from monitor.evaluate.modelled import modelled
 from monitor.evaluate.results import Audit, FeatureAudit, SettingAudit
 from monitor.evaluate.speakers import (
     FitSpeakers,
@@ -51,6 +54,9 @@ from monitor.evaluate.speakers import (
     speaker_fits_on_workers,
     speaker_meands,
 )
+from monitor.features.base import embedding_backend
+from monitor.population.shipped import load_shipped
+from monitor.settings.population import PopulationSettings
 
 if TYPE_CHECKING:
     from monitor.blocks.workers import Client
@@ -251,12 +257,10 @@ def audit_setting(
 ) -> SettingAudit:
     """Audit one length setting. ``lid_source`` None: the calibration when it covers every
     feature, else cross-fitting. ``pooled``: these trials instead of the speakers' own (tests
-    and templates from different versions of the audio, ``evaluate --protect``).
-
-    With a Dask ``client`` the score matrices are computed by its workers in row blocks and
-    only their mergeable summaries come back (:mod:`monitor.calibration.trial_rows`); cross-fitting
-    still brings the matrices here, as its fits need every dev score at once. The figures are
-    those of the single-process run, bit for bit."""
+    and templates from different versions of the audio, ``evaluate --protect``). With a Dask
+    ``client`` the matrices are scored by its workers in row blocks and only their mergeable
+    summaries come back (:mod:`monitor.calibration.trial_rows`; cross-fitting brings them here):
+    the figures of the single-process run, bit for bit, without the population model's beside."""
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}; known: {', '.join(LOSSES)}")
     if pooled is None:
@@ -292,7 +296,33 @@ def audit_setting(
         )
         audits = _audit_matrices(setup, trials, loss=loss, per_speaker=per_speaker)
         figures = audits, dict(setup.fusion), setup.description
+        result = _setting_audit(pooled, test_seconds, template_seconds, figures)
+        return _beside_the_model(result, setup, trials.truth)
     return _setting_audit(pooled, test_seconds, template_seconds, figures)
+
+
+def _beside_the_model(result: SettingAudit, setup: LidSetup, truth: np.ndarray) -> SettingAudit:
+    """The setting with the population model's figures beside the measured ones (at the
+    audit's N and at population.size's default N_pop)."""
+    side = modelled(
+        result.features,
+        setup.scores,
+        truth,
+        setup.calibrations,
+        model=_shipped_model(),
+        seconds=result.test_seconds,
+        population=PopulationSettings().size,
+    )
+    return replace(result, modelled=side)
+
+
+def _shipped_model() -> PopulationSet | None:
+    """The population model shipped for the selected embedding backend (None if unreadable:
+    the report then shows the measured figures alone)."""
+    try:
+        return load_shipped(embedding_backend()).model
+    except VoxmeterError:
+        return None
 
 
 def _audit_on_workers(

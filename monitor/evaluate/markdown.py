@@ -40,6 +40,7 @@ def markdown(report: Mapping[str, Any]) -> str:
     for section in (
         _md_header,
         _md_disclosure,
+        _md_modelled,
         _md_fits,
         _md_lid,
         _md_zebra,
@@ -145,6 +146,41 @@ def _md_disclosure(report: Mapping[str, Any]) -> list[str]:
         "",
     ]
     return out
+
+
+def _md_modelled(report: Mapping[str, Any]) -> list[str]:
+    """The measured figures beside the population model's, at N and at N_pop."""
+    rows_in = report.get("modelled") or {}
+    if not rows_in:
+        return []
+    first = next(iter(rows_in.values()))
+    out = [
+        "## Measured and modelled (population model)",
+        "",
+        f"Each trial measured against the N = {first['N']:.0f} speakers here, beside what the "
+        "population model shipped with the reference population predicts for the same trials "
+        f"at that N, and at N_pop = {first['N_pop']:,.0f} (`population.size`'s default, "
+        f"ceiling {bits(first['ceiling_bits_at_N_pop'], 2)} bits): the figures the daemon "
+        "shows. *beyond %*: trials whose evidence lies beyond what the reference voices "
+        'validate (shown there as the model\'s estimate, with an "at least" bound).',
+        "",
+    ]
+    rows = [
+        [
+            f"`{name}`",
+            bits(r["ALID_measured"]),
+            bits(r["ALID_modelled"]),
+            percent(r["rank1_measured"]),
+            percent(r["rank1_modelled"]),
+            bits(r["ALID_at_N_pop"]),
+            percent(r["rank1_at_N_pop"]),
+            percent(r["beyond_reference_share"]),
+        ]
+        for name, r in rows_in.items()
+    ]
+    header = ["feature", "ALID measured", "ALID modelled", "rank-1 measured %"]
+    header += ["rank-1 modelled %", "ALID at N_pop", "rank-1 at N_pop %", "beyond %"]
+    return out + _table(header, rows)
 
 
 def _md_fits(report: Mapping[str, Any]) -> list[str]:

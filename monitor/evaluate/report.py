@@ -185,6 +185,7 @@ def report_dict(audit: Audit, plots: Mapping[str, str] | None = None) -> dict[st
             "MeanD_sum": float(sum(main.features[n].histogram_stats.MeanD for n in singles)),
             "ceiling_bits": math.log2(main.N),
         },
+        "modelled": {name: dict(row) for name, row in main.modelled.items()},
         "by_length": [length_dict(s) for s in audit.settings],
         "composition": composition_dict(audit),
         "protected": audit.protected.to_dict() if audit.protected is not None else None,

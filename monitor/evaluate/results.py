@@ -60,6 +60,8 @@ class SettingAudit:
     lid_source: str  # how the LID weights were obtained (printed in the report)
     features: Mapping[str, FeatureAudit]
     fusion: Mapping[str, float] = field(default_factory=dict)  # w_f of combined
+    # feature → measured figures beside the population model's (monitor.evaluate.modelled)
+    modelled: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ ledger ever stored: rows written before the record lack ``track``, ``period_star
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
 from monitor.jsonsafe import finite_bits
@@ -157,8 +157,8 @@ class Figures:
     pooled_speech_seconds: float  # L: speech of all the track's windows in the period
     disclosures: tuple[Disclosure, ...]  # every (feature, measure), in FEATURES × MEASURES order
     bounds: CompositionBounds
-    ceiling_bits: float  # log2 N
-    templates: int  # N
+    ceiling_bits: float  # log2 N_pop (log2 N without a population model)
+    templates: int  # N, the templates present
     budget_bits: float
     budget_measure: str  # "feature.measure" the budget uses, e.g. "combined.lid"
     state: BudgetState  # budget state after this window
@@ -169,6 +169,10 @@ class Figures:
     period_start_unix: float  # start of the budget period the window belongs to
     window_end_unix: float  # when the window closed, wall clock
     received: ReceivedFigures | None = None  # the track's audio was protected this period
+    population: float = 0.0  # N_pop the figures are stated against (0: the N templates)
+    at_least: Mapping[str, float] = field(default_factory=dict)
+    """"feature.measure" → the lower bound the reference population vouches for, where the
+    figure (the model's estimate) lies beyond what it can validate: "at least X bits"."""
 
     def __post_init__(self) -> None:
         # One order (FEATURES × MEASURES), whatever order the scorer or a JSON object gave:
@@ -182,6 +186,17 @@ class Figures:
             if item.feature == feature and item.measure == measure:
                 return item.cumulative_bits if cumulative else item.window_bits
         raise KeyError(f"{feature}.{measure}")
+
+    @property
+    def population_size(self) -> float:
+        """N_pop the figures are stated against (N, the templates, in records without one)."""
+        return self.population or float(self.templates)
+
+    @property
+    def budget_at_least_bits(self) -> float | None:
+        """What the reference population vouches for of the budget's figure where the figure
+        lies beyond it ("at least X bits"); None where it vouches for the figure itself."""
+        return None if self.received is not None else self.at_least.get(self.budget_measure)
 
     @property
     def budget_figure_bits(self) -> float:
@@ -231,6 +246,8 @@ class Figures:
             "period_start_unix": self.period_start_unix,
             "window_end_unix": self.window_end_unix,
             **({} if self.received is None else {"received": self.received.to_json()}),
+            "population": self.population,
+            "at_least": {k: finite_bits(v) for k, v in self.at_least.items()},
         }
 
     @classmethod
@@ -277,6 +294,8 @@ class Figures:
                 received=(
                     None if d.get("received") is None else ReceivedFigures.from_json(d["received"])
                 ),
+                population=float(d.get("population", 0.0)),
+                at_least={str(k): float(v) for k, v in d.get("at_least", {}).items()},
             )
         except KeyError as exc:
             raise ValueError(f"figures: missing key {exc}") from exc

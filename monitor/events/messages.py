@@ -117,6 +117,7 @@ class DaemonStarted:
     states: Mapping[str, BudgetState]  # track alias → budget state restored from the store
     budget_bits: float  # the configured budget per speaker
     speech_seconds: float = 0.0  # speech scored in the current period so far (the ledger's)
+    population: float = 0.0  # N_pop the figures are stated against (0: the N templates)
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ def lovelace(discovery: Discovery, members: Sequence[str]) -> dict[str, Any]:
         {"entity": f"switch.{node}_protection", "name": "Protection"},
         {"entity": f"binary_sensor.{node}_protecting", "name": "Protecting"},
         {"entity": f"sensor.{node}_protection_status", "name": "Why"},
-        {"entity": device["reference_set"], "name": "Reference set too small"},
+        {"entity": device["reference_set"], "name": "Figure beyond the reference"},
     ]
     cards: list[dict[str, Any]] = [
         {"type": "entities", "title": f"voxmeter {discovery.device_id}", "entities": daemon}

@@ -6,9 +6,10 @@ Home Assistant creates an entity for every retained JSON config on
 - the daemon, one device: *Online* (connectivity, the status topic and its last will; not a
   diagnostic, so "Disconnected" shows on a dashboard), *Problem* (on while the measuring
   process refuses to start for a reason the user must fix, the fix as its attribute),
-  *Speech heard this period* (a duration),
-  and, as diagnostics, *Reference voices* (N) and *Reference set too small* (a problem while
-  one window of speech reaches the ceiling log2 N);
+  *Speech heard this period* (a duration), and, as diagnostics, *Reference voices* (N, the
+  templates scored against) and *Figure beyond the reference* (a problem once a figure lies
+  beyond what they can validate against the population N_pop, or, without a population model,
+  once a window reaches log2 N);
 - each named source (a room: ``kitchen=wyoming-proxy://…``), a device of its own in that area,
   connected through the daemon's device (``via_device``): *Speech heard this period* and *Last
   voice heard*;
@@ -195,7 +196,7 @@ class Discovery:
             "entity_category": "diagnostic",
         }
         too_small = {
-            **self._common("reference_set", "Reference set too small"),
+            **self._common("reference_set", "Figure beyond the reference"),
             "state_topic": state,
             "value_template": "{{ 'ON' if value_json.saturated else 'OFF' }}",
             "device_class": "problem",

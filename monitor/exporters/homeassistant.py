@@ -59,8 +59,8 @@ from monitor.exporters.discovery import (
     source_state_topic,
 )
 from monitor.exporters.mqtt import iso_utc, publish, topics_for
-from monitor.exporters.words import STRANGER, stranger_numbers
-from monitor.references import MEANINGFUL_REFERENCES, saturated
+from monitor.exporters.words import STRANGER, count_words, stranger_numbers
+from monitor.references import MORE_REFERENCES, saturated
 from monitor.settings.sections import HomeAssistantSettings, MqttSettings
 from monitor.store.templates import LocalProfile
 from monitor.vocabulary import FigureKey
@@ -79,6 +79,16 @@ class Profiles(Protocol):
     """The part of :class:`monitor.store.Store` this exporter reads (the household members)."""
 
     def local_profiles(self) -> list[LocalProfile]: ...
+
+
+def reference_attributes(templates: int, population: float, ceiling_bits: float) -> dict[str, Any]:
+    """The attributes of the "figure beyond the reference" problem sensor, in words."""
+    return {
+        "Reference voices": templates,
+        "Population": count_words(population),
+        "Most a figure can reach": f"{ceiling_bits:.2f} bits",
+        "To validate more": MORE_REFERENCES,
+    }
 
 
 class HomeAssistantExporter:
@@ -209,16 +219,16 @@ class HomeAssistantExporter:
             self._want(self.discovery.speaker_entities(alias, self.display_name(alias), kind))
 
     def _reference_set(self, figures: Figures) -> None:
-        """Whether this window alone reached the ceiling log2 N (the set is too small)."""
+        """Whether a figure lies beyond what the reference set can validate (figures against
+        the templates alone: whether one window reached their ceiling log2 N)."""
         key = FigureKey.parse(figures.budget_measure)
         window_bits = figures.bits(key.feature, key.measure, cumulative=False)
-        if saturated(window_bits, figures.ceiling_bits):
+        beyond = figures.budget_at_least_bits is not None
+        if beyond or (not figures.population and saturated(window_bits, figures.ceiling_bits)):
             self._device["saturated"] = True  # for the rest of the run: said once, kept
-        self._device["reference_set"] = {  # the problem sensor's attributes
-            "Reference voices": figures.templates,
-            "Needed for a meaningful figure": MEANINGFUL_REFERENCES,
-            "Most a figure can reach": f"{figures.ceiling_bits:.2f} bits",
-        }
+        self._device["reference_set"] = reference_attributes(
+            figures.templates, figures.population_size, figures.ceiling_bits
+        )
 
     def _heard(self, event: WindowScored) -> None:
         """The room the window was heard in: its speech, and who spoke last."""
@@ -268,10 +278,11 @@ class HomeAssistantExporter:
                     self._speakers.discard(alias)
                     self._add_speaker(alias)
                 self._device["templates"] = max(event.templates.values(), default=0)
-                self._device["reference_set"] = {
-                    "Reference voices": self._device["templates"],
-                    "Needed for a meaningful figure": MEANINGFUL_REFERENCES,
-                }
+                self._device["reference_set"] = reference_attributes(
+                    self._device["templates"],
+                    event.population or self._device["templates"],
+                    event.ceiling_bits,
+                )
                 # this period's figure as the ledger holds it: a restart neither zeroes it nor
                 # leaves the last run's retained figure standing until the first new window
                 self._device["speech_seconds"] = round(event.speech_seconds, 3)

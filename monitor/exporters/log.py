@@ -17,7 +17,7 @@ from monitor.events.messages import (
     TrackRestored,
     WindowScored,
 )
-from monitor.references import MEANINGFUL_REFERENCES, saturated
+from monitor.references import advice, beyond_words, saturated
 from monitor.vocabulary import FigureKey
 
 
@@ -28,7 +28,7 @@ class LogExporter:
 
     def __init__(self, log: logging.Logger | None = None) -> None:
         self.log = log or logging.getLogger("monitor.events.messages")
-        self.saturated = False  # a window reached the ceiling log2 N: said once per run
+        self.saturated = False  # a figure beyond the reference (or at log2 N): said once per run
 
     async def run(self) -> None:
         await asyncio.Event().wait()
@@ -77,23 +77,25 @@ class LogExporter:
                 self.log.info("stopping", extra={"fields": {"reason": event.reason}})
 
     def _reference_set(self, figures: Figures) -> None:
-        """Warn once per run when one window alone reaches the ceiling log2 N."""
+        """Say once per run when a figure lies beyond what the reference set can validate (or,
+        figures against the templates alone, when one window reached their ceiling)."""
         key = FigureKey.parse(figures.budget_measure)
         window_bits = figures.bits(key.feature, key.measure, cumulative=False)
-        if self.saturated or not saturated(window_bits, figures.ceiling_bits):
+        bound = figures.budget_at_least_bits
+        if self.saturated:
             return
-        self.saturated = True
-        fields = {
-            "templates": figures.templates,
-            "ceiling_bits": round(figures.ceiling_bits, 3),
-            "window_bits": round(window_bits, 3),
-            "needed": MEANINGFUL_REFERENCES,
-        }
-        self.log.warning(
-            "reference set too small: one window of speech reached the ceiling log2 N; enrol "
-            "more reference voices (voxmeter enroll REFERENCE_CORPUS --db DB, without --local)",
-            extra={"fields": fields},
-        )
+        if bound is not None:
+            self.saturated = True
+            self.log.warning(
+                beyond_words(figures.budget_figure_bits, bound, figures.templates),
+                extra={"fields": {"templates": figures.templates, "at_least_bits": bound}},
+            )
+        elif not figures.population and saturated(window_bits, figures.ceiling_bits):
+            self.saturated = True
+            self.log.warning(
+                advice(figures.templates, shipped=False) or "",
+                extra={"fields": {"templates": figures.templates, "window_bits": window_bits}},
+            )
 
 
 def _window_fields(event: WindowScored) -> dict[str, Any]:

@@ -182,10 +182,12 @@ def speaker_state_payload(
         payload["top_candidate"] = data["top_candidate"]
         payload["top_candidate_bits"] = data["top_candidate_bits"]
     payload["figures"] = data
-    bits, templates = payload["bits"], data["templates"]
+    bits, population = payload["bits"], figures.population_size
     highest = bits if highest_bits is None else max(highest_bits, bits)
     payload["highest"] = highest
-    payload["one_in"] = one_in(bits, templates)
+    payload["one_in"] = one_in(bits, population)
+    payload["population"] = population
+    payload["at_least"] = figures.budget_at_least_bits  # None: the reference vouches for it
     payload["budget_share"] = budget_share(bits, payload["budget"])
     payload["budget_state"] = BUDGET_WORDS.get(payload["state"], payload["state"])
     payload["words"] = speaker_words(payload, highest)

@@ -26,7 +26,6 @@ from monitor.errors import ConfigError
 from monitor.events.messages import (
     DaemonEvent,
     DaemonStarted,
-    DaemonStopping,
     Figures,
     PipelineStats,
     SourceCounts,
@@ -35,6 +34,7 @@ from monitor.events.messages import (
     TrackRestored,
     WindowScored,
 )
+from monitor.exporters.prometheus_population import PopulationMetrics
 from monitor.exporters.prometheus_received import ReceivedMetrics
 from monitor.load import cpu
 from monitor.load.shedding import SHED_ORDER
@@ -116,7 +116,7 @@ class Metrics:
         )
         self.disclosure_ceiling_bits = gauge(
             "voxmeter_disclosure_ceiling_bits",
-            "Largest possible disclosure, log2 of the number of templates N, in bits.",
+            "Largest possible disclosure, log2 N_pop (population.size), in bits.",
         )
         self.budget_bits = gauge(
             "voxmeter_budget_bits",
@@ -286,6 +286,7 @@ class PrometheusExporter:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = Metrics(self.registry)
         self.received = ReceivedMetrics(self.registry)
+        self.population = PopulationMetrics(self.registry)
         if db_path is not None:
             self.registry.register(OutboxCollector(partial(_count_pending, Path(db_path))))
         self.host = settings.host
@@ -367,12 +368,11 @@ class PrometheusExporter:
                 self._expire(event.track)
             case PipelineStats():
                 self._stats(event)
-            case DaemonStopping():
-                pass
 
     def _started(self, event: DaemonStarted) -> None:
         m = self.metrics
         m.disclosure_ceiling_bits.set(event.ceiling_bits)
+        self.population.started(event)
         for feature, count in event.templates.items():
             m.templates.labels(feature).set(count)
         for track, state in event.states.items():
@@ -388,13 +388,13 @@ class PrometheusExporter:
             m.source_windows.labels(event.stream.source).inc()
         for stage, seconds in event.stage_seconds.items():
             m.stage_seconds.labels(stage).observe(seconds)
-        m.window_latency_seconds.observe(
-            max(0.0, self._monotonic() - event.window_closed_monotonic)
-        )
+        latency = self._monotonic() - event.window_closed_monotonic
+        m.window_latency_seconds.observe(max(0.0, latency))
 
     def _figures(self, figures: Figures, scored_seconds: float = 0.0) -> None:
         """The gauges of a track's latest window (also for a track restored from the ledger)."""
         self.received.figures(figures, scored_seconds=scored_seconds)
+        self.population.figures(figures)
         m = self.metrics
         speaker = figures.track
         for item in figures.disclosures:
@@ -425,6 +425,7 @@ class PrometheusExporter:
         for instrument in self.metrics.per_speaker:
             instrument.remove_by_labels({"speaker": track})
         self.received.expire(track)
+        self.population.expire(track)
         self.metrics.information_gain_bits.remove_by_labels({"track": track})
         self._top_candidate.pop(track, None)
 

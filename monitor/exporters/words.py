@@ -1,4 +1,5 @@
-"""The figures in words a household reads: "as identifying as 1 in K of N", the share of the
+"""The figures in words a household reads: "as identifying as 1 in K of N" (N = N_pop, the
+population the figures are stated against), the share of the
 budget, the budget state, durations, and the names of unrecognised voices.
 
 Pure functions (no network, no clock), shared by the MQTT speaker state (its ``words`` and flat
@@ -34,18 +35,23 @@ STRANGER: Final = "Unrecognised voice"
 Home Assistant's own states."""
 
 
-def one_in(bits: float, templates: int) -> int:
-    """K of "as identifying as 1 in K of N": the crowd of N references the speaker is as hard to
-    pick out of as one person among K (N · 2^-bits, rounded, between 1 and N)."""
-    if templates < 1:
+def one_in(bits: float, population: float) -> int:
+    """K of "as identifying as 1 in K of N": the population of N_pop the speaker is as hard to
+    pick out of as one person among K (N_pop · 2^-bits, rounded, between 1 and N_pop)."""
+    if population < 1:
         return 0
     exponent = min(max(-bits, -64.0), 64.0)  # ±1e9 bits stand for ±inf (jsonsafe)
-    return int(min(max(round(templates * 2.0**exponent), 1), templates))
+    return int(min(max(round(population * 2.0**exponent), 1), population))
 
 
-def one_in_words(bits: float, templates: int) -> str:
-    """``1 in K of N``, the state Home Assistant shows beside the bits."""
-    return f"1 in {one_in(bits, templates)} of {templates}"
+def count_words(population: float) -> str:
+    """A population as a person reads it: ``1,000,000``."""
+    return f"{round(population):,}"
+
+
+def one_in_words(bits: float, population: float) -> str:
+    """``1 in K of N``, the state Home Assistant shows beside the bits (N = N_pop)."""
+    return f"1 in {one_in(bits, population):,} of {count_words(population)}"
 
 
 def budget_share(bits: float, budget_bits: float) -> float:
@@ -86,16 +92,24 @@ def speaker_words(payload: Mapping[str, Any], highest_bits: float) -> dict[str, 
 
     ``payload`` is the speaker state's flat keys (monitor.exporters.mqtt.speaker_state_payload).
     """
-    templates = int(payload["figures"]["templates"])
+    figures = payload["figures"]
+    templates = int(figures["templates"])
+    population = float(payload.get("population") or figures.get("population") or templates)
+    at_least = payload.get("at_least")
     return {
-        "Identifying as": one_in_words(payload["bits"], templates),
+        "Identifying as": one_in_words(payload["bits"], population),
         "Share of budget": f"{budget_share(payload['bits'], payload['budget']):g} %",
         "Budget": bits_words(payload["budget"]),
         "Budget state": BUDGET_WORDS.get(payload["state"], payload["state"]),
         "Highest this period": bits_words(highest_bits),
-        "Most it can reach": f"{bits_words(payload['ceiling'])} (1 in 1 of {templates})",
+        "Most it can reach": f"{bits_words(payload['ceiling'])} (1 in 1 of "
+        f"{count_words(population)})",
         "Measured by": measure_words(payload["measure"]),
+        "Population": count_words(population),
         "Reference voices": templates,
+        "The reference vouches for": (
+            "the figure" if at_least is None else f"at least {bits_words(at_least)}"
+        ),
         "Windows heard": payload["windows"],
         "Speech heard": duration_words(payload["speech_seconds"]),
         "Period started": payload["period_start"],

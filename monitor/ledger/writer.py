@@ -40,6 +40,8 @@ class LedgerWriter:
         templates: int,
         alert_topic: str,
         device_id: str,
+        ceiling_bits: float | None = None,
+        population: float = 0.0,
         keep_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -50,6 +52,9 @@ class LedgerWriter:
         self.budget_bits = budget_bits
         self.measure = measure
         self.templates = templates
+        # log2 N_pop with a population model (``population``), else log2 N of the templates
+        self.ceiling_bits = math.log2(templates) if ceiling_bits is None else ceiling_bits
+        self.population = population
         self.alert_topic = alert_topic
         self.device_id = device_id
         self.clock = clock
@@ -120,7 +125,7 @@ class LedgerWriter:
             pooled_speech_seconds=evidence.speech_seconds,
             disclosures=score.disclosures,
             bounds=score.bounds,
-            ceiling_bits=math.log2(self.templates),
+            ceiling_bits=self.ceiling_bits,
             templates=self.templates,
             budget_bits=self.budget_bits,
             budget_measure=str(self.measure),
@@ -132,6 +137,8 @@ class LedgerWriter:
             period_start_unix=scored.period_start_unix,
             window_end_unix=window_end_unix,
             received=scored.received,
+            population=self.population,
+            at_least=score.at_least,
         )
 
     def process(self, scored: ScoredWindow) -> list[DaemonEvent]:

@@ -17,7 +17,10 @@ One file per backend, ``data/population-<backend>.npz`` (built by
   and its narrow-band copy, :mod:`monitor.store.variants`); float16 moves a cosine by < 10⁻³;
 - ``seconds`` (N,): speech seconds pooled into each template;
 - ``models``: JSON, feature → the version that made its templates; ``facts``: JSON, where
-  the data came from.
+  the data came from;
+- ``model/<feature>/<seconds>/…``: the population model fitted on these speakers' utterances
+  scored against these templates (:class:`~monitor.disclosure.population.PopulationSet`), per
+  feature and ``combined``, per calibration bucket: what states a figure against N_pop.
 
 A file that is missing, of another backend or version, of the wrong shape or not finite is a
 one-line error: the daemon never scores against a population it cannot trust.
@@ -34,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from monitor.disclosure.population import PopulationSet
 from monitor.errors import InputError
 from monitor.features.base import TemplateBatch, embedding_class, get_feature
 from monitor.store.variants import narrow_model, narrow_name
@@ -44,6 +48,7 @@ __all__ = [
     "ShippedPopulation",
     "join",
     "load_shipped",
+    "shipped_count",
     "shipped_path",
 ]
 
@@ -52,6 +57,7 @@ ALIAS_PREFIX = "ref-"
 """A shipped speaker's alias in the daemon (``ref-0001``): never mistaken for an enrolled one."""
 NARROW = narrow_name()
 HISTOGRAMS = ("f0", "phone")
+MODEL_PREFIX = "model/"
 FIX = "reinstall voxmeter, or rebuild it with scripts/build_population.py"
 
 
@@ -69,6 +75,7 @@ class ShippedPopulation:
     templates: Mapping[str, npt.NDArray[np.float64]]  # feature (and embedding+narrow) → (N, D)
     seconds: npt.NDArray[np.float64]
     facts: Mapping[str, object]
+    model: PopulationSet | None = None  # None only while the build script refits it
 
     @property
     def aliases(self) -> tuple[str, ...]:
@@ -76,6 +83,16 @@ class ShippedPopulation:
 
     def __len__(self) -> int:
         return len(self.speakers)
+
+
+def shipped_count(backend: str) -> int:
+    """Speakers of the shipped population of ``backend`` (0 when it cannot be read: the daemon
+    says why, with one line, when it starts)."""
+    try:
+        with np.load(shipped_path(backend), allow_pickle=False) as data:
+            return int(data["speakers"].shape[0])
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
+        return 0
 
 
 def _expected_models(backend: str) -> dict[str, str]:
@@ -91,9 +108,12 @@ def _dimension(feature: str, backend: str) -> int:
     return int(embedding_class(backend).dimension)
 
 
-def load_shipped(backend: str, path: Path | None = None) -> ShippedPopulation:
+def load_shipped(
+    backend: str, path: Path | None = None, *, check_model: bool = True
+) -> ShippedPopulation:
     """The shipped population of ``backend`` (from ``path``, default the package's file);
-    InputError (one line naming the file) when it is missing or damaged."""
+    InputError (one line naming the file) when it is missing or damaged. ``check_model``
+    false (the build script's refit) leaves the population model out."""
     path = shipped_path(backend) if path is None else path
     if not path.is_file():
         raise InputError(str(path), f"the shipped reference population is missing: {FIX}")
@@ -121,7 +141,21 @@ def load_shipped(backend: str, path: Path | None = None) -> ShippedPopulation:
         templates[feature] = np.asarray(arrays[feature], dtype=np.float64)
     if len(set(speakers)) != len(speakers) or seconds.shape != (len(speakers),):
         raise InputError(str(path), f"shipped reference population: speakers damaged: {FIX}")
-    return ShippedPopulation(backend, speakers, templates, seconds, facts)
+    model = _model(arrays, path) if check_model else None
+    return ShippedPopulation(backend, speakers, templates, seconds, facts, model)
+
+
+def _model(arrays: Mapping[str, np.ndarray], path: Path) -> PopulationSet:
+    """The population model stored beside the templates (one per feature and ``combined``)."""
+    stored = {k[len(MODEL_PREFIX) :]: v for k, v in arrays.items() if k.startswith(MODEL_PREFIX)}
+    try:
+        model = PopulationSet.from_arrays(stored)
+    except ValueError as error:
+        raise InputError(str(path), f"shipped reference population: {error}: {FIX}") from None
+    missing = sorted({*HISTOGRAMS, "embedding", "combined"} - set(model.features))
+    if missing:
+        raise InputError(str(path), f"shipped population model lacks {missing}: {FIX}")
+    return model
 
 
 def _problem(matrix: np.ndarray | None, rows: int, dimension: int) -> str | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -28,10 +28,12 @@ from monitor.disclosure.ranks import single_threaded_blas
 from monitor.disclosure.srd import betabinom_pmf
 from monitor.events.messages import CompositionBounds, Disclosure
 from monitor.features.base import Feature, Observation, TemplateBatch
+from monitor.scoring.population import PopulationView
 from monitor.vocabulary import COMBINED, SimilarityKind
 
 LN2 = math.log(2.0)
 FloatArray = npt.NDArray[np.floating]  # float64 figures; float32 where templates are stored
+Bits = dict[tuple[str, str], float]
 _JsPlan = tuple[npt.NDArray[np.intp] | None, FloatArray, float, FloatArray]
 """One test's plan for :meth:`_js`: bins summed (None: all), scaled p there, −H(p), sums."""
 
@@ -295,6 +297,7 @@ class Scorer:
         *,
         delta: float = 1e-5,
         dtype: type = np.float32,
+        population: PopulationView | None = None,
     ) -> None:
         if not aliases:
             raise ValueError("Scorer needs at least one template identity")
@@ -317,6 +320,7 @@ class Scorer:
         self.calibration = calibration
         self.features = dict(features)
         self.delta = float(delta)
+        self.population = population
 
     @property
     def n(self) -> int:
@@ -324,7 +328,31 @@ class Scorer:
 
     @property
     def ceiling_bits(self) -> float:
-        return math.log2(self.n)
+        """log2 N_pop with a population model, else log2 N of the templates present."""
+        return self.population.ceiling_bits if self.population else math.log2(self.n)
+
+    @property
+    def population_size(self) -> float:
+        """N_pop the figures are stated against (N, the templates, without a model)."""
+        return self.population.size if self.population else float(self.n)
+
+    def disclosure(self, evidence: Evidence, index: int) -> tuple[Bits, Bits]:
+        """(feature, measure) → bits about identity ``index``, and for the figures the
+        reference population cannot vouch for, what it does vouch for ("at least")."""
+        if self.population is None:
+            return evidence.disclosure_bits(index), {}
+        out: Bits = {}
+        at_least: Bits = {}
+        for name, scores in evidence.features.items():
+            lid, srd = self.population.figures(
+                scores.scores, index, name, evidence.seconds, self.calibration
+            )
+            out[(name, "lid")], out[(name, "srd")] = lid.bits, srd.bits
+            if lid.at_least is not None:
+                at_least[(name, "lid")] = lid.at_least
+            if srd.at_least is not None:
+                at_least[(name, "srd")] = srd.at_least
+        return out, at_least
 
     def _feature_scores(
         self, name: str, scores: FloatArray, z: FloatArray, seconds: float
@@ -398,6 +426,7 @@ class TrackScore:
     top_candidate_bits: float | None
     extrapolated: dict[str, bool]
     window_bits: float  # the budget measure's figure for this window alone (composition input)
+    at_least: Mapping[str, float] = field(default_factory=dict)  # "feature.measure" → vouched
 
 
 def _same_evidence(
@@ -444,8 +473,8 @@ def score_track(
         gain = cumulative.information_gain_bits()
         top = scorer.aliases[subject]
         top_bits = cumulative.features[COMBINED].lid_bits(subject)
-    total = cumulative.disclosure_bits(subject)
-    last = alone.disclosure_bits(subject)
+    total, vouched = scorer.disclosure(cumulative, subject)
+    last, _ = scorer.disclosure(alone, subject)
     disclosures = tuple(
         Disclosure(feature, m, total[(feature, m)], last[(feature, m)]) for feature, m in total
     )
@@ -460,4 +489,5 @@ def score_track(
         top_candidate_bits=top_bits,
         extrapolated={k: v.extrapolated for k, v in cumulative.features.items()},
         window_bits=window_bits,
+        at_least={f"{feature}.{m}": bits for (feature, m), bits in vouched.items()},
     )

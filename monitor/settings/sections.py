@@ -191,7 +191,13 @@ class ScorerSettings:
 class BudgetSettings:
     """Disclosure budget per speaker and period."""
 
-    bits: float = setting(5.0, "budget per speaker and period (bits)", check.positive, unit="bits")
+    bits: float = setting(
+        12.0,
+        "budget per speaker and period (bits): the median 3-second window's figure against the "
+        "default population.size, rounded down (a day of commands exceeds it unprotected)",
+        check.positive,
+        unit="bits",
+    )
     warn_fraction: float = setting(0.8, "warning at this fraction of the budget", check.fraction)
     hysteresis_bits: float = setting(
         0.25, "step down only this far below a threshold", check.non_negative

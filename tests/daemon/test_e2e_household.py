@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.daemon_corpus import PROFILE, DaemonCorpus, reference_count
+from monitor.settings.population import PopulationSettings
+from tests.daemon_corpus import PROFILE, DaemonCorpus
 from tests.deploy.promql import HOUSEHOLD_RULES, RULES, dashboard_expressions
 from tests.realparts import stop_process
 from tests.realparts.mosquitto import free_port, wait_for_port
@@ -103,7 +104,7 @@ def test_two_daemons_compose_into_household_series(
         }
         bits = [float(r["value"][1]) for r in rooms]
         ceiling = value(prometheus.query("max(voxmeter_disclosure_ceiling_bits)"))
-        assert ceiling == pytest.approx(np.log2(reference_count(daemon_corpus.aliases)))
+        assert ceiling == pytest.approx(np.log2(PopulationSettings().size))
         low = value(prometheus.query(f"household:voxmeter_disclosure_bits:max{{{SELECTOR}}}"))
         high = value(
             prometheus.query(f"household:voxmeter_disclosure_bits:sum_capped{{{SELECTOR}}}")

@@ -24,6 +24,7 @@ from monitor.events.messages import (
     TrackRestored,
 )
 from monitor.settings.config import load_config
+from monitor.settings.population import PopulationSettings
 from monitor.store.database import open_store
 from tests.daemon_corpus import reference_count
 from tests.fakes import Recorder
@@ -65,7 +66,7 @@ def test_known_speaker_windows_reach_the_ledger(daemon_corpus, daemon_db) -> Non
         pairs = {(d.feature, d.measure) for d in event.disclosures}
         assert pairs == {(f, m) for f in FEATURES for m in MEASURES}
         assert event.templates == reference_count(daemon_corpus.aliases)
-        assert event.ceiling_bits == pytest.approx(math.log2(event.templates))
+        assert event.ceiling_bits == pytest.approx(math.log2(PopulationSettings().size))
         assert all(d.cumulative_bits <= event.ceiling_bits + 1e-9 for d in event.disclosures)
     assert [e.figures.windows for e in local] == list(range(1, len(local) + 1))
     with open_store(daemon_db) as store:

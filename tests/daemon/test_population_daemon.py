@@ -21,6 +21,7 @@ import pytest
 import soundfile
 
 from monitor.population.shipped import load_shipped
+from monitor.settings.population import PopulationSettings
 from monitor.settings.sections import BudgetSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.corpus]
@@ -90,7 +91,10 @@ def test_run_creates_a_missing_database_and_measures_against_the_shipped_populat
     rows = status(db)
     shipped = len(load_shipped("campplus-int8"))
     assert rows and all(r["figures"]["templates"] == shipped for r in rows)
-    assert all(r["figures"]["ceiling_bits"] == pytest.approx(math.log2(shipped)) for r in rows)
+    size = PopulationSettings().size
+    for row in rows:
+        assert row["figures"]["ceiling_bits"] == pytest.approx(math.log2(size))
+        assert row["figures"]["population"] == size
 
 
 def test_a_household_only_database_enrolled_into_a_new_file(
@@ -114,7 +118,10 @@ def test_a_household_only_database_enrolled_into_a_new_file(
     members = [f for f in rows.values() if f["kind"] == "local"]
     assert members, rows
     for figures in members:
-        assert figures["templates"] == HOUSEHOLD + len(load_shipped("campplus-int8"))
-        assert figures["ceiling_bits"] > math.log2(HOUSEHOLD)
+        templates = figures["templates"]
+        assert templates == HOUSEHOLD + len(load_shipped("campplus-int8"))
+        assert figures["ceiling_bits"] > math.log2(templates)
+        last_window = figures["disclosures"][figures["budget_measure"]][1]
+        assert last_window < figures["ceiling_bits"], figures
     budget = BudgetSettings().bits
     assert max(f["budget_figure_bits"] for f in members) > budget, members

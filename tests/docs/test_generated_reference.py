@@ -28,7 +28,7 @@ def test_a_file_edited_by_hand_is_stale(tmp_path: Path) -> None:
         shutil.copy(ROOT / path, tmp_path / path)
     assert render_reference.stale(tmp_path) == []
     config = tmp_path / "config.toml"
-    config.write_text(config.read_text().replace("bits = 5.0", "bits = 6.0"))
+    config.write_text(config.read_text().replace("bits = 12.0", "bits = 6.0"))
     (tmp_path / "docs/reference/cli.md").unlink()
     assert render_reference.stale(tmp_path) == ["config.toml", "docs/reference/cli.md"]
 

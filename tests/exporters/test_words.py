@@ -4,10 +4,9 @@ voices numbered without gaps; the reference set's warning, said once."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
-from pathlib import Path
+from dataclasses import replace
 
 import pytest
 
@@ -20,11 +19,8 @@ from monitor.exporters.words import (
     one_in_words,
     stranger_numbers,
 )
-from monitor.references import MEANINGFUL_REFERENCES, advice, saturated, summary
+from monitor.references import advice, beyond_words, saturated, summary
 from tests.exporters.exporter_events import CEILING_BITS, N_TEMPLATES, scored
-
-RESULT = Path(__file__).resolve().parents[2] / "bench" / "results" / "reference-set.json"
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "homeassistant-dashboard.md"
 
 
 @pytest.mark.parametrize(
@@ -41,6 +37,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "homeassistant-dashboard.m
 def test_one_in_k_of_n(bits: float, templates: int, k: int) -> None:
     assert one_in(bits, templates) == k
     assert one_in_words(bits, templates) == f"1 in {k} of {templates}"
+    assert one_in_words(20.0, 1e6) == "1 in 1 of 1,000,000"
+    assert one_in_words(10.0, 1e6) == "1 in 977 of 1,000,000"
 
 
 def test_budget_share_durations_and_measures_in_words() -> None:
@@ -66,14 +64,15 @@ def test_unrecognised_voices_are_numbered_without_gaps() -> None:
     assert stranger_numbers(shown, "unknown-3") == 1  # a shown voice keeps its number
 
 
-def test_the_reference_set_is_judged_by_the_measured_figure() -> None:
-    measured = json.loads(RESULT.read_text())["figures"]
-    assert measured["meaningful_references"] == MEANINGFUL_REFERENCES
-    assert f"**{MEANINGFUL_REFERENCES}**" in DOCS.read_text()
+def test_messages_about_the_reference_set_name_only_commands_that_exist() -> None:
     assert saturated(CEILING_BITS - 0.01, CEILING_BITS) and not saturated(5.0, CEILING_BITS)
-    assert advice(MEANINGFUL_REFERENCES) is None
-    assert f"at least {MEANINGFUL_REFERENCES}" in (advice(44) or "")
-    assert summary(44).startswith("reference set: 44 voices")
+    assert advice(44, shipped=True) is None
+    words = [advice(44, shipped=False) or "", beyond_words(14.2, 9.5, 129), summary(4, 125)]
+    for text in words:
+        assert "--corpus" not in text and "\n" not in text
+    assert "`voxmeter enroll DIR`" in words[0] and "population.shipped = true" in words[0]
+    assert "at least 9.50 bits" in words[1] and "129 reference voices" in words[1]
+    assert words[2].startswith("reference set: 4 enrolled + 125 shipped voices")
 
 
 def test_a_window_at_the_ceiling_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -83,5 +82,21 @@ def test_a_window_at_the_ceiling_is_logged_once(caplog: pytest.LogCaptureFixture
         for _ in range(2):  # one window alone at log2 N, twice
             asyncio.run(exporter.handle(scored("home-1", combined_bits=CEILING_BITS, index=0)))
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert "reference set too small" in warning.getMessage()
+    assert "population.shipped is off" in warning.getMessage()
     assert warning.fields["templates"] == N_TEMPLATES  # type: ignore[attr-defined]
+
+
+def test_a_figure_beyond_the_reference_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    exporter = LogExporter(logging.getLogger("tests.words"))
+    event = scored("home-1", combined_bits=15.0)
+    beyond = replace(
+        event,
+        figures=replace(event.figures, population=1e6, at_least={"combined.lid": 9.5}),
+    )
+    with caplog.at_level(logging.WARNING, logger="tests.words"):
+        asyncio.run(exporter.handle(replace(event, figures=replace(event.figures, population=1e6))))
+        for _ in range(2):
+            asyncio.run(exporter.handle(beyond))
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "vouches for at least 9.50 bits" in warning.getMessage()
+    assert "voxmeter enroll DIR" in warning.getMessage()

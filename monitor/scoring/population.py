@@ -1,0 +1,77 @@
+"""Figures against a declared population of N_pop identities (``[population] size``).
+
+The scorer's own figures say how far speech narrows down who speaks among the N templates
+present, at most log2 N bits. A household is not told apart from a few hundred reference
+voices but from its town, country or the world: :class:`PopulationView` restates each
+feature's LID and SRD against N_pop through the population model fitted on the reference
+templates (:mod:`monitor.disclosure.population`; the shipped one comes with the reference
+population, :mod:`monitor.population.shipped`). The ceiling becomes log2 N_pop; where the
+subject's score lies beyond what the reference population can validate, the figure is the
+lower bound at the edge of that range and is flagged "at least". The cost is O(N + K) per
+figure: nothing loops over N_pop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.calibration.buckets import CalibrationSet
+from monitor.disclosure.population import PopulationSet, population_figures
+
+FloatArray = npt.NDArray[np.floating]
+
+
+@dataclass(frozen=True)
+class PopulationFigure:
+    """One (feature, measure) figure of some evidence against N_pop (the model's estimate, what
+    a budget compares) and, where the subject's score lies beyond what the reference
+    population can validate, the lower bound it does vouch for (else None)."""
+
+    bits: float
+    at_least: float | None
+
+
+@dataclass(frozen=True)
+class PopulationView:
+    """The population model and the declared population size N_pop (identities)."""
+
+    models: PopulationSet
+    size: float
+
+    @property
+    def ceiling_bits(self) -> float:
+        return math.log2(self.size)
+
+    def figures(
+        self,
+        scores: FloatArray,
+        index: int,
+        feature: str,
+        seconds: float,
+        calibration: CalibrationSet,
+    ) -> tuple[PopulationFigure, PopulationFigure]:
+        """(LID, SRD) of the subject ``index`` among N_pop from one row of scores (N,) of
+        ``feature`` (``combined``: the fused row) behind ``seconds`` of speech; the templates
+        present are members of the population. Only LID carries an "at least" bound."""
+        bucket, _ = calibration.lookup(feature, seconds)
+        result = population_figures(
+            scores,
+            index,
+            model=self.models.lookup(feature, seconds),
+            population=self.size,
+            lid_weight=bucket.lid_weight,
+            alpha=bucket.alpha,
+            beta=bucket.beta,
+        )
+        beyond = bool(result.beyond_reference[0])
+        return (
+            PopulationFigure(
+                float(result.lid_bits[0]),
+                float(result.lid_at_least_bits[0]) if beyond else None,
+            ),
+            PopulationFigure(float(result.srd_bits[0]), None),
+        )
