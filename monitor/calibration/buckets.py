@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from monitor.errors import InputError
-from monitor.features.base import DEFAULT_EMBEDDING, embedding_backend
+from monitor.errors import ConfigError, InputError
+from monitor.features.base import AUTO_PHONE, DEFAULT_EMBEDDING, embedding_backend
 from monitor.jsonsafe import jsonable
 
 if TYPE_CHECKING:
@@ -48,6 +48,8 @@ DEFAULT_TEMPLATE_SECONDS = 12.0
 DEFAULT_PATH = Path(__file__).resolve().parent / "shipped" / "calibration.json"
 """The shipped calibration, package data so an installed voxmeter finds it (``make calibration``
 writes it)."""
+LEGACY_PHONE = "pocketsphinx"
+"""The phone backend of a calibration that records none (:attr:`CalibrationSet.phone_backend`)."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,29 @@ class CalibrationSet:
                 f"calibration fitted with the {fitted} embedding, not {wanted}: "
                 f"fit one with `voxmeter calibrate --embedding {wanted}`",
             )
+
+    @property
+    def phone_backend(self) -> str:
+        """The phone backend the fit used; a file that does not record one predates the
+        choice, when pocketsphinx was the only backend."""
+        value = self.metadata.get("phone_backend")
+        return value if isinstance(value, str) else LEGACY_PHONE
+
+    def resolve_phone_backend(
+        self, source: str, requested: str, key: str = "features.phone"
+    ) -> str:
+        """The phone backend to run with this calibration: its own for ``auto``; an explicit
+        ``requested`` other than its own is refused (``ConfigError`` on ``key``), as its phone
+        buckets and fusion weights would misread the other backend's phone scores."""
+        fitted = self.phone_backend
+        if requested in (AUTO_PHONE, fitted):
+            return fitted
+        raise ConfigError(
+            key,
+            f"{requested!r}, but the calibration {source} was fitted with {fitted!r}: set "
+            f'{key} = "{AUTO_PHONE}" (or "{fitted}"), or fit a calibration with '
+            f"`VOXMETER_PHONE={requested} voxmeter calibrate`",
+        )
 
     def buckets(self, feature: str) -> tuple[BucketCalibration, ...]:
         if feature not in self.features:

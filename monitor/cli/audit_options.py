@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from monitor.cli.common import console
+from monitor.cli.common import console, follow_calibration_phone
 from monitor.errors import VoxmeterError
 
 if TYPE_CHECKING:
@@ -220,4 +220,6 @@ def audit_calibration(
         loaded = CalibrationSet.load(regular_file(calibration_path, max_bytes=MAX_JSON_BYTES))
         if "embedding" in names:
             loaded.check_embedding_backend(str(calibration_path))
+    if loaded is not None and "phone" in names and lid_from != "crossfit":
+        follow_calibration_phone(loaded, str(calibration_path))
     return loaded, calibration_path

@@ -9,13 +9,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
 from monitor.errors import VoxmeterError
 from monitor.printable import printable
+
+if TYPE_CHECKING:
+    from monitor.calibration.buckets import CalibrationSet
+    from monitor.store import Store
 
 
 class _LineConsole(Console):
@@ -187,6 +191,33 @@ def select_embedding(backend: str | None) -> None:
             f"--embedding {backend!r}: expected one of {', '.join(EMBEDDING_BACKENDS)}"
         )
     set_embedding_backend(backend)
+
+
+def follow_calibration_phone(calibration: CalibrationSet, source: str) -> str:
+    """Run the phone backend ``calibration`` was fitted with here and in extraction workers
+    ($VOXMETER_PHONE unset or ``auto``); an explicit other one is a ``ConfigError`` (exit 2)
+    before any audio: the calibration's phone figures hold for its own backend only."""
+    from monitor.errors import ConfigError
+    from monitor.features.base import PHONE_ENV, requested_phone_backend, set_phone_backend
+
+    try:
+        requested = requested_phone_backend()
+    except ValueError as error:
+        raise ConfigError(f"${PHONE_ENV}", str(error)) from None
+    backend = calibration.resolve_phone_backend(source, requested, key=f"${PHONE_ENV}")
+    set_phone_backend(backend)
+    return backend
+
+
+def follow_shipped_phone(store: Store | None = None) -> str:
+    """:func:`follow_calibration_phone` for the calibration a daemon on this database would
+    use by default: the store's, else the shipped one of the selected embedding."""
+    from monitor.calibration.buckets import default_path, load_default
+
+    stored = None if store is None else store.load_calibration()
+    if stored is not None:
+        return follow_calibration_phone(stored, f"{store.path}: stored calibration")
+    return follow_calibration_phone(load_default(), str(default_path()))
 
 
 def cell(text: str) -> Any:

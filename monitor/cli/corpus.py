@@ -49,6 +49,7 @@ from monitor.cli.common import (
     console,
     db_path,
     err_console,
+    follow_shipped_phone,
     new_file_removed_on_error,
     select_embedding,
     user_errors,
@@ -99,6 +100,8 @@ def enroll_command(
     path = db_path(db)
     with new_file_removed_on_error(path), open_store(path) as store:
         store.check_writable()  # fail now, not after minutes of extraction
+        if "phone" in names:
+            follow_shipped_phone(store)  # the phone templates of the daemon's calibration
         feature_cache = None if no_cache else FeatureCache(cache or default_cache_dir())
         with (
             _enrolment_bar() as progress,

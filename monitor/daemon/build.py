@@ -17,7 +17,7 @@ from pathlib import Path
 
 from monitor.audio.frames import AudioSource
 from monitor.audio.microphone import MicrophoneSource
-from monitor.calibration.buckets import CalibrationSet, load_default
+from monitor.calibration.buckets import CalibrationSet, default_path, load_default
 from monitor.daemon.household import enrolment_for
 from monitor.daemon.lock import DaemonLock
 from monitor.daemon.pipeline import EXIT_DEADLINE_SECONDS, ExitWatchdog, Pipeline, RunSummary
@@ -67,18 +67,34 @@ def make_source(config: Config) -> AudioSource:
     )
 
 
-def load_calibration(config: Config, store: Store) -> CalibrationSet:
-    """``scorer.calibration`` if set, else the store's, else the shipped one of the backend."""
+def calibration_in_use(config: Config, store: Store) -> tuple[CalibrationSet, str]:
+    """``scorer.calibration`` if set, else the store's, else the shipped one of the backend;
+    with where it came from (for errors)."""
     backend = config.features.embedding
     if config.scorer.calibration:
         loaded = CalibrationSet.load(config.scorer.calibration)
         loaded.check_embedding_backend(config.scorer.calibration, backend)
-        return loaded
+        return loaded, config.scorer.calibration
     stored = store.load_calibration()
+    source = f"{store.path}: stored calibration"
     if stored is not None:
-        stored.check_embedding_backend(f"{store.path}: stored calibration", backend)
-        return stored
-    return load_default(backend)
+        stored.check_embedding_backend(source, backend)
+        return stored, source
+    return load_default(backend), str(default_path(backend))
+
+
+def load_calibration(config: Config, store: Store) -> CalibrationSet:
+    """The calibration of :func:`calibration_in_use`."""
+    return calibration_in_use(config, store)[0]
+
+
+def select_phone_backend(config: Config, store: Store) -> str:
+    """Run the phone backend the calibration in use was fitted with (``features.phone =
+    "auto"``); an explicit other one is a ``ConfigError`` at start, before any audio."""
+    calibration, source = calibration_in_use(config, store)
+    backend = calibration.resolve_phone_backend(source, config.features.phone)
+    set_phone_backend(backend)
+    return backend
 
 
 def check_template_model(store: Store, name: str, feature: Feature) -> None:
@@ -195,10 +211,10 @@ def build_pipeline(
 ) -> Pipeline:
     """A pipeline as ``voxmeter run`` builds it (tests pass their own source or exporters)."""
     device_id = config.daemon.device_id or socket.gethostname()
-    source = source if source is not None else make_source(config)
     set_embedding_backend(config.features.embedding)
     set_embedding_runtime(config.features.runtime)
-    set_phone_backend(config.features.phone)
+    select_phone_backend(config, store)
+    source = source if source is not None else make_source(config)
     features = {name: get_feature(name) for name in config.features.enabled}
     shipped = shipped_population(config)
     scorer = load_scorer(config, store, features, shipped)

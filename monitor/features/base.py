@@ -39,6 +39,10 @@ DEFAULT_PHONE = "network"
 CPU (bench/results/phone-model-disclosure.json); pocketsphinx stays for comparison."""
 PHONE_ENV = "VOXMETER_PHONE"
 """Carries the selected phone backend to worker processes (as :data:`EMBEDDING_ENV`)."""
+AUTO_PHONE = "auto"
+"""``features.phone`` / ``$VOXMETER_PHONE`` meaning "the backend the calibration in use was
+fitted with": a calibration's phone buckets and fusion weights hold for that backend's phone
+evidence only (:meth:`monitor.calibration.buckets.CalibrationSet.resolve_phone_backend`)."""
 
 EMBEDDING_BACKENDS: dict[str, str] = {
     "ecapa": "monitor.features.embedding:EcapaEmbedding",
@@ -199,12 +203,21 @@ def set_embedding_backend(backend: str) -> None:
     os.environ[EMBEDDING_ENV] = _check_backend(backend)
 
 
-def phone_backend() -> str:
-    """The process's phone backend: the last :func:`set_phone_backend`, else the default."""
-    backend = os.environ.get(PHONE_ENV) or DEFAULT_PHONE
-    if backend not in PHONE_BACKENDS:
-        raise ValueError(f"unknown phone backend {backend!r}; known: {', '.join(PHONE_BACKENDS)}")
+def requested_phone_backend() -> str:
+    """The phone backend asked for (``$VOXMETER_PHONE``): a backend, or :data:`AUTO_PHONE`
+    when unset, for the caller to resolve against its calibration."""
+    backend = os.environ.get(PHONE_ENV) or AUTO_PHONE
+    if backend != AUTO_PHONE and backend not in PHONE_BACKENDS:
+        known = ", ".join((AUTO_PHONE, *PHONE_BACKENDS))
+        raise ValueError(f"unknown phone backend {backend!r}; known: {known}")
     return backend
+
+
+def phone_backend() -> str:
+    """The process's phone backend: the last :func:`set_phone_backend`, else the default (a
+    fit with no calibration to follow, such as ``voxmeter calibrate``, uses the default)."""
+    backend = requested_phone_backend()
+    return DEFAULT_PHONE if backend == AUTO_PHONE else backend
 
 
 def set_phone_backend(backend: str) -> None:

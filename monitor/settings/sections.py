@@ -158,12 +158,14 @@ class FeatureSettings:
         check.one_of("ecapa", "campplus", "ge2e", "ecapa-int8", "campplus-int8"),
     )
     phone: str = setting(
-        "network",
+        "auto",
         "what counts the phones: network (a small phone model of voxmeter's own on CAM++'s "
-        "filterbanks, a few thousandths of a core per second of speech) or pocketsphinx (its "
-        "all-phone decoder, the model's teacher, ~0.04 of a core); the calibration must be "
-        "fitted with the same one ($VOXMETER_PHONE for voxmeter calibrate)",
-        check.one_of("network", "pocketsphinx"),
+        "filterbanks, a few thousandths of a core per second of speech), pocketsphinx (its "
+        "all-phone decoder, the model's teacher, ~0.04 of a core) or auto (the one the "
+        "calibration in use was fitted with: its recorded phone_backend, pocketsphinx when it "
+        "records none); another one than the calibration's is refused at start "
+        "($VOXMETER_PHONE for the offline commands and voxmeter calibrate)",
+        check.one_of("auto", "network", "pocketsphinx"),
     )
     runtime: str = setting(
         "auto",
