@@ -20,7 +20,7 @@ import soundfile as sf
 from monitor.audio.file import read_audio
 from monitor.calibration.buckets import COMBINED, BucketCalibration, CalibrationSet
 from monitor.corpus import scan_corpus
-from monitor.features.base import FEATURE_NAMES, get_feature
+from monitor.features.base import FEATURE_NAMES, get_feature, phone_backend
 from monitor.features.extract import FeatureCache, default_cache_dir, extract_many
 from monitor.store.database import open_store
 from monitor.store.templates import Enrolment
@@ -48,7 +48,8 @@ def hand_calibration(n_identities: int) -> CalibrationSet:
     weights = {"f0": 0.8, "phone": 0.6, "embedding": 2.5, COMBINED: 1.0}
     return CalibrationSet(
         {name: (bucket(3.0, w), bucket(12.0, w)) for name, w in weights.items()},
-        {"corpus": "tests", "protocol": "hand-made"},
+        # the phone backend the fixture's templates were extracted with (the default)
+        {"corpus": "tests", "protocol": "hand-made", "phone_backend": phone_backend()},
     )
 
 
