@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from bench.common import CORPUS  # noqa: E402
+from monitor.calibration.buckets import load_default  # noqa: E402
 from monitor.disclosure.population import PopulationSet, fit_population_set  # noqa: E402
 from monitor.features.base import (  # noqa: E402
     DEFAULT_EMBEDDING,
@@ -37,6 +38,7 @@ from monitor.features.base import (  # noqa: E402
     TemplateBatch,
     get_feature,
     set_embedding_backend,
+    set_phone_backend,
 )
 from monitor.population.shipped import (  # noqa: E402
     HISTOGRAMS,
@@ -209,6 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     files = train_files(args.corpus)
     for backend in args.embedding or [DEFAULT_EMBEDDING]:
         set_embedding_backend(backend)
+        # the phone templates as the daemon extracts them with this backend's calibration
+        set_phone_backend(load_default(backend).phone_backend)
         if args.refit:  # the shipped templates as they are; only the model is fitted again
             shipped = load_shipped(backend, check_model=False)
             if list(shipped.speakers) != list(files):
