@@ -88,7 +88,8 @@ def fit_fusion_sums(names: Sequence[str], T: int, block_sums: FusionSums) -> dic
         grad = -total[1:] / T
         return value + 1e-6 * float(w @ w), grad + 2e-6 * w
 
-    result = minimize(objective, np.ones(len(names)), jac=True, method="L-BFGS-B")
+    bounds = [(0.0, None)] * len(names)
+    result = minimize(objective, np.ones(len(names)), jac=True, method="L-BFGS-B", bounds=bounds)
     return {name: float(w) for name, w in zip(names, result.x, strict=True)}
 
 
@@ -100,6 +101,13 @@ def fit_fusion_weights(scores: Mapping[str, np.ndarray], truth: np.ndarray) -> d
     objective itself, concave in w, so correlated features are not double-counted as
     they are when each feature's separately fitted weight is used. The objective is summed
     over fixed row blocks (:func:`fusion_blocks`), as Dask workers sum it.
+
+    Every weight is held ≥ 0: a feature may be ignored, never subtracted. A negative weight
+    would read "sounds like this speaker's phones → less likely this speaker", which no
+    feature is evidence of: it is the optimiser exploiting the overlap of correlated features
+    on the dev speakers (the phone network is trained on the same filterbanks as CAM++), a
+    fit to those speakers that need not carry to others, and it would make ``combined``
+    fall as a feature's own evidence for the true speaker rises.
     """
     names = list(scores)
     if not names:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from functools import wraps
 from pathlib import Path
@@ -209,11 +209,14 @@ def follow_calibration_phone(calibration: CalibrationSet, source: str) -> str:
     return backend
 
 
-def follow_shipped_phone(store: Store | None = None) -> str:
+def follow_shipped_phone(features: Sequence[str], store: Store | None = None) -> str | None:
     """:func:`follow_calibration_phone` for the calibration a daemon on this database would
-    use by default: the store's, else the shipped one of the selected embedding."""
+    use by default (the store's, else the shipped one of the selected embedding), when
+    ``features`` extract the phone feature."""
     from monitor.calibration.buckets import default_path, load_default
 
+    if "phone" not in features:
+        return None
     stored = None if store is None else store.load_calibration()
     if stored is not None:
         return follow_calibration_phone(stored, f"{store.path}: stored calibration")

@@ -97,11 +97,9 @@ def enroll_command(
     lazy_alpha = lazy_template_alpha(protect, protect_alpha)
     scanned = scan_corpus(corpus, split=split)
     check_speaker_names(scanned)  # before the database is touched or any audio processed
-    path = db_path(db)
-    with new_file_removed_on_error(path), open_store(path) as store:
+    with new_file_removed_on_error(path := db_path(db)), open_store(path) as store:
         store.check_writable()  # fail now, not after minutes of extraction
-        if "phone" in names:
-            follow_shipped_phone(store)  # the phone templates of the daemon's calibration
+        follow_shipped_phone(names, store)  # the phone templates the daemon's calibration reads
         feature_cache = None if no_cache else FeatureCache(cache or default_cache_dir())
         with (
             _enrolment_bar() as progress,

@@ -189,9 +189,9 @@ def test_fusion_weights_maximise_the_true_identity_posterior(rng: np.random.Gene
     trials = score_trials(speakers, test_seconds=3.0, template_seconds=6.0, features=FEATURES)
     weights = fit_fusion_weights(trials.scores, trials.truth)
     best = mean_log_posterior(trials.scores, weights, trials.truth)
-    for f in FEATURES:  # every coordinate is at its optimum
+    for f in FEATURES:  # every coordinate is at its optimum among weights >= 0
         for step in (-0.05, 0.05):
-            moved = {**weights, f: weights[f] + step}
+            moved = {**weights, f: max(weights[f] + step, 0.0)}
             assert mean_log_posterior(trials.scores, moved, trials.truth) <= best + 1e-6
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -199,6 +199,21 @@ def test_fusion_weights_maximise_the_true_identity_posterior(rng: np.random.Gene
     assert fitted[COMBINED].fusion == pytest.approx(weights, rel=1e-4)
     separate = {f: fitted[f].lid_weight for f in FEATURES}
     assert best >= mean_log_posterior(trials.scores, separate, trials.truth) - 1e-9
+
+
+def test_fusion_ignores_a_feature_but_never_subtracts_it(rng: np.random.Generator) -> None:
+    # "phone" scores the true identity lower than the others: a free fit would subtract it
+    T, N = 400, 6
+    truth = rng.integers(0, N, T)
+    true = np.eye(N)[truth]
+    scores = {"embedding": rng.normal(size=(T, N)) + 2.0 * true,
+              "phone": rng.normal(size=(T, N)) - 1.0 * true}  # fmt: skip
+    weights = fit_fusion_weights(scores, truth)
+    assert weights["phone"] == 0.0 and weights["embedding"] > 0.5
+    best = mean_log_posterior(scores, weights, truth)
+    for step in (-0.05, 0.05):  # the embedding's weight is still at its optimum
+        moved = {**weights, "embedding": weights["embedding"] + step}
+        assert mean_log_posterior(scores, moved, truth) <= best + 1e-6
 
 
 def test_fusion_weights_fall_back_to_lid_weights() -> None:

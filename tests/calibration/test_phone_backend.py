@@ -43,7 +43,8 @@ def test_auto_follows_each_shipped_calibration(
     set_embedding_backend(backend)
     expected = _recorded(backend)
     assert load_default(backend).resolve_phone_backend("x.json", "auto") == expected
-    assert follow_shipped_phone() == expected and phone_backend() == expected
+    assert follow_shipped_phone(["phone"]) == expected and phone_backend() == expected
+    assert follow_shipped_phone(["f0"]) is None
 
 
 def test_the_shipped_calibrations_record_their_phone_backends() -> None:
