@@ -475,6 +475,8 @@ def score_track(
         top_bits = cumulative.features[COMBINED].lid_bits(subject)
     total, vouched = scorer.disclosure(cumulative, subject)
     last, _ = scorer.disclosure(alone, subject)
+    if top_bits is not None:  # the top candidate's figure on the scale of the others
+        top_bits = total[(COMBINED, "lid")]
     disclosures = tuple(
         Disclosure(feature, m, total[(feature, m)], last[(feature, m)]) for feature, m in total
     )

@@ -76,6 +76,9 @@ def _tracks(db: Path, stream: Path) -> tuple[list[str | None], object]:
             "mqtt.enabled=false",
             f'features.embedding="{BACKEND}"',
             'features.enabled=["embedding"]',
+            # the household's own templates alone: what is at stake is whether the members'
+            # narrow copies exist (the shipped population brings narrow copies of its own)
+            "population.shipped=false",
         ],
     )
     tracks: list[str | None] = []

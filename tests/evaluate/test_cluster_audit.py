@@ -34,11 +34,18 @@ FEATURES = ("f0", "phone", "embedding")
 runner = CliRunner(env={"COLUMNS": "1000"})
 
 
+SINGLE_PROCESS_ONLY = {"modelled"}
+"""What only the single-process audit adds: the population model beside the measured figures
+needs the score matrices, which a cluster's workers never send back."""
+
+
 def assert_identical(a: Any, b: Any, where: str = "audit") -> None:
     """Every number equal to the last bit (NaN equal to NaN), recursively."""
     if dataclasses.is_dataclass(a) and not isinstance(a, type):
         assert type(a) is type(b), where
         for f in dataclasses.fields(a):
+            if f.name in SINGLE_PROCESS_ONLY:
+                continue
             assert_identical(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
     elif isinstance(a, Mapping):
         assert list(a) == list(b), where
