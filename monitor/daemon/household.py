@@ -1,7 +1,7 @@
 """The household changed while the daemon runs: a member enrolled or forgotten from Home
 Assistant (:mod:`monitor.tracking.enrolment`, :mod:`monitor.exporters.enrolment`).
 
-:class:`LiveHousehold` is the session's :class:`~monitor.tracking.enrolment.Household`: it
+:class:`LiveHousehold` is the enrolment's :class:`~monitor.tracking.enrolment.Household`: it
 writes a new member as ``voxmeter enroll --local`` does (one transaction:
 :func:`monitor.store.live.live_enrolment`, ``bulk_replace_templates``), removes a forgotten
 one (``remove_identity``: templates and profile), then reloads what the measuring side holds of
@@ -10,7 +10,7 @@ the household — the scorer's N templates, the narrow-band copies, the tracker'
 All of it on the event loop between two windows: the features were extracted already by the
 feature stage, so the work here is pooling and a few small SQLite transactions.
 
-:func:`enrolment_for` wires it when Home Assistant discovery is on: the session, its MQTT
+:func:`enrolment_for` wires it when Home Assistant discovery is on: the enrolment, its MQTT
 exporter and the enrolment entities on the device.
 """
 

@@ -1,4 +1,4 @@
-"""Enrolling a household member from what the daemon hears: one session at a time.
+"""Enrolling a household member from what the daemon hears: one enrolment at a time.
 
 Home Assistant names the new member (:meth:`EnrolmentSession.set_alias`), then either asks for
 the next voice heard (:meth:`~EnrolmentSession.start`: the windows of one voice are collected
@@ -12,7 +12,7 @@ One voice only. Windows are grouped into voices as the tracker groups them into 
 the same track, or as close to a voice's centroid as a window must be to join a track (the
 calibrated ``cluster`` cosine, the ``mature`` one past a template's worth of speech); the voice
 heard most is the one enrolled. The second voice heard most, with the windows that may hold two
-(mixed, inconsistent), counts against the session: its speech over ``OTHER_VOICE_SHARE`` of the
+(mixed, inconsistent), counts against the enrolment: its speech over ``OTHER_VOICE_SHARE`` of the
 voice's (at least ``OTHER_VOICE_SECONDS``) refuses it
 ("two voices heard"); a member's window refuses it at once ("already enrolled as ..."),
 and a session that hears too little within ``wait_seconds`` ends ("too little speech"). Nothing
@@ -50,7 +50,7 @@ WAIT_SECONDS = 300.0
 OTHER_VOICE_SECONDS = 5.0
 OTHER_VOICE_SHARE = 0.25
 """A second voice's speech (with the windows that may hold two) beyond max(OTHER_VOICE_SECONDS,
-OTHER_VOICE_SHARE × the voice's) refuses the session: two people spoke."""
+OTHER_VOICE_SHARE × the voice's) refuses the enrolment: two people spoke."""
 MAX_ALIAS_CHARS = 64
 MAX_VOICES = 16
 """Voices a session keeps apart before it refuses (bounds the memory of a noisy room)."""
@@ -174,7 +174,7 @@ class EnrolmentSession:
     # ---- commands ------------------------------------------------------------------------
 
     def _refuse_command(self, reason: str) -> str:
-        """An ignored command: one line in the log and the reason shown, the session as it
+        """An ignored command: one line in the log and the reason shown, the enrolment as it
         was."""
         logger.warning("enrolment: %s", reason)
         self.reason = reason
@@ -341,7 +341,7 @@ class EnrolmentSession:
         return None
 
     def _end(self, phase: str, reason: str) -> None:
-        """The session ends: the observations held are dropped whatever the outcome."""
+        """The enrolment ends: the observations held are dropped whatever the outcome."""
         if phase in (REFUSED, CANCELLED):
             logger.warning("enrolment of %s ended: %s", self.alias, reason)
         self.phase, self.reason, self._heard = phase, reason, _Heard()

@@ -26,7 +26,7 @@ DIM = 16
 
 
 class FakeHousehold:
-    """Records what the session enrols or forgets (a hand-written fake)."""
+    """Records what the enrolment enrols or forgets (a hand-written fake)."""
 
     def __init__(self, members: Sequence[str] = ()) -> None:
         self.profiles = list(members)
