@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,6 +74,20 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
     mark = _running_mark(item)
     if mark is not None:
         mark.unlink(missing_ok=True)
+
+
+@pytest.fixture(autouse=True)
+def monitor_logging_restored() -> Iterator[None]:
+    """``voxmeter run`` invoked in this process (CliRunner) routes the ``monitor`` loggers to the
+    runner's stderr, which is closed once the command returns; a later test's warnings would go
+    to that closed stream too ("Logging error") and print twice. Each test leaves the loggers
+    as it found them."""
+    logger = logging.getLogger("monitor")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+    logger.propagate = propagate
 
 
 @pytest.fixture(autouse=True)
