@@ -93,8 +93,12 @@ def replay(
     tree: Path, backend: str, stream: Path, folder: Path, extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """One paced replay of ``stream`` by ``tree``'s code in a child process (this checkout's
-    model files: a release's checkout has none of its own)."""
+    model files, unless the release's checkout has its own: an int8 graph carries the key of
+    the release's own ranges file)."""
+    own = tree / "models" / "weights"
     models = os.environ.get("VOXMETER_MODELS") or str((REPO / "models" / "weights").resolve())
+    if tree.resolve() != REPO.resolve() and own.is_dir():
+        models = str(own)
     done = subprocess.run(
         [
             sys.executable,
