@@ -472,10 +472,9 @@ def score_track(
         subject = cumulative.top_candidate()
         gain = cumulative.information_gain_bits()
         top = scorer.aliases[subject]
-        top_bits = cumulative.features[COMBINED].lid_bits(subject)
     total, vouched = scorer.disclosure(cumulative, subject)
     last, _ = scorer.disclosure(alone, subject)
-    if top_bits is not None:  # the top candidate's figure on the scale of the others
+    if top is not None:  # the top candidate's figure, on the scale of every other figure
         top_bits = total[(COMBINED, "lid")]
     disclosures = tuple(
         Disclosure(feature, m, total[(feature, m)], last[(feature, m)]) for feature, m in total
