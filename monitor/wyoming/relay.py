@@ -61,8 +61,11 @@ warnings = PeerWarnings(logger)
 
 SCHEME = PROXY_SCHEME  # the relay process picks its specs out by it
 
-CONNECT_SECONDS = 0.5
-"""Longest wait for the upstream to accept: with the error's trip, the client hears within 1 s."""
+CONNECT_SECONDS = 2.0
+"""Longest wait for the upstream to accept. A refused connection is known at once; this bounds
+only a silent host. It is loop time: when the loop is late (a loaded board), the timer and the
+accepted connection are seen in the same turn and the timer wins, so it must stay well above
+the loop's worst lateness, or a live upstream is taken for a dead one."""
 LINGER_SECONDS = 5.0
 """After an error, how long a client that sends on is read before it is let go."""
 VIA = " via voxmeter"
