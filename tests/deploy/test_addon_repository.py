@@ -37,6 +37,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import monitor
 from tests.deploy.promql import DEPLOY
 
 ROOT = DEPLOY.parent
@@ -115,6 +116,9 @@ def test_the_dockerfile_builds_from_its_own_folder() -> None:
         assert BASE_IMAGE.fullmatch(image) and image.endswith("-base-debian:bookworm"), image
     assert re.search(r"^ARG BUILD_ARCH=", text, re.M)  # declared before FROM, so FROM sees it
     assert build_args()["BUILD_VERSION"] == str(config["version"])
+    # the add-on installs the release of its version: one version in every place (Releasing,
+    # docs/development.md)
+    assert str(config["version"]) == monitor.__version__
 
 
 def test_the_dockerfile_installs_what_pyproject_pins() -> None:
