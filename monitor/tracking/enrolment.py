@@ -32,10 +32,10 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from monitor.calibration.tracking import TrackerThresholds
 from monitor.corpus.scan import alias_problem
 from monitor.events.messages import FeatureWindow, TrackedWindow
 from monitor.features.base import Observation
+from monitor.tracking.thresholds import TrackerThresholds
 from monitor.tracking.unknown import unit
 from monitor.vocabulary import TRACKING_FEATURE
 

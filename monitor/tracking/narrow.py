@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from monitor.calibration.tracking import TrackerThresholds
 from monitor.errors import StoreError
 from monitor.features.base import Feature, Observation, TemplateBatch
 from monitor.population.shipped import ShippedPopulation, join
@@ -35,6 +34,7 @@ from monitor.scoring.scorer import PreparedTemplates, Scorer
 from monitor.store.database import Store
 from monitor.store.templates import LOCAL_PROFILE_FEATURE, LocalProfile
 from monitor.store.variants import narrow_model, narrow_name, room_model, room_name
+from monitor.tracking.thresholds import TrackerThresholds
 
 logger = logging.getLogger("monitor.daemon.pipeline")
 
