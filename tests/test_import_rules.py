@@ -52,6 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("corpus",),
     ("calibration",),
     ("store", "scorefiles", "settings"),
+    ("enrolment",),
     ("events", "population"),
     ("scoring", "load", "relay"),
     ("tracking", "ledger"),

@@ -24,7 +24,7 @@ is matched against the nearer of a member's two profiles.
 
 A window from a narrow-band source (at most 8 kHz, :attr:`FeatureWindow.band`) is matched
 against the members' narrow-band profiles (made at enrolment from the same files band-limited,
-:mod:`monitor.store.variants`) with thresholds calibrated on band-limited crops; each band has
+:mod:`monitor.enrolment.variants`) with thresholds calibrated on band-limited crops; each band has
 its own adapted copies. A database without narrow copies tracks such a window against the
 wide-band profiles, with one warning (:class:`~monitor.tracking.narrow.NarrowCopies`).
 
