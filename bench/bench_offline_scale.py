@@ -142,8 +142,8 @@ def bench_scaling(T: int, N: int, *, workers: int = 2, rows_per_task: int = 500)
 
     from monitor.blocks.synthetic import SyntheticMatrix
     from monitor.blocks.workers import DaskRows
-    from monitor.score.matrix import rows_report
-    from monitor.score.report import report_json
+    from monitor.scorefiles.matrix import rows_report
+    from monitor.scorefiles.report import report_json
 
     with (
         LocalCluster(

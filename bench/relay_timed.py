@@ -21,8 +21,8 @@ from pathlib import Path
 
 from wyoming.event import Event
 
+from monitor.protect import relay_process as relay_protect
 from monitor.relay import process as relay
-from monitor.relay import protect as relay_protect
 from monitor.wyoming.relay import ChunkTransform, TransformFactory
 
 timings: dict[str, dict[str, list[float]]] = {

@@ -22,12 +22,12 @@ from bench.common import CORPUS
 from bench.household import Stream, overlaps
 from monitor.calibration.buckets import load_default
 from monitor.corpus import scan_corpus
+from monitor.enrolment.enroll import with_narrow, with_room
 from monitor.events.messages import DaemonEvent, FeatureWindow, WindowScored
 from monitor.features.base import get_feature, set_embedding_backend
 from monitor.features.extract import FeatureCache, default_cache_dir, extract_many
 from monitor.scoring.scorer import score_track
 from monitor.store.database import open_store
-from monitor.store.enroll import with_narrow, with_room
 from monitor.store.templates import Enrolment
 
 TEMPLATE_UTTERANCES = 4

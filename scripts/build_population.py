@@ -31,6 +31,7 @@ import numpy as np  # noqa: E402
 from bench.common import CORPUS  # noqa: E402
 from monitor.calibration.buckets import load_default  # noqa: E402
 from monitor.disclosure.population import PopulationSet, fit_population_set  # noqa: E402
+from monitor.enrolment.variants import narrow_model  # noqa: E402
 from monitor.features.base import (  # noqa: E402
     DEFAULT_EMBEDDING,
     EMBEDDING_BACKENDS,
@@ -47,7 +48,6 @@ from monitor.population.shipped import (  # noqa: E402
     load_shipped,
     shipped_path,
 )
-from monitor.store.variants import narrow_model  # noqa: E402
 from monitor.vocabulary import COMBINED  # noqa: E402
 
 CORPUS_NAME = "speechocean762"
@@ -78,8 +78,8 @@ def templates(
 ) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, str]]:
     """feature → (N, D) templates of the speakers (all their utterances pooled, as
     ``voxmeter enroll`` pools them), the speech seconds behind each, feature → version."""
+    from monitor.enrolment.variants import narrow_templates
     from monitor.features.extract import FeatureCache, default_cache_dir, extract_many
-    from monitor.store.variants import narrow_templates
 
     paths = [p for ps in files.values() for p in ps]
     extraction = extract_many(paths, FeatureCache(default_cache_dir()), jobs=jobs)

@@ -6,7 +6,7 @@ train split of the corpus, crops of every utterance's first 1, 2 and 3 s of spee
 templates of 12 s of the speaker's other utterances, raw and normalised against the other
 templates (:mod:`monitor.calibration.cohort`). Narrow band (the default): every utterance
 band-limited as an 8 kHz device delivers it (scipy resample_poly 16k→8k→16k, the templates
-too, :func:`monitor.calibration.tracking.narrow_statistics`); ``--bands narrow,wide`` refits
+too, :func:`monitor.calibration.crops.narrow_statistics`); ``--bands narrow,wide`` refits
 the wide-band statistics as well.
 
     PYTHONPATH=. python scripts/calibrate_narrow.py [--backends ecapa,ecapa-int8] [--jobs 1]
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from monitor.calibration.buckets import default_path
-from monitor.calibration.tracking import (
+from monitor.calibration.crops import (
     TRACKING_LENGTHS,
     cosine_statistics,
     crop_speakers,

@@ -45,7 +45,8 @@ from monitor.features.base import get_feature, set_embedding_backend
 from monitor.features.change import cepstra, fit_projection, mean_shift_scores, segment_means
 from monitor.features.fbank import ecapa_db
 from monitor.features.fbank import kaldi_fbank as _kaldi
-from monitor.settings.config import load_config, tracker_thresholds_for
+from monitor.settings.config import load_config
+from monitor.tracking.thresholds import tracker_thresholds_for
 from monitor.tracking.turns import SHIPPED, ChangeModel, TurnSplitter, WindowFrames
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "speechocean762"

@@ -19,7 +19,7 @@ import pytest
 
 from monitor.cli import main
 from monitor.errors import InputError
-from monitor.score.trials import read_scores_key
+from monitor.scorefiles.trials import read_scores_key
 from monitor.userfiles import MAX_CONFIG_BYTES, MAX_LINE_BYTES, read_bytes, regular_file
 
 ERROR_PREFIX = "voxmeter: error: "

@@ -16,7 +16,7 @@ import pytest
 from monitor.cli import app
 from monitor.disclosure.composition import MAX_EPSILON_NATS
 from monitor.errors import ConfigError, InputError
-from monitor.score.compose import compose_rows
+from monitor.scorefiles.compose import compose_rows
 from monitor.settings.config import load_config
 from tests.test_cli_hardening import entries, link_speakers, one_error_line, runner
 

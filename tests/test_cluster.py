@@ -22,8 +22,8 @@ from monitor.disclosure.matrix_scan import InMemoryRows
 from monitor.errors import InputError
 from monitor.features.base import embedding_backend
 from monitor.features.extract import _extract_batch, extract_many
-from monitor.score.matrix import matrix_report, rows_report
-from monitor.score.report import report_json
+from monitor.scorefiles.matrix import matrix_report, rows_report
+from monitor.scorefiles.report import report_json
 from monitor.store import open_store
 
 distributed = pytest.importorskip("distributed")
@@ -195,7 +195,7 @@ def test_the_lid_fit_on_the_matrix_itself_runs_on_the_workers_with_the_same_bits
     cluster_client, tmp_path
 ):
     from monitor.calibration.lid_fit import fit_layout, fit_lid_calibration
-    from monitor.score.npy_rows import NpyRows, fit_lid_on_workers
+    from monitor.scorefiles.npy_rows import NpyRows, fit_lid_on_workers
 
     T, N = 7000, 320  # more than one of the fit's row groups, and the warm start's sample
     S, m = SyntheticMatrix(T=T, N=N, seed=9, separation=1.2)(0, T)

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from monitor.cli import app
 from monitor.corpus import scan_corpus
+from monitor.enrolment.enroll import enroll_corpus
 from monitor.features.base import get_feature
 from monitor.features.extract import FeatureCache, extract_many
 from monitor.store import open_store
-from monitor.store.enroll import enroll_corpus
 
 runner = CliRunner(env={"COLUMNS": "1000"})
 SPEAKERS = 4

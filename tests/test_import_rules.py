@@ -2,7 +2,9 @@
 
 - no import circles among monitor's modules (imports under TYPE_CHECKING and inside functions
   count, as in ../shared/hooks/import_circles.py: a circle is a design question first);
-- every package imports only from its own layer's package or from layers below it;
+- every package imports only from its own layer's package or from layers below it, and
+  :data:`LAYERS` places every package and top-level module of monitor/ once (none missing, none
+  stale);
 - monitor/disclosure/ (pure math) imports no I/O module and calls no ``open``;
 - one module talks to Dask (monitor/blocks/workers.py);
 - no module in monitor/ is over 500 lines, except those named in :data:`LONG_MODULES` with why;
@@ -49,7 +51,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("features", "protect", "sources"),
     ("corpus",),
     ("calibration",),
-    ("store", "score", "settings"),
+    ("store", "scorefiles", "settings"),
+    ("enrolment",),
     ("events", "population"),
     ("scoring", "load", "relay"),
     ("tracking", "ledger"),
@@ -245,6 +248,20 @@ def test_no_import_circles_in_bench_and_scripts() -> None:
 
 def test_every_package_imports_only_lower_layers() -> None:
     assert layer_violations(ROOT) == []
+
+
+def top_level_names(root: Path) -> set[str]:
+    """The packages and modules directly under ``root`` (what :data:`LAYERS` places)."""
+    packages = {p.name for p in root.iterdir() if (p / "__init__.py").is_file()}
+    modules = {p.stem for p in root.glob("*.py") if p.stem != "__init__"}
+    return packages | modules
+
+
+def test_layers_place_every_package_once() -> None:
+    placed = [name for layer in LAYERS for name in layer]
+    assert len(placed) == len(set(placed)), "a package placed on two layers"
+    # a package moved or renamed leaves no stale name behind, and a new one is placed
+    assert set(placed) == top_level_names(ROOT)
 
 
 def test_disclosure_imports_no_io_and_opens_no_file() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 
 from monitor.calibration.buckets import _from_jsonable
 from monitor.jsonsafe import finite_bits, jsonable
-from monitor.score.report import to_json_text
+from monitor.scorefiles.report import to_json_text
 
 VALUES = {
     1: [np.float64("nan"), np.inf, -np.inf, np.float32(1.5)],

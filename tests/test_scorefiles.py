@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from monitor.errors import InputError
-from monitor.score.matrix_files import read_matrix, read_matrix_trials, read_truth
-from monitor.score.trials import read_scores_key
+from monitor.scorefiles.matrix_files import read_matrix, read_matrix_trials, read_truth
+from monitor.scorefiles.trials import read_scores_key
 
 
 def write(path: Path, text: str) -> Path:
@@ -172,7 +172,7 @@ def _reference_join(scores: str, key: str) -> tuple[list[float], list[float]]:
 def test_streamed_join_matches_the_line_parser(tmp_path, monkeypatch, block_bytes, separator):
     # Small blocks put chunk boundaries everywhere; tabs and mixed whitespace take the other
     # delimiter and the line-by-line path; blank lines and unkeyed scores are sprinkled in.
-    import monitor.score.trial_text as trial_text
+    import monitor.scorefiles.trial_text as trial_text
 
     monkeypatch.setattr(trial_text, "_BLOCK_BYTES", block_bytes)
     rng = np.random.default_rng(7)
@@ -214,7 +214,7 @@ def test_streamed_join_matches_the_line_parser(tmp_path, monkeypatch, block_byte
 def test_errors_far_into_a_streamed_file_name_the_line(
     tmp_path, monkeypatch, scores, where, problem
 ):
-    import monitor.score.trial_text as trial_text
+    import monitor.scorefiles.trial_text as trial_text
 
     monkeypatch.setattr(trial_text, "_BLOCK_BYTES", 64)
     s = write(tmp_path / "s.txt", scores)
@@ -235,7 +235,7 @@ def test_a_file_that_is_not_utf8_is_named(tmp_path):
 def test_pairs_that_share_a_hash_are_told_apart(tmp_path, monkeypatch):
     # A hash with only 997 values: key pairs collide at some seeds (another seed is taken) and
     # thousands of unkeyed score pairs share a key pair's hash (the strings tell them apart).
-    import monitor.score.trials as trials
+    import monitor.scorefiles.trials as trials
 
     strong = trials.pair_hashes
     monkeypatch.setattr(
@@ -257,7 +257,7 @@ def test_pairs_that_share_a_hash_are_told_apart(tmp_path, monkeypatch):
 def test_key_chunks_with_longer_names_or_shorter_lines_later(tmp_path, monkeypatch):
     # Tiny blocks: the first chunks have long lines (few rows guessed for the file), later
     # ones short lines (the key block grows) and then longer names (the key block widens).
-    import monitor.score.trial_text as trial_text
+    import monitor.scorefiles.trial_text as trial_text
 
     monkeypatch.setattr(trial_text, "_BLOCK_BYTES", 256)
     names = [(f"enroll-{'x' * 30}-{i}", f"trial-{'y' * 30}-{i}") for i in range(20)]

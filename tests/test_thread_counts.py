@@ -13,8 +13,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from monitor.blocks.synthetic import SyntheticMatrix
-from monitor.score.matrix import matrix_report
-from monitor.score.report import report_json
+from monitor.scorefiles.matrix import matrix_report
+from monitor.scorefiles.report import report_json
 from tests.calibration.synthetic import synthetic_speakers
 
 

@@ -41,7 +41,7 @@ FORMAT_VERSION = 1
 LOSSES: tuple[str, ...] = ("ll", "ms", "wms", "rwms", "cll")
 DEFAULT_BUCKETS: tuple[float, ...] = (1.0, 2.0, 3.0, 6.0, 12.0, 24.0, 48.0, 96.0)
 """Test-speech seconds per bucket; the corpus decides how many are kept. The 1 s and 2 s
-buckets are fitted on crops of utterances (:mod:`monitor.calibration.tracking`): short windows
+buckets are fitted on crops of utterances (:mod:`monitor.calibration.crops`): short windows
 end at a turn."""
 DEFAULT_TEMPLATE_SECONDS = 12.0
 """Speech behind each template in calibration trials (an enrolment of a few utterances)."""

@@ -21,6 +21,15 @@ from monitor.calibration.buckets import (
     CalibrationSet,
     sorted_buckets,
 )
+from monitor.calibration.crops import (
+    SHORT_BUCKETS,
+    TRACKING_LENGTHS,
+    Crops,
+    cosine_statistics,
+    crop_speakers,
+    crop_trials,
+    narrow_statistics,
+)
 from monitor.calibration.fit_rows import fit_on_workers
 from monitor.calibration.protocol import (
     PooledTrials,
@@ -29,15 +38,6 @@ from monitor.calibration.protocol import (
     pool_trials,
     scored_trials,
     speech_listing,
-)
-from monitor.calibration.tracking import (
-    SHORT_BUCKETS,
-    TRACKING_LENGTHS,
-    Crops,
-    cosine_statistics,
-    crop_speakers,
-    crop_trials,
-    narrow_statistics,
 )
 from monitor.corpus.speakers import (
     MIN_SPEECH_SECONDS,

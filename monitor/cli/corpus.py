@@ -60,7 +60,7 @@ from monitor.numerals import ascii_float
 
 if TYPE_CHECKING:
     from monitor.calibration.buckets import CalibrationSet
-    from monitor.store.enroll import EnrolmentReport
+    from monitor.enrolment.enroll import EnrolmentReport
 
 
 @user_errors
@@ -88,9 +88,9 @@ def enroll_command(
     from monitor.blocks.workers import shared_scheduler
     from monitor.cli.audit_options import lazy_template_alpha
     from monitor.corpus import check_speaker_names, scan_corpus
+    from monitor.enrolment.enroll import enroll_corpus
     from monitor.features.extract import FeatureCache, default_cache_dir
     from monitor.store import open_store
-    from monitor.store.enroll import enroll_corpus
 
     select_embedding(embedding)
     names = _enrolment_features(features, utterances, seconds, local)

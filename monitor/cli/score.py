@@ -179,8 +179,8 @@ def score_command(
     With --jobs N or --scheduler, Dask workers read row blocks of a .npy matrix from the file
     (it must be at the same path on every worker) and the figures are those of one process.
     """
-    from monitor.score.command import score_report_from_files
-    from monitor.score.report import render_report, report_json, to_json_text
+    from monitor.scorefiles.command import score_report_from_files
+    from monitor.scorefiles.report import render_report, report_json, to_json_text
 
     with _PassBar() as progress:
         report = score_report_from_files(
@@ -216,8 +216,13 @@ def compose_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
     """Composed ε after k releases: basic, advanced (Kairouz Thm 3.4) and optimal (Thm 3.3)."""
-    from monitor.score.compose import compose_json, compose_rows, parse_steps, render_composition
-    from monitor.score.report import to_json_text
+    from monitor.scorefiles.compose import (
+        compose_json,
+        compose_rows,
+        parse_steps,
+        render_composition,
+    )
+    from monitor.scorefiles.report import to_json_text
 
     # click options take one value each; the further step counts arrive as extra arguments.
     rows = compose_rows(epsilon, delta, parse_steps([steps, *ctx.args]))

@@ -39,12 +39,13 @@ from monitor.logs import configure_logging
 from monitor.population.shipped import ShippedPopulation, join, load_shipped
 from monitor.scoring.population import PopulationView
 from monitor.scoring.scorer import Scorer
-from monitor.settings.config import source_specs, tracker_thresholds_for
+from monitor.settings.config import source_specs
 from monitor.settings.sections import Config
 from monitor.sources.spec import Retry, open_sources
 from monitor.store.database import Store, open_store
 from monitor.store.templates import model_name
 from monitor.tracking.narrow import NarrowCopies, load_narrow
+from monitor.tracking.thresholds import tracker_thresholds_for
 from monitor.userfiles import socket_problem
 
 logger = logging.getLogger("monitor.daemon.pipeline")  # the name operators' log filters know

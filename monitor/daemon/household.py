@@ -3,7 +3,7 @@ Assistant (:mod:`monitor.tracking.enrolment`, :mod:`monitor.exporters.enrolment`
 
 :class:`LiveHousehold` is the enrolment's :class:`~monitor.tracking.enrolment.Household`: it
 writes a new member as ``voxmeter enroll --local`` does (one transaction:
-:func:`monitor.store.live.live_enrolment`, ``bulk_replace_templates``), removes a forgotten
+:func:`monitor.enrolment.live.live_enrolment`, ``bulk_replace_templates``), removes a forgotten
 one (``remove_identity``: templates and profile), then reloads what the measuring side holds of
 the household — the scorer's N templates, the narrow-band copies, the tracker's profiles
 (unknown tracks, rooms and turns carry on) — and tells the exporters (``HouseholdChanged``).
@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from monitor.enrolment.live import live_enrolment
 from monitor.errors import StoreError
 from monitor.events.messages import Exporter, HouseholdChanged
 from monitor.exporters.enrolment import EnrolmentMqtt, enrolment_entities
@@ -29,7 +30,6 @@ from monitor.features.base import Observation
 from monitor.scoring.scorer import Scorer
 from monitor.settings.sections import Config
 from monitor.store.database import Store
-from monitor.store.live import live_enrolment
 from monitor.tracking.enrolment import EnrolmentSession
 from monitor.tracking.narrow import NarrowCopies, cohort_of
 

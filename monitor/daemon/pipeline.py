@@ -61,11 +61,12 @@ from monitor.load.shedding import LoadShedder, measuring_executor
 from monitor.scoring.evidence import TrackEvidence, WindowFeatures
 from monitor.scoring.received import track_scorer_for
 from monitor.scoring.scorer import Scorer
-from monitor.settings.config import tracker_settings, tracker_thresholds_for
+from monitor.settings.config import tracker_settings
 from monitor.settings.sections import Config
 from monitor.store.database import Store
 from monitor.tracking.consistency import load_consistency
 from monitor.tracking.narrow import NarrowCopies, cohort_of
+from monitor.tracking.thresholds import tracker_thresholds_for
 from monitor.tracking.tracker import EMBEDDING, SpeakerTracker
 from monitor.tracking.turns import TurnSplitter
 

@@ -12,7 +12,7 @@ asking this process: :class:`RelayFeed` tells it, over the channel (each source'
 :class:`~monitor.wyoming.channel.Uplink`), every relaying source's verdict whenever it changes —
 only once the ledger's budget states are restored (``DaemonStarted``), so a restarting daemon
 never tells it "nobody is over budget" before it knows. The relay keeps the last verdict it
-heard while this process is gone (:mod:`monitor.relay.protect` says why).
+heard while this process is gone (:mod:`monitor.protect.relay_process` says why).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from monitor.exporters.homeassistant import HomeAssistantExporter
 from monitor.exporters.protection import ProtectionMqtt, protection_entities
 from monitor.protect import METHODS
 from monitor.protect.mcadams import parse_alpha
+from monitor.protect.messages import PROTECT
 from monitor.protect.policy import ProtectionPolicy
 from monitor.protect.relay import transform_factory
-from monitor.relay.messages import PROTECT
 from monitor.settings.sections import Config
 from monitor.wyoming.channel import Uplink
 

@@ -14,7 +14,7 @@ One file per backend, ``data/population-<backend>.npz`` (built by
 - ``f0``, ``phone`` (N, D) float32: histograms normalised to sum 1 (the scorer normalises
   them anyway, so the counts' scale carries nothing);
 - ``embedding``, ``embedding+narrow`` (N, D) float16: unit vectors (the wide-band template
-  and its narrow-band copy, :mod:`monitor.store.variants`); float16 moves a cosine by < 10⁻³;
+  and its narrow-band copy, :mod:`monitor.enrolment.variants`); float16 moves a cosine by < 10⁻³;
 - ``seconds`` (N,): speech seconds pooled into each template;
 - ``models``: JSON, feature → the version that made its templates; ``facts``: JSON, where
   the data came from;
@@ -38,9 +38,9 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.disclosure.population import PopulationSet
+from monitor.enrolment.variants import narrow_model, narrow_name
 from monitor.errors import InputError
 from monitor.features.base import TemplateBatch, embedding_class, get_feature
-from monitor.store.variants import narrow_model, narrow_name
 
 __all__ = [
     "ALIAS_PREFIX",

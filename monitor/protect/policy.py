@@ -15,7 +15,7 @@ transitions, period resets, the Home Assistant switch); the relay asks :meth:`de
 ``audio-start``. Both run on the event loop's thread, so no lock. With the relay in a process
 of its own, the daemon tells it each source's :meth:`verdict` whenever ``on_update`` fires
 (:mod:`monitor.daemon.protection`), and the relay decides from what it was told
-(:mod:`monitor.relay.protect`).
+(:mod:`monitor.protect.relay_process`).
 """
 
 from __future__ import annotations

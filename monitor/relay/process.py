@@ -18,7 +18,7 @@ It reads its few keys of config.toml itself — ``audio.sources`` or else ``daem
 modules; ``voxmeter run`` checks the whole file.
 
 With ``[protect] mode`` other than ``off`` this process anonymises what it sends upstream
-(:mod:`monitor.relay.protect`: the same transform as in-process, each utterance decided
+(:mod:`monitor.protect.relay_process`: the same transform as in-process, each utterance decided
 here from the verdict the measuring process last sent over the channel) and only then imports
 numpy and scipy (the anonymiser's); with ``off`` it imports neither.
 """
@@ -40,7 +40,7 @@ from typing import Any
 from monitor.errors import ConfigError, InputError, VoxmeterError
 from monitor.logs import configure_logging
 from monitor.protect import METHODS, MODES
-from monitor.relay.messages import PROTECT
+from monitor.protect.messages import PROTECT
 from monitor.userfiles import read_bytes, socket_path_problem
 from monitor.wyoming.channel import CAPACITY_BYTES, ChannelServer
 from monitor.wyoming.relay import SCHEME, ProxyEndpoint, ProxyServer, parse_proxy
@@ -181,7 +181,7 @@ class RelayProcess:
         self.channel.on_message = _ignore_verdicts()
         protection = None
         if config.protect_mode != "off":  # only then numpy and scipy: the anonymiser's
-            from monitor.relay.protect import relay_protection
+            from monitor.protect.relay_process import relay_protection
 
             protection = relay_protection(config.protect_mode, config.protect_alpha)
             self.channel.on_message = protection.on_message

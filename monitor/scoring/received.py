@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.audio.frames import RATE_HZ
+from monitor.enrolment.lazy import lazy_name
 from monitor.errors import StoreError
 from monitor.events.figures import Disclosure, ReceivedFigures
 from monitor.events.messages import FeatureWindow, TrackedWindow
@@ -47,7 +48,6 @@ from monitor.protect.backend import Backend, shipped_backend
 from monitor.scoring.evidence import ScoredWindow, TrackScorer
 from monitor.scoring.scorer import PreparedTemplates, Scorer, score_track
 from monitor.store.database import Store
-from monitor.store.lazy import lazy_name
 from monitor.vocabulary import TRACKING_FEATURE, FigureKey
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,6 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from monitor.calibration.tracking import TrackerThresholds, tracker_thresholds
 from monitor.errors import ConfigError, InputError
 from monitor.settings.checks import Check
 from monitor.settings.sections import SECTIONS, Config, MqttSettings
@@ -194,44 +193,6 @@ def documented_defaults() -> dict[str, dict[str, tuple[Any, str]]]:
         section: {f.name: (getattr(kind(), f.name), f.metadata["doc"]) for f in fields(kind)}
         for section, kind in SECTIONS.items()
     }
-
-
-def tracker_thresholds_for(
-    config: Config, calibration: Any, band: str = "wide"
-) -> TrackerThresholds | None:
-    """Thresholds fitted on the calibration's cosine distributions at the configured error
-    rates, or None (a calibration without them: the fixed :data:`TRACKER_THRESHOLDS`).
-    ``band="narrow"``: the distributions measured on band-limited crops (``tracking_narrow``)."""
-    key = "tracking_narrow" if band == "narrow" else "tracking"
-    tracking = getattr(calibration, "metadata", {}).get(key)
-    t = config.tracker
-    if not tracking:
-        return None
-    fitted = tracker_thresholds(
-        tracking,
-        false_member_rate=t.false_member_rate,
-        false_join_rate=t.false_join_rate,
-        false_change_rate=t.false_change_rate,
-    )
-    lengths = len(fitted.lengths)
-    if not t.normalise:
-        fitted = replace(fitted, cohort_top=0, profile_norm=(), ambiguous_norm=())
-    if t.profile_threshold:  # set in the configuration: it wins at every length, on cosines
-        fitted = replace(
-            fitted,
-            profile=(t.profile_threshold,) * lengths,
-            cohort_top=0,
-            profile_norm=(),
-            ambiguous_norm=(),
-        )
-    if t.cluster_threshold:
-        fitted = replace(
-            fitted,
-            cluster=(t.cluster_threshold,) * lengths,
-            mature=(t.cluster_threshold,) * lengths,
-            stay=(),
-        )
-    return fitted
 
 
 def tracker_settings(config: Config) -> TrackerSettings:

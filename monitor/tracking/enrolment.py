@@ -5,7 +5,7 @@ the next voice heard (:meth:`~EnrolmentSession.start`: the windows of one voice 
 until ``needed_seconds`` of speech) or names an unrecognised voice (:meth:`~EnrolmentSession.
 claim`: that ``unknown-N`` track's pooled speech so far). Either way the observations go to
 :class:`Household`'s ``enrol``, which writes them as ``voxmeter enroll --local`` does
-(:func:`monitor.store.live.live_enrolment`) and makes the tracker and scorer use the member at
+(:func:`monitor.enrolment.live.live_enrolment`) and makes the tracker and scorer use the member at
 once. Only features are held, never audio, and only until the profile is made or refused.
 
 One voice only. Windows are grouped into voices as the tracker groups them into unknown tracks:
@@ -32,10 +32,10 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from monitor.calibration.tracking import TrackerThresholds
 from monitor.corpus.scan import alias_problem
 from monitor.events.messages import FeatureWindow, TrackedWindow
 from monitor.features.base import Observation
+from monitor.tracking.thresholds import TrackerThresholds
 from monitor.tracking.unknown import unit
 from monitor.vocabulary import TRACKING_FEATURE
 

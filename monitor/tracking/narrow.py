@@ -2,7 +2,7 @@
 
 ``voxmeter enroll`` stores beside each identity's embedding template the template of the same
 files band-limited as an 8 kHz device delivers them (``embedding+narrow``,
-:mod:`monitor.store.variants`). A window from a source of at most 8 kHz
+:mod:`monitor.enrolment.variants`). A window from a source of at most 8 kHz
 (:attr:`~monitor.events.messages.FeatureWindow.band`) is then compared with those: the members'
 narrow profiles (their identity's narrow template) in the tracker, the N narrow templates in the
 scorer, and the tracker's thresholds come from the calibration's statistics on band-limited
@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from monitor.calibration.tracking import TrackerThresholds
+from monitor.enrolment.variants import narrow_model, narrow_name, room_model, room_name
 from monitor.errors import StoreError
 from monitor.features.base import Feature, Observation, TemplateBatch
 from monitor.population.shipped import ShippedPopulation, join
 from monitor.scoring.scorer import PreparedTemplates, Scorer
 from monitor.store.database import Store
 from monitor.store.templates import LOCAL_PROFILE_FEATURE, LocalProfile
-from monitor.store.variants import narrow_model, narrow_name, room_model, room_name
+from monitor.tracking.thresholds import TrackerThresholds
 
 logger = logging.getLogger("monitor.daemon.pipeline")
 

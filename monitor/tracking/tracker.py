@@ -1,7 +1,7 @@
 """Who is speaking: assign each window to a track.
 
 Thresholds are cosines read off the calibration's same- and other-speaker distributions at the
-window's length (:func:`monitor.calibration.tracking.tracker_thresholds`), so a 1 s window is
+window's length (:func:`monitor.tracking.thresholds.tracker_thresholds`), so a 1 s window is
 held to a 1 s standard; without them the fixed ``[tracker]`` cosines apply at every length.
 
 A window whose embedding is within the profile threshold of a local profile belongs to that
@@ -24,7 +24,7 @@ is matched against the nearer of a member's two profiles.
 
 A window from a narrow-band source (at most 8 kHz, :attr:`FeatureWindow.band`) is matched
 against the members' narrow-band profiles (made at enrolment from the same files band-limited,
-:mod:`monitor.store.variants`) with thresholds calibrated on band-limited crops; each band has
+:mod:`monitor.enrolment.variants`) with thresholds calibrated on band-limited crops; each band has
 its own adapted copies. A database without narrow copies tracks such a window against the
 wide-band profiles, with one warning (:class:`~monitor.tracking.narrow.NarrowCopies`).
 
@@ -46,7 +46,6 @@ import numpy.typing as npt
 from monitor.audio.band import Band
 from monitor.audio.frames import StreamKey
 from monitor.calibration.cohort import Cohort, cohort_for
-from monitor.calibration.tracking import TrackerThresholds, fixed_thresholds
 from monitor.events.messages import FeatureWindow, TrackedWindow, TrackExpired
 from monitor.settings.tracker import TrackerSettings
 from monitor.store.templates import LocalProfile
@@ -54,6 +53,7 @@ from monitor.tracking.adaptation import AdaptedProfiles
 from monitor.tracking.domain import SourceDomains
 from monitor.tracking.media import MediaTracks
 from monitor.tracking.narrow import NarrowCopies
+from monitor.tracking.thresholds import TrackerThresholds, fixed_thresholds
 from monitor.tracking.unknown import Cluster, UnknownTracks, unit
 from monitor.vocabulary import TRACKING_FEATURE
 

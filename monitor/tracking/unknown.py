@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from monitor.calibration.tracking import TrackerThresholds
 from monitor.events.messages import TrackExpired
 from monitor.settings.tracker import TrackerSettings
+from monitor.tracking.thresholds import TrackerThresholds
 
 _UNKNOWN = re.compile(r"^unknown-(\d+)$")
 SPREAD_SIGMAS = 4.0  # a mature track refuses windows this many spreads below its mean cosine

@@ -8,17 +8,20 @@ import pytest
 
 from monitor.calibration.buckets import load_default
 from monitor.calibration.cohort import COHORT_TOP
-from monitor.calibration.fit import calibrate_speakers
-from monitor.calibration.tracking import (
+from monitor.calibration.crops import (
     QUANTILES,
     TRACKING_LENGTHS,
     cosine_statistics,
     crop_trials,
+)
+from monitor.calibration.fit import calibrate_speakers
+from monitor.features.base import EMBEDDING_BACKENDS
+from monitor.settings.config import load_config
+from monitor.tracking.thresholds import (
     fixed_thresholds,
     tracker_thresholds,
+    tracker_thresholds_for,
 )
-from monitor.features.base import EMBEDDING_BACKENDS
-from monitor.settings.config import load_config, tracker_thresholds_for
 from tests.calibration.synthetic import synthetic_speakers
 
 FEATURES = ("f0", "phone", "embedding")

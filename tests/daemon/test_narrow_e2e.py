@@ -20,10 +20,10 @@ from typer.testing import CliRunner
 from monitor.audio.file import read_audio
 from monitor.cli import app
 from monitor.daemon.build import build_pipeline
+from monitor.enrolment.variants import narrow_name, room_name
 from monitor.events.messages import FeatureWindow
 from monitor.settings.config import load_config
 from monitor.store.database import open_store
-from monitor.store.variants import narrow_name, room_name
 
 pytestmark = [pytest.mark.corpus, pytest.mark.slow]
 

@@ -24,13 +24,13 @@ from monitor.audio.file import read_audio
 from monitor.corpus import scan_corpus
 from monitor.daemon.pipeline import Pipeline
 from monitor.daemon.protection import ProtectionObserver
+from monitor.enrolment.lazy import lazy_name, lazy_templates
 from monitor.exporters.prometheus import PrometheusExporter
 from monitor.features.base import FEATURE_NAMES
 from monitor.ledger.budget import period_start
 from monitor.protect.mcadams import Alpha
 from monitor.settings.sections import PrometheusSettings
 from monitor.store.database import open_store
-from monitor.store.lazy import lazy_name, lazy_templates
 from monitor.store.templates import Enrolment, current_model
 from tests.daemon.proxy_daemon import proxied_daemon
 from tests.daemon_corpus import TEMPLATE_UTTERANCES, DaemonCorpus

@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from monitor.cli import app
+from monitor.enrolment.enroll import _file_problem, _pool_kept
 from monitor.features.base import Observation
 from monitor.features.extract import FileFeatures
-from monitor.store.enroll import _file_problem, _pool_kept
 
 runner = CliRunner(env={"COLUMNS": "1000"})
 FAST = ("--features", "f0,embedding")  # pocketsphinx adds minutes and nothing these tests check

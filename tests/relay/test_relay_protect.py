@@ -27,7 +27,7 @@ from monitor.daemon.protection import ProtectionObserver, RelayFeed, protection_
 from monitor.events.messages import DaemonStarted, StateChanged
 from monitor.protect.mcadams import Alpha, McAdamsStream
 from monitor.protect.policy import ProtectionPolicy
-from monitor.relay.protect import RelayedPolicy
+from monitor.protect.relay_process import RelayedPolicy
 from monitor.settings.config import load_config
 from monitor.vocabulary import PROTECT_KEY
 from monitor.wyoming.channel import Uplink
@@ -257,7 +257,7 @@ def test_the_relay_keeps_protecting_when_the_measuring_process_is_sigkilled(
     """``voxmeter relay`` and ``voxmeter run`` as their units start them, ``exceeded`` mode, a
     budget of 1 bit: commands of the enrolled speaker pass clear until the budget is crossed,
     then anonymised; the measuring process is SIGKILLed and the relay keeps protecting every
-    command (the last verdict stands: module docstring of monitor/relay/protect.py),
+    command (the last verdict stands: module docstring of monitor/protect/relay_process.py),
     each still transcribed by the real upstream; started again, the measuring process restores
     the exceeded budget from the ledger and the relay goes on protecting."""
     from tests.realparts.wyoming_upstreams import serve

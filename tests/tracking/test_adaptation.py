@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.calibration.tracking import tracker_thresholds
 from monitor.events.messages import FeatureWindow
 from monitor.features.base import Observation
 from monitor.settings.tracker import TrackerSettings
 from monitor.tracking.adaptation import AdaptedProfiles
+from monitor.tracking.thresholds import tracker_thresholds
 from monitor.tracking.tracker import SpeakerTracker
 from tests.tracking.test_tracker import (
     FakeClock,

@@ -94,7 +94,8 @@ def test_one_voice_in_a_reverberant_room_is_one_voice(
     from bench.rooms import daemon_windows, make_room, pink_noise
     from monitor.calibration.buckets import load_default
     from monitor.features.base import get_feature, set_embedding_backend
-    from monitor.settings.config import load_config, tracker_thresholds_for
+    from monitor.settings.config import load_config
+    from monitor.tracking.thresholds import tracker_thresholds_for
 
     set_embedding_backend("ecapa")
     thresholds = tracker_thresholds_for(load_config(None, []), load_default("ecapa"))

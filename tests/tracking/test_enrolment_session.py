@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 
-from monitor.calibration.tracking import fixed_thresholds
 from monitor.events.messages import FeatureWindow, TrackedWindow
 from monitor.features.base import Observation
 from monitor.tracking.enrolment import (
@@ -21,6 +20,7 @@ from monitor.tracking.enrolment import (
     REFUSED,
     EnrolmentSession,
 )
+from monitor.tracking.thresholds import fixed_thresholds
 
 DIM = 16
 

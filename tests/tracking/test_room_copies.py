@@ -14,9 +14,9 @@ import pytest
 from scipy.signal import fftconvolve
 
 from monitor.audio.reverb import in_a_room, synthetic_rir
-from monitor.calibration.tracking import tracker_thresholds
 from monitor.settings.tracker import TrackerSettings
 from monitor.tracking.adaptation import AdaptedProfiles
+from monitor.tracking.thresholds import tracker_thresholds
 from tests.tracking.test_adaptation import WINDOW_SECONDS, _speech, _windows
 from tests.tracking.test_tracker import unit
 

@@ -7,11 +7,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from monitor.calibration.tracking import TrackerThresholds
 from monitor.events.messages import FeatureWindow
 from monitor.features.base import Observation
 from monitor.settings.tracker import TrackerSettings
 from monitor.store.templates import LocalProfile
+from monitor.tracking.thresholds import TrackerThresholds
 from monitor.tracking.tracker import SpeakerTracker
 
 D = 16

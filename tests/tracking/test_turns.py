@@ -160,7 +160,8 @@ def splitter() -> Iterator[TurnSplitter]:
     daemon corpus) would otherwise take ECAPA instead of the default backend."""
     from monitor.calibration.buckets import load_default
     from monitor.features.base import EMBEDDING_ENV, get_feature, set_embedding_backend
-    from monitor.settings.config import load_config, tracker_thresholds_for
+    from monitor.settings.config import load_config
+    from monitor.tracking.thresholds import tracker_thresholds_for
 
     before = os.environ.get(EMBEDDING_ENV)
     set_embedding_backend("ecapa")

@@ -10,7 +10,7 @@ cropped to its first ``L`` seconds of speech, each crop observed under every fea
   speaker's template and against every other speaker's (``profile_*``), and crop against crop
   of another utterance of the same speaker or of another speaker (``window_*``). The tracker
   and the turn splitter take their thresholds from these quantiles
-  (:func:`tracker_thresholds`), never from hand-set cosines.
+  (:func:`monitor.tracking.thresholds.tracker_thresholds`), never from hand-set cosines.
 
 The same statistics are kept for a narrow-band device (``tracking_narrow``,
 :func:`narrow_statistics`): every utterance band-limited as an 8 kHz device delivers it
@@ -30,7 +30,6 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -249,102 +248,3 @@ def narrow_statistics(
     ]
     stats = cosine_statistics(narrow, crops, template_seconds=template_seconds)
     return stats | {"band": "narrow, 8 kHz device (scipy resample_poly 16k→8k→16k)"}
-
-
-@dataclass(frozen=True)
-class TrackerThresholds:
-    """Cosines the tracker and the turn splitter use, per window length (seconds → cosine)."""
-
-    lengths: tuple[float, ...]
-    profile: tuple[float, ...]  # a window this close to a local profile is that member
-    cluster: tuple[float, ...]  # a window this close to a young unknown track's centroid joins
-    mature: tuple[float, ...]  # ... to a track holding a template's worth of speech
-    ambiguous: tuple[float, ...]  # this close to a profile: may be the member, opens no track
-    merge: float  # two unknown tracks' centroids this close are one voice
-    change: float  # adjacent 1 s parts below this are two voices
-    mature_seconds: float = 12.0  # speech behind the calibration's templates
-    stay: tuple[float, ...] = ()  # a window continuing a turn this close to its track stays
-    # (empty: ``cluster``)
-    cohort_top: int = 0  # cohort cosines per side of the AS-norm (0: raw cosines decide)
-    profile_norm: tuple[float, ...] = ()  # ``profile`` and ``ambiguous`` on AS-normed scores
-    ambiguous_norm: tuple[float, ...] = ()
-    own: tuple[float, ...] = ()  # a voice's median cosine to its own template (profile_same)
-
-    def staying(self, seconds: float) -> float:
-        """The cosine a window that continues a turn needs to stay with the turn's track."""
-        return self.at(self.stay or self.cluster, seconds)
-
-    def at(self, values: tuple[float, ...], seconds: float) -> float:
-        """The threshold of the longest calibrated length ≤ ``seconds`` (the shortest below)."""
-        index = max(0, int(np.searchsorted(self.lengths, seconds + 1e-9)) - 1)
-        return values[index]
-
-
-def _level(stats: Mapping[str, Any], key: str, level: float, quantiles: Sequence[float]) -> float:
-    return float(np.interp(level, quantiles, stats[key]))
-
-
-def tracker_thresholds(
-    tracking: Mapping[str, Any],
-    *,
-    false_member_rate: float,
-    false_join_rate: float,
-    false_change_rate: float,
-    ambiguous_rate: float = 0.05,
-) -> TrackerThresholds:
-    """Thresholds read off the calibration's cosine quantiles at the configured error rates.
-
-    A stranger's window passes one profile's threshold with probability ``false_member_rate``
-    (profile_other); another voice's window joins a track with ``false_join_rate``
-    (window_other); a voice's own 1 s parts are split with ``false_change_rate`` (window_same).
-    Two tracks merge when their centroids are closer than a stranger's window to a profile at
-    the longest length, at the member rate (pooled centroids are at least that long). A window
-    that continues a turn (no pause, no change found) stays with the turn's track unless it is
-    as far from it as only ``false_change_rate`` of a voice's own windows are from its template
-    (profile_same): a turn's 1 s tail proves little, but nothing says the voice changed.
-    Statistics with AS-normed profile scores (:mod:`monitor.calibration.cohort`) give the
-    member and ambiguity thresholds on those scores too, at the same rates; ``own``, a voice's
-    median cosine to its own template, stands for the own template the calibration's cohort
-    always held (:meth:`monitor.calibration.cohort.Cohort.normalise`).
-    """
-    q = tracking["quantiles"]
-    table = tracking["lengths"]
-    lengths = tuple(sorted(float(k) for k in table))
-    rows = [table[f"{s:g}"] for s in lengths]
-    cluster = tuple(_level(r, "window_other", 1 - false_join_rate, q) for r in rows)
-    normed = all("profile_other_snorm" in r for r in rows)
-    return TrackerThresholds(
-        lengths=lengths,
-        profile=tuple(_level(r, "profile_other", 1 - false_member_rate, q) for r in rows),
-        cluster=cluster,
-        mature=tuple(_level(r, "profile_other", 1 - false_join_rate, q) for r in rows),
-        ambiguous=tuple(_level(r, "profile_other", 1 - ambiguous_rate, q) for r in rows),
-        merge=_level(rows[-1], "profile_other", 1 - false_member_rate, q),
-        change=_level(rows[0], "window_same", false_change_rate, q),
-        stay=tuple(
-            min(_level(r, "profile_same", false_change_rate, q), c)
-            for r, c in zip(rows, cluster, strict=True)
-        ),
-        cohort_top=int(tracking.get("cohort_top", 0)) if normed else 0,
-        profile_norm=tuple(
-            _level(r, "profile_other_snorm", 1 - false_member_rate, q) for r in rows
-        ) if normed else (),
-        ambiguous_norm=tuple(
-            _level(r, "profile_other_snorm", 1 - ambiguous_rate, q) for r in rows
-        ) if normed else (),
-        own=tuple(_level(r, "profile_same", 0.5, q) for r in rows),
-    )  # fmt: skip
-
-
-def fixed_thresholds(profile: float, cluster: float) -> TrackerThresholds:
-    """Set cosines for every length (a calibration without cosine statistics, or thresholds
-    set in the configuration); no change detection, ambiguity or merges beyond them."""
-    return TrackerThresholds(
-        lengths=(0.0,),
-        profile=(profile,),
-        cluster=(cluster,),
-        mature=(cluster,),
-        ambiguous=(profile,),
-        merge=max(profile, cluster),
-        change=-1.0,
-    )

@@ -3,8 +3,8 @@
 The CLI stays a thin parser: it calls :func:`score_report_from_files` and hands the result to
 :func:`render_report` or to :func:`to_json_text`. Units: bits for disclosures,
 rates stored as fractions (printed as %). Pooled trials need numpy and pyarrow only; the matrix
-report lives in :mod:`monitor.score.matrix` and ``voxmeter compose`` in
-:mod:`monitor.score.compose`.
+report lives in :mod:`monitor.scorefiles.matrix` and ``voxmeter compose`` in
+:mod:`monitor.scorefiles.compose`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from monitor.disclosure.baselines import baselines_of_blocks, cllr, linkability
 from monitor.disclosure.blocks import gap_values, pooled_blocks
 from monitor.disclosure.zebra import ZebraResult, finite_scores, zebra_of_blocks
 from monitor.jsonsafe import jsonable
-from monitor.score.trials import PairScores
+from monitor.scorefiles.trials import PairScores
 
 if TYPE_CHECKING:
     from rich.console import Console

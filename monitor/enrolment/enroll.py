@@ -25,12 +25,12 @@ import numpy as np
 
 from monitor.corpus import Corpus, check_speaker_names
 from monitor.corpus.duplicates import find_duplicates, fingerprint, warn_duplicates
+from monitor.enrolment.live import pool_kept
 from monitor.errors import InputError
 from monitor.features.base import FEATURE_NAMES, Observation
 from monitor.features.extract import FeatureCache, FileFeatures, extract_many
 from monitor.protect.mcadams import Alpha
 from monitor.store.database import Store
-from monitor.store.live import pool_kept
 from monitor.store.templates import LOCAL_PROFILE_FEATURE, Enrolment
 
 __all__ = [
@@ -99,7 +99,7 @@ def _file_problem(
 
 def _pool_kept(feature: str, results: Sequence[FileFeatures]) -> Observation:
     """The feature's pool over the files that carry evidence for it (the same pool a live
-    enrolment makes of its windows, :func:`monitor.store.live.pool_kept`)."""
+    enrolment makes of its windows, :func:`monitor.enrolment.live.pool_kept`)."""
     return pool_kept(feature, [r.observations[feature] for r in results])
 
 
@@ -306,7 +306,7 @@ def _with_variant(
     enrolments: list[Enrolment], templates: dict[str, Observation], name: str, model: str
 ) -> list[Enrolment]:
     """Each enrolment with its variant template ``name`` added (the same files transformed,
-    :mod:`monitor.store.variants`), recorded as made by ``model``."""
+    :mod:`monitor.enrolment.variants`), recorded as made by ``model``."""
     return [
         dataclasses.replace(
             e,
@@ -328,8 +328,8 @@ def with_narrow(
 ) -> list[Enrolment]:
     """Each enrolment with the narrow-band template of its ``files`` added (what ``enroll``
     stores by default; benchmarks that pool their own templates call this)."""
+    from monitor.enrolment.variants import narrow_model, narrow_name, narrow_templates
     from monitor.store.templates import current_model
-    from monitor.store.variants import narrow_model, narrow_name, narrow_templates
 
     copies = narrow_templates(files, jobs=jobs, scheduler=scheduler)
     model = narrow_model(current_model("embedding"))
@@ -346,8 +346,8 @@ def with_room(
     """Each enrolment with the far-field template of its ``files`` added (the same files in
     seeded synthetic rooms, :mod:`monitor.audio.reverb`): what ``enroll --local`` stores by
     default for the tracker."""
+    from monitor.enrolment.variants import room_model, room_name, room_templates
     from monitor.store.templates import current_model
-    from monitor.store.variants import room_model, room_name, room_templates
 
     copies = room_templates(files, jobs=jobs, scheduler=scheduler)
     model = room_model(current_model("embedding"))
@@ -371,7 +371,7 @@ def _with_variants(
     files = {s.alias: s.files for s in enrolled}
     embedding = current_model("embedding")
     if alpha is not None:
-        from monitor.store.lazy import lazy_name, lazy_templates
+        from monitor.enrolment.lazy import lazy_name, lazy_templates
 
         lazy = lazy_templates(files, alpha, jobs=jobs, scheduler=scheduler)
         enrolments = _with_variant(enrolments, lazy, lazy_name(), f"{embedding}+mcadams({alpha})")
@@ -408,9 +408,9 @@ def enroll_corpus(
     feature's template only. Raises ``ValueError`` for bad options, ``InputError`` for a
     speaker folder that is not a valid alias (before any extraction) or when no speaker has
     usable speech. ``protect``: also store each speaker's lazy-informed embedding template
-    (the same files anonymised by McAdams with this α, :mod:`monitor.store.lazy`). ``narrow``:
+    (the same files anonymised by McAdams with this α, :mod:`monitor.enrolment.lazy`). ``narrow``:
     also store each speaker's narrow-band embedding template (``embedding+narrow``: the same
-    files as an 8 kHz device delivers them, :mod:`monitor.store.variants`), which the daemon
+    files as an 8 kHz device delivers them, :mod:`monitor.enrolment.variants`), which the daemon
     tracks and scores a narrow-band stream against. ``room``: also store each speaker's
     far-field template (``embedding+room``: the same files in synthetic reverberant rooms),
     which the tracker matches a member's far-field windows with.

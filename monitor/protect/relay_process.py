@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from monitor.protect.mcadams import Alpha, McAdamsStream, parse_alpha
+from monitor.protect.messages import PROTECT
 from monitor.protect.policy import Decision, ProtectionPolicy
 from monitor.protect.relay import transform_factory
-from monitor.relay.messages import PROTECT
 from monitor.wyoming.relay import TransformFactory
 
 logger = logging.getLogger(__name__)

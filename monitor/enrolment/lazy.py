@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from monitor.enrolment.variants import FEATURE, variant_templates
 from monitor.features.base import Observation
 from monitor.protect.files import DEFAULT_SEED, LAZY_SUFFIX, anonymise_file, utterance_alphas
 from monitor.protect.mcadams import Alpha
-from monitor.store.variants import FEATURE, variant_templates
 
 
 def lazy_name(feature: str = FEATURE) -> str:
@@ -33,7 +33,7 @@ def lazy_templates(
     """Speaker → the embedding template of its ``files`` anonymised (α per file from a seeded
     draw in speaker then file order); a speaker none of whose copies gives an embedding is left
     out. The copies live in a temporary folder, deleted before this returns
-    (:func:`monitor.store.variants.variant_templates`, as the narrow-band copies)."""
+    (:func:`monitor.enrolment.variants.variant_templates`, as the narrow-band copies)."""
     ordered = [Path(path) for paths in files.values() for path in paths]
     alphas = utterance_alphas(ordered, alpha, seed)
 

@@ -1,6 +1,6 @@
 """``voxmeter score --matrix``: the 1-to-N report of a score matrix visited in row blocks.
 
-Apart from :mod:`monitor.score.report` so that the pooled-trial path (``--scores/--key``) never
+Apart from :mod:`monitor.scorefiles.report` so that the pooled-trial path (``--scores/--key``) never
 imports what only a matrix needs (LID, SRD and their scipy fits).
 """
 
@@ -35,7 +35,7 @@ from monitor.disclosure.matrix_scan import (
 from monitor.disclosure.ranks import check_scores, histogram_of_rank_counts
 from monitor.disclosure.srd import fit_rank_model, srd_stats
 from monitor.disclosure.zebra import zebra_of_blocks
-from monitor.score.report import FIT_LOSSES, LID_SOURCES, ScoreReport, collect_notes
+from monitor.scorefiles.report import FIT_LOSSES, LID_SOURCES, ScoreReport, collect_notes
 
 
 def _matrix_pooled_metrics(rows: RowSource, mated: np.ndarray, scan: MatrixScan) -> dict[str, Any]:

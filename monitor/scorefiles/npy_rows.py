@@ -5,7 +5,7 @@ This process reads only the .npy header and the truth; every worker memory-maps 
 its absolute path and reads its own blocks of rows, so the matrix is never whole anywhere (and
 never pickled). On a cluster of several machines the file must be visible to every worker at
 that same path (a shared file system); a worker that cannot open it is one error line here.
-The figures are those of the single-process report (:func:`monitor.score.report.rows_report`
+The figures are those of the single-process report (:func:`monitor.scorefiles.report.rows_report`
 merges exactly).
 """
 
@@ -32,11 +32,11 @@ from monitor.calibration.lid_fit import (
 from monitor.disclosure.lid import LidCalibration
 from monitor.disclosure.ranks import chunk_rows, single_threaded_blas
 from monitor.errors import InputError
-from monitor.score.matrix_files import check_matrix_truth, read_matrix_trials, read_truth
+from monitor.scorefiles.matrix_files import check_matrix_truth, read_matrix_trials, read_truth
 
 if TYPE_CHECKING:
     from monitor.blocks.workers import Client
-    from monitor.score.report import ScoreReport
+    from monitor.scorefiles.report import ScoreReport
 
 #: progress(done, total) of the row blocks of one pass over the matrix.
 PassProgress = Callable[[int, int], None]
@@ -138,11 +138,11 @@ def matrix_report_on_workers(
     fit_loss: str,
     progress: PassProgress | None = None,
 ) -> ScoreReport:
-    """:func:`monitor.score.matrix.rows_report` of a .npy matrix whose row blocks Dask workers
+    """:func:`monitor.scorefiles.matrix.rows_report` of a .npy matrix whose row blocks Dask workers
     read (a LocalCluster of ``jobs`` processes, or ``scheduler``). Without a dev matrix or a
     weight and bias, the LID calibration is fitted on the matrix itself by the workers too
     (:func:`fit_lid_on_workers`). ``dev_paths``: the dev matrix and its truth, read here."""
-    from monitor.score.matrix import rows_report
+    from monitor.scorefiles.matrix import rows_report
 
     S = open_npy_matrix(matrix)
     truth = read_truth(truth_path)

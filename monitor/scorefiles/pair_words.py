@@ -1,5 +1,6 @@
 """(enroll, trial) name pairs as rows of 64-bit words and 64-bit hashes, for an exact join of a
-score file with its key in numpy (:mod:`monitor.score.trials`) without a Python string per line.
+score file with its key in numpy (:mod:`monitor.scorefiles.trials`) without a Python string per
+line.
 
 A name longer than ``MAX_NAME_WORDS`` words keeps its first words and a 128-bit BLAKE2b digest
 of the whole name in its last two: a row stays at most ``2 · MAX_NAME_WORDS + 1`` words however
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from monitor.score.trial_text import IrregularError
+from monitor.scorefiles.trial_text import IrregularError
 
 MAX_NAME_WORDS = 32
 """Words (8 bytes each) of a name kept as they are; longer names end in a digest instead."""

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from monitor.errors import InputError
-from monitor.score.matrix_files import read_matrix_trials
-from monitor.score.report import FIT_LOSSES, ScoreReport, pairs_report
-from monitor.score.trials import read_scores_key
+from monitor.scorefiles.matrix_files import read_matrix_trials
+from monitor.scorefiles.report import FIT_LOSSES, ScoreReport, pairs_report
+from monitor.scorefiles.trials import read_scores_key
 from monitor.userfiles import regular_file
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def score_report_from_files(
     """Check which inputs were given, read them, and build the report (InputError on misuse).
 
     With ``jobs`` > 1 or a ``scheduler`` a .npy matrix is scored in row blocks by Dask workers
-    (:mod:`monitor.score.npy_rows`; ``progress(done, total)`` per pass); same figures."""
+    (:mod:`monitor.scorefiles.npy_rows`; ``progress(done, total)`` per pass); same figures."""
     from monitor.blocks.workers import uses_cluster
 
     on_workers = uses_cluster(jobs, scheduler)
@@ -55,7 +55,7 @@ def score_report_from_files(
     _check_matrix_options(dev_matrix, dev_truth, lid_weight, lid_bias)
     _check_files(matrix, truth, dev_matrix, dev_truth)
     if on_workers:
-        from monitor.score.npy_rows import matrix_report_on_workers
+        from monitor.scorefiles.npy_rows import matrix_report_on_workers
 
         try:
             return matrix_report_on_workers(
@@ -71,7 +71,7 @@ def score_report_from_files(
             )
         except ValueError as error:  # the metrics refuse what the workers read
             raise InputError(str(matrix), f"cannot be scored: {error}") from error
-    from monitor.score.matrix import matrix_report  # keeps `voxmeter score` start-up fast
+    from monitor.scorefiles.matrix import matrix_report  # keeps `voxmeter score` start-up fast
 
     S, m = read_matrix_trials(matrix, truth)
     dev = read_matrix_trials(dev_matrix, dev_truth) if dev_matrix and dev_truth else None

@@ -2,7 +2,7 @@
 (voxmeter never stores audio): the template of the same files after a transformation, stored as
 the feature ``embedding`` plus a suffix beside the clean template.
 
-- ``embedding+mcadams``: the files anonymised (``enroll --protect``, :mod:`monitor.store.lazy`);
+- ``embedding+mcadams``: the files anonymised (``enroll --protect``, :mod:`monitor.enrolment.lazy`);
 - ``embedding+narrow``: the files band-limited as an 8 kHz device delivers them
   (:func:`monitor.audio.band.band_limit`): the daemon scores and tracks a narrow-band stream
   against these.

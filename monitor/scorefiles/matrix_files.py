@@ -2,7 +2,7 @@
 (T trials × N identities, ``.npy`` or ``.csv``) and T identity indices (``.npy``, ``.csv`` or
 ``.txt``). Every problem is an InputError naming the file (and line or entry) and the problem.
 
-Pooled 1-to-1 trial files (score file and key) are read by :mod:`monitor.score.trials`.
+Pooled 1-to-1 trial files (score file and key) are read by :mod:`monitor.scorefiles.trials`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from monitor.errors import InputError
 from monitor.numerals import ascii_int
-from monitor.score.trial_text import finite_float, shown
+from monitor.scorefiles.trial_text import finite_float, shown
 from monitor.userfiles import bounded_lines, regular_file
 
 _SEPARATORS = re.compile(r"[,\s]+")

@@ -2,10 +2,10 @@
 ``enroll trial score`` lines joined with a key file of ``enroll trial target|nontarget`` lines on
 (enroll, trial). Every problem is an InputError naming the file, line and problem.
 
-Both files are streamed in chunks (:mod:`monitor.score.trial_text`); names become 64-bit words
-and pairs 64-bit hashes (:mod:`monitor.score.pair_words`), joined with numpy and checked word by
-word, so memory grows with the key only. Score matrices are read by
-:mod:`monitor.score.matrix_files`.
+Both files are streamed in chunks (:mod:`monitor.scorefiles.trial_text`); names become 64-bit
+words and pairs 64-bit hashes (:mod:`monitor.scorefiles.pair_words`), joined with numpy and
+checked word by word, so memory grows with the key only. Score matrices are read by
+:mod:`monitor.scorefiles.matrix_files`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 from monitor.errors import InputError
-from monitor.score.pair_words import Pairs, longest_words, name_bytes, pair_hashes, pairs_of
-from monitor.score.trial_text import (
+from monitor.scorefiles.pair_words import Pairs, longest_words, name_bytes, pair_hashes, pairs_of
+from monitor.scorefiles.trial_text import (
     LABEL_TYPE,
     Chunk,
     consume_chunks,

@@ -4,4 +4,4 @@
 PROTECT = "protect"
 """A source's protection verdict (:class:`monitor.daemon.protection.RelayFeed`): ``{"kind",
 "protect": bool, "speaker": alias or null, "mode", "method", "alpha", "enabled"}``; the relay
-process follows it (:mod:`monitor.relay.protect`)."""
+process follows it (:mod:`monitor.protect.relay_process`)."""
