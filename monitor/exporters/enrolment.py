@@ -35,7 +35,7 @@ import random
 from aiomqtt import Message
 
 from monitor.events.messages import DaemonEvent, DaemonStarted, PipelineStats
-from monitor.exporters.connection import MqttConnection
+from monitor.exporters.connection import ConnectionUser, MqttConnection
 from monitor.exporters.discovery import Discovery, Entity
 from monitor.exporters.mqtt import topics_for
 from monitor.logs import PeerWarnings
@@ -96,7 +96,7 @@ def enrolment_entities(discovery: Discovery) -> list[Entity]:
     ]
 
 
-class EnrolmentMqtt:
+class EnrolmentMqtt(ConnectionUser):
     """The enrolment's commands in, its progress out (module docstring)."""
 
     name = "enrolment-mqtt"
@@ -113,9 +113,7 @@ class EnrolmentMqtt:
         self.session = session
         self.mqtt = mqtt
         self.topics = topics_for(mqtt, device_id)
-        self._owned = connection is None
-        self.connection = connection or MqttConnection(mqtt, device_id=device_id, rng=rng)
-        self.connection.use("enrolment", self._session)
+        self.attach(connection, mqtt, ("enrolment", self._session), device_id=device_id, rng=rng)
         self._names = {self.topics.at(name): name for name in COMMANDS}
         self._wake = asyncio.Event()
         self._started = asyncio.Event()
@@ -136,21 +134,13 @@ class EnrolmentMqtt:
                 return
         self._wake.set()
 
-    @property
-    def connected(self) -> bool:
-        return self.connection.connected
-
-    async def run(self) -> None:
-        """Keep the connection when this exporter made it; else its maker does."""
-        if self._owned:
-            await self.connection.run()
-
     async def _session(self) -> None:
         """One connection's life, from ``DaemonStarted`` on: the commands and the progress."""
         await self._started.wait()
         for topic in self._names:
             await self.connection.subscribe(topic, self._message)
-        await self._publisher()
+        topic = self.topics.at("enrolment_state")
+        await self.keep_state(topic, self.state, self._wake, qos=max(1, self.mqtt.qos))
 
     async def _message(self, message: Message) -> None:
         topic = message.topic.value
@@ -188,14 +178,3 @@ class EnrolmentMqtt:
             self._warnings.warn(
                 name, "command", "enrolment: ignored command %r (START or CANCEL)", text[:20]
             )
-
-    async def _publisher(self) -> None:
-        qos = max(1, self.mqtt.qos)
-        published = b""
-        while True:
-            self._wake.clear()
-            if (state := self.state()) != published:
-                topic = self.topics.at("enrolment_state")
-                await self.connection.publish(topic, state, qos=qos, retain=True)
-                published = state
-            await self._wake.wait()

@@ -51,7 +51,7 @@ from monitor.events.messages import (
     TrackRestored,
     WindowScored,
 )
-from monitor.exporters.connection import MqttConnection
+from monitor.exporters.connection import ConnectionUser, MqttConnection
 from monitor.exporters.discovery import (
     Discovery,
     Entity,
@@ -92,10 +92,10 @@ def reference_attributes(templates: int, population: float, ceiling_bits: float)
     }
 
 
-class HomeAssistantExporter:
+class HomeAssistantExporter(ConnectionUser):
     """Publishes discovery configs and the device state; clears entities that went away.
 
-    ``handle`` only updates memory and wakes the session, which runs on ``connection`` (the
+    ``handle`` only updates memory and wakes its MQTT session, which runs on ``connection`` (the
     alert sender's, :class:`~monitor.exporters.connection.MqttConnection`); without one it
     makes its own and runs it.
     """
@@ -130,11 +130,14 @@ class HomeAssistantExporter:
             sources=dict(sources or {}),
             configuration_url=configuration_url,
         )
-        self._owned = connection is None
-        self.connection = connection or MqttConnection(
-            mqtt, device_id=device_id, rng=rng, sleep=sleep
+        self.attach(
+            connection,
+            mqtt,
+            ("homeassistant", self._session),
+            device_id=device_id,
+            rng=rng,
+            sleep=sleep,
         )
-        self.connection.use("homeassistant", self._session)
         self._store = store
         self._clock = clock
         self._sleep = sleep
@@ -340,15 +343,6 @@ class HomeAssistantExporter:
         return json.dumps({**self._device, "updated": iso_utc(self._clock())}).encode()
 
     # ---- connection ------------------------------------------------------------------------
-
-    @property
-    def connected(self) -> bool:
-        return self.connection.connected
-
-    async def run(self) -> None:
-        """Keep the connection when this exporter made it; else its maker does."""
-        if self._owned:
-            await self.connection.run()
 
     async def _session(self) -> None:
         """One connection's life, from ``DaemonStarted`` on: the sweep, then the publisher."""

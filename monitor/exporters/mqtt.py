@@ -53,7 +53,7 @@ from monitor.events.messages import (
     TrackRestored,
     WindowScored,
 )
-from monitor.exporters.connection import MqttConnection
+from monitor.exporters.connection import ConnectionUser, MqttConnection
 from monitor.exporters.topics import TOPICS
 from monitor.exporters.words import BUDGET_WORDS, budget_share, one_in, speaker_words
 from monitor.settings.config import is_loopback
@@ -186,10 +186,10 @@ def speaker_state_payload(
     return payload
 
 
-class MqttExporter:
+class MqttExporter(ConnectionUser):
     """Publishes status, speaker states and the outbox; see the module docstring.
 
-    ``handle`` only updates memory and wakes the session; the session runs on ``connection``
+    ``handle`` only updates memory and wakes its MQTT session, which runs on ``connection``
     (:class:`~monitor.exporters.connection.MqttConnection`), which it makes when none is given
     and then runs itself; the status topic is that connection's availability. Clock, random
     source and sleep (the reconnect's) are arguments so tests control time and backoff.
@@ -225,15 +225,19 @@ class MqttExporter:
                 settings.host,
             )
         self.topics = topics_for(settings, device_id)
-        self._owned = connection is None
-        self.connection = connection or MqttConnection(
-            settings, device_id=device_id, rng=rng, sleep=sleep
+        # a waiting alert ends the reconnect's backoff within a second
+        self.attach(
+            connection,
+            settings,
+            ("status", self._session),
+            device_id=device_id,
+            urgent=self._alerts_waiting,
+            rng=rng,
+            sleep=sleep,
         )
         if on_connection is not None:
             self.connection.on_connection(on_connection)
         self.connection.availability(self.topics.status, lambda: self.status_payload("offline"))
-        # a waiting alert ends the reconnect's backoff within a second
-        self.connection.use("status", self._session, urgent=self._alerts_waiting)
         self.client_id = self.connection.client_id
         self._outbox = store
         self._clear_expired = clear_expired
@@ -244,10 +248,6 @@ class MqttExporter:
         self._dirty: dict[str, dict[str, Any] | None] = {}  # to publish; None clears
         self._status_dirty = True
         self._wake = asyncio.Event()
-
-    @property
-    def connected(self) -> bool:
-        return self.connection.connected
 
     # ---- events (no network) -------------------------------------------------------------
 
@@ -315,11 +315,6 @@ class MqttExporter:
         return json.dumps(
             {"state": state, "version": self._version, "started": iso_utc(self._started_unix)}
         ).encode()
-
-    async def run(self) -> None:
-        """Keep the connection when this exporter made it; else its maker does."""
-        if self._owned:
-            await self.connection.run()
 
     def _alerts_waiting(self) -> bool:
         try:

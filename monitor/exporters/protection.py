@@ -49,7 +49,7 @@ from monitor.events.messages import (
     TrackRestored,
     WindowScored,
 )
-from monitor.exporters.connection import MqttConnection
+from monitor.exporters.connection import ConnectionUser, MqttConnection
 from monitor.exporters.discovery import Discovery, Entity
 from monitor.exporters.mqtt import Topics, topics_for
 from monitor.logs import PeerWarnings
@@ -113,7 +113,7 @@ def protection_entities(discovery: Discovery) -> list[Entity]:
     ]
 
 
-class ProtectionMqtt:
+class ProtectionMqtt(ConnectionUser):
     """The switch's commands in, the protection state and alerts out (module docstring)."""
 
     name = "protection-mqtt"
@@ -132,9 +132,7 @@ class ProtectionMqtt:
         self.mqtt = mqtt
         self.device_id = device_id
         self.topics = topics_for(mqtt, device_id)
-        self._owned = connection is None
-        self.connection = connection or MqttConnection(mqtt, device_id=device_id, rng=rng)
-        self.connection.use("protection", self._session)
+        self.attach(connection, mqtt, ("protection", self._session), device_id=device_id, rng=rng)
         self._clock = clock
         self._wake = asyncio.Event()
         self._speaker: str | None = None
@@ -211,20 +209,12 @@ class ProtectionMqtt:
                 return
         self._wake.set()
 
-    @property
-    def connected(self) -> bool:
-        return self.connection.connected
-
-    async def run(self) -> None:
-        """Keep the connection when this exporter made it; else its maker does."""
-        if self._owned:
-            await self.connection.run()
-
     async def _session(self) -> None:
         """One connection's life, from ``DaemonStarted`` on: the commands and the state."""
         await self._started.wait()
         await self.connection.subscribe(command_topic(self.topics.prefix), self._command)
-        await self._publisher()
+        topic = state_topic(self.topics.prefix)
+        await self.keep_state(topic, self.state, self._wake, qos=max(1, self.mqtt.qos))
 
     async def _command(self, message: Message) -> None:
         topic = command_topic(self.topics.prefix)
@@ -262,14 +252,3 @@ class ProtectionMqtt:
         if changed:
             self._alert({"event": "protection-switched", "enabled": on, "device": self.device_id})
         self._wake.set()
-
-    async def _publisher(self) -> None:
-        qos = max(1, self.mqtt.qos)
-        published = b""
-        while True:
-            self._wake.clear()
-            if (state := self.state()) != published:
-                topic = state_topic(self.topics.prefix)
-                await self.connection.publish(topic, state, qos=qos, retain=True)
-                published = state
-            await self._wake.wait()

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from monitor.exporters.connection import RETRY_STEP_SECONDS
 from monitor.exporters.homeassistant import HomeAssistantExporter
 from monitor.exporters.mqtt import MqttExporter
+from monitor.exporters.reconnect import RETRY_STEP_SECONDS
 from monitor.settings.sections import MqttSettings
 from monitor.store.database import open_store
 from tests.exporters.exporter_events import changed
