@@ -162,7 +162,6 @@ class MqttConnection:
             sleep=sleep,
             urgent=lambda: any(urgent() for urgent in self._urgent),
             on_connection=self._set_connected,
-            log_connected=True,
         )
         self.connected = False
 

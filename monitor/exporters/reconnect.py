@@ -79,13 +79,11 @@ class Reconnect:
         settings: MqttSettings,
         *,
         logger: logging.Logger,
-        label: str = "",
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         probe: Callable[[str, int], Awaitable[bool]] = port_open,
         urgent: Callable[[], bool] = lambda: False,
         on_connection: Callable[[bool], None] = lambda _connected: None,
-        log_connected: bool = False,
     ) -> None:
         if settings.reconnect_max_seconds < settings.reconnect_min_seconds:
             raise ValueError(
@@ -94,13 +92,11 @@ class Reconnect:
             )
         self.settings = settings
         self._logger = logger
-        self._label = label  # "Home Assistant discovery, ": whose connection a line is about
         self._rng = rng or random.Random()
         self._sleep = sleep
         self._probe = probe
         self._urgent = urgent
         self._on_connection = on_connection
-        self._log_connected = log_connected
 
     async def run(
         self,
@@ -116,8 +112,7 @@ class Reconnect:
                 async with client() as connection:
                     connected = True
                     self._on_connection(True)
-                    if self._log_connected:
-                        self._logger.info("connected to MQTT broker %s:%d", s.host, s.port)
+                    self._logger.info("connected to MQTT broker %s:%d", s.host, s.port)
                     ceiling = s.reconnect_min_seconds
                     await session(connection)
             except aiomqtt.MqttError as error:
@@ -125,14 +120,13 @@ class Reconnect:
                 tls = isinstance(error.__context__, ssl.SSLError)
                 self._logger.log(
                     logging.WARNING if connected or tls else logging.INFO,
-                    "%sMQTT broker %s:%d: %s",
-                    self._label,
+                    "MQTT broker %s:%d: %s",
                     s.host,
                     s.port,
                     connection_problem(error),
                 )
             except StoreError:
-                self._logger.exception("%scannot read the database; retrying", self._label)
+                self._logger.exception("cannot read the database; retrying")
             finally:
                 if connected:
                     self._on_connection(False)
