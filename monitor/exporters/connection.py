@@ -206,20 +206,10 @@ class MqttConnection:
         self._routes.append((topic_filter, handler))  # before: retained ones follow the SUBACK
         await self._connected_client().subscribe(topic_filter, qos=qos)
 
-    async def publish(
-        self,
-        topic: str,
-        payload: bytes,
-        *,
-        qos: int,
-        retain: bool = False,
-        timeout_seconds: float = PUBLISH_TIMEOUT_SECONDS,
-    ) -> None:
-        """Publish and wait for the PUBACK (MqttError when not connected or none comes)."""
-        client = self._connected_client()
-        await publish(
-            client, topic, payload, qos=qos, retain=retain, timeout_seconds=timeout_seconds
-        )
+    async def publish(self, topic: str, payload: bytes, *, qos: int, retain: bool = False) -> None:
+        """Publish and wait for the PUBACK (MqttError when not connected or none comes in
+        :data:`PUBLISH_TIMEOUT_SECONDS`)."""
+        await publish(self._connected_client(), topic, payload, qos=qos, retain=retain)
 
     def _connected_client(self) -> aiomqtt.Client:
         if self._client is None:
@@ -296,8 +286,13 @@ class MqttConnection:
             return
         topic, offline = self._will
         try:
-            await self.publish(
-                topic, offline(), qos=1, retain=True, timeout_seconds=OFFLINE_TIMEOUT_SECONDS
+            await publish(
+                self._client,
+                topic,
+                offline(),
+                qos=1,
+                retain=True,
+                timeout_seconds=OFFLINE_TIMEOUT_SECONDS,
             )
         except aiomqtt.MqttError as error:
             logger.info("could not publish offline status: %s", error)

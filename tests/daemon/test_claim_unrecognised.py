@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +19,21 @@ import pytest
 
 from monitor.exporters.discovery import STRANGER_BUTTON, safe_id
 from monitor.tracking.enrolment import NEEDED_SECONDS
-from tests.daemon.enrol_daemon import DEVICE, DISCOVERY, PREFIX, config_topic, newcomers, speech_of
+from tests.daemon.enrol_daemon import (
+    PREFIX,
+    config_topic,
+    daemon_process,
+    newcomers,
+    progress_of,
+    run_command,
+    speech_of,
+)
 from tests.exporters.test_exporter_mqtt import Subscriber, subscribed
-from tests.realparts import stop_process
 from tests.realparts.mosquitto import MosquittoBroker, free_port
 from tests.wyoming.wyoming_peers import stream_to
 
 pytestmark = [pytest.mark.slow, pytest.mark.corpus, pytest.mark.mosquitto]
 
-REPO = Path(__file__).resolve().parents[2]
 SPEAKERS = f"{PREFIX}/speakers/"
 ALIAS = "guest"
 
@@ -71,36 +75,20 @@ def test_an_unrecognised_voice_claimed_from_home_assistant_becomes_the_member(
         f"desk=wyoming-listen://127.0.0.1:{port}",
         f"hall=wyoming-listen://127.0.0.1:{later_port}",
     ]
-    settings = [
-        f"audio.sources={rooms!r}",
-        f"daemon.db={tmp_path / 'voxmeter.db'}",
-        f"daemon.device_id={json.dumps(DEVICE)}",
-        "daemon.stats_interval_seconds=1",
-        "prometheus.enabled=false",
-        "wyoming.zeroconf=false",
-        "mqtt.enabled=true",
-        f"mqtt.port={mosquitto.port}",
-        "homeassistant.discovery=true",
-        f"homeassistant.discovery_prefix={DISCOVERY}",
-    ]
-    command = [sys.executable, "-m", "monitor.cli", "run"]
-    command += [item for setting in settings for item in ("--set", setting)]
+    command = run_command(mosquitto, tmp_path / "voxmeter.db", f"audio.sources={rooms!r}")
     hall = f"{PREFIX}/sources/hall/state"
 
     async def scenario() -> None:
         async with subscribed(mosquitto, "#") as sub:
 
             def progress() -> dict[str, Any]:
-                states = sub.on(f"{PREFIX}/enrolment")
-                return states[-1] if states and states[-1] else {}
+                return progress_of(sub)
 
             def latest(topic: str) -> Any:
                 found = sub.on(topic)
                 return found[-1] if found else None
 
-            log = (tmp_path / "run.log").open("wb")  # its one-line-per-event log, if it fails
-            process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=log)
-            try:
+            with daemon_process(command, tmp_path / "run.log"):
                 await sub.wait(lambda: bool(progress()), 60)
                 await stream_to("127.0.0.1", port, heard, timeout_seconds=120)
                 await sub.wait(lambda: fullest(sub)[1] >= NEEDED_SECONDS, 300)
@@ -124,8 +112,5 @@ def test_an_unrecognised_voice_claimed_from_home_assistant_becomes_the_member(
                 await stream_to("127.0.0.1", later_port, later, timeout_seconds=120)
                 await sub.wait(lambda: latest(hall)["last_voice"] != "nobody yet", 120)
                 assert latest(hall)["last_voice"] == ALIAS, latest(hall)
-            finally:
-                stop_process(process)
-                log.close()
 
     asyncio.run(scenario())
