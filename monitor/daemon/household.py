@@ -152,4 +152,7 @@ def enrolment_for(
     for exporter in ha:
         exporter.extra_entities.append(enrolment_entities)
         exporter.enrolment_buttons = True
-    return [EnrolmentMqtt(session, config.mqtt, device_id=pipeline.device_id)]
+    connection = ha[0].connection  # the daemon's one MQTT connection
+    return [
+        EnrolmentMqtt(session, config.mqtt, device_id=pipeline.device_id, connection=connection)
+    ]

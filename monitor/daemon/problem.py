@@ -27,9 +27,9 @@ import aiomqtt
 
 from monitor import __version__
 from monitor.errors import VoxmeterError
-from monitor.exporters.connection import client_options, tls_context
+from monitor.exporters.connection import client_options, publish, tls_context
 from monitor.exporters.discovery import Discovery
-from monitor.exporters.mqtt import iso_utc, publish, topics_for
+from monitor.exporters.mqtt import iso_utc, topics_for
 from monitor.settings.sections import Config
 
 logger = logging.getLogger("monitor.daemon.pipeline")

@@ -150,7 +150,11 @@ def protection_for(
             policy.on_update = feed.push
     added: list[Exporter] = [ProtectionObserver(policy, feed if settings.mode != "off" else None)]
     # Home Assistant shows the switch whenever the daemon relays, mode off included (it says so)
-    switch = ProtectionMqtt(policy, config.mqtt, device_id=device_id) if ha else None
+    switch = (
+        ProtectionMqtt(policy, config.mqtt, device_id=device_id, connection=ha[0].connection)
+        if ha
+        else None
+    )
     for exporter in ha:
         exporter.extra_entities.append(protection_entities)
     if switch is not None:

@@ -1,7 +1,9 @@
 """Exporters: Prometheus metrics, MQTT alerts and Home Assistant discovery.
 
 :func:`build_exporters` builds the enabled ones from the config and wires them together
-(``voxmeter_mqtt_connected`` is a Prometheus instrument fed by the MQTT connection).
+(``voxmeter_mqtt_connected`` is a Prometheus instrument fed by the MQTT connection). Every MQTT
+exporter publishes on one connection (:class:`~monitor.exporters.connection.MqttConnection`),
+made and run by the MQTT exporter and handed to the others as their ``connection``.
 """
 
 from __future__ import annotations
@@ -42,31 +44,33 @@ def build_exporters(
     device_id: str,
     registry: CollectorRegistry | None = None,
 ) -> list[Exporter]:
-    """The exporters ``config`` enables, Prometheus first; the MQTT one reports its connection."""
+    """The exporters ``config`` enables, Prometheus first; the MQTT ones share one connection,
+    which reports its state to Prometheus."""
     exporters: list[Exporter] = []
     prometheus: PrometheusExporter | None = None
     if config.prometheus.enabled:
         prometheus = PrometheusExporter(config.prometheus, db_path=db_path, registry=registry)
         prometheus.set_mqtt_enabled(config.mqtt.enabled)
         exporters.append(prometheus)
-    if config.mqtt.enabled:
-        exporters.append(
-            MqttExporter(
-                config.mqtt,
-                store=store,
-                device_id=device_id,
-                on_connection=prometheus.set_mqtt_connected if prometheus else None,
-                clear_expired=not config.homeassistant.discovery,
-                zone=config.budget.zone,
-            )
-        )
-    if config.mqtt.enabled and config.homeassistant.discovery:
+    if not config.mqtt.enabled:
+        return exporters
+    mqtt = MqttExporter(
+        config.mqtt,
+        store=store,
+        device_id=device_id,
+        on_connection=prometheus.set_mqtt_connected if prometheus else None,
+        clear_expired=not config.homeassistant.discovery,
+        zone=config.budget.zone,
+    )
+    exporters.append(mqtt)
+    if config.homeassistant.discovery:
         exporters.append(
             HomeAssistantExporter(
                 config.homeassistant,
                 config.mqtt,
                 store=store,
                 device_id=device_id,
+                connection=mqtt.connection,
                 show_seconds=config.tracker.show_seconds,
                 show_windows=config.tracker.show_windows,
                 sources=named_sources(config),

@@ -1,46 +1,51 @@
-"""One broker connection policy for every MQTT client of the daemon (alerts and speaker states,
-Home Assistant discovery): the same broker, credentials and TLS, and the same reconnects.
+"""The daemon's one MQTT connection, shared by every MQTT exporter (alerts and speaker states,
+Home Assistant discovery, the protection switch, enrolment).
 
-Reconnects (:class:`Reconnect`): after a failed or lost connection, a random delay in
-``[reconnect_min_seconds, ceiling]``, the ceiling doubling up to ``reconnect_max_seconds`` (many
-devices that lost one broker do not all come back at the same instant), slept in steps of
-:data:`RETRY_STEP_SECONDS`. After each step the wait ends early
+:class:`MqttConnection` owns the aiomqtt client: it connects with the configured broker,
+credentials and TLS under one client id (``mqtt.client_id``, default ``voxmeter-<device_id>``),
+sets the last will (the availability topic a user names with :meth:`MqttConnection.availability`,
+``offline`` when the daemon vanishes) and publishes the same ``offline`` itself on a clean stop.
+Its users never see the client:
 
-- when the caller has something urgent (the MQTT exporter: an alert waiting in the outbox), or
-- when the broker's port, closed as the wait began, accepts a TCP connection again (probed
-  after every step, the connection closed at once): a broker that was away is back within
-  about a second of its return, whatever the outage grew the backoff to. A broker that is up
-  but refuses us (a password, a certificate) has its port open: it is probed once per wait and
-  the backoff spaces the attempts out as it should.
+- each registers a *session* (:meth:`MqttConnection.use`), a coroutine started on every
+  connection and cancelled when it drops: it subscribes (:meth:`MqttConnection.subscribe`, a
+  topic filter and the handler its messages are routed to) and publishes
+  (:meth:`MqttConnection.publish`, awaited until the broker's PUBACK, so an alert leaves the
+  store's outbox only once delivered) what it holds in memory; a new connection runs it afresh,
+  so a restarted broker gets every retained message again;
+- a message that must not wait for a session (an alert raised while an exporter handles an
+  event) is handed to :meth:`MqttConnection.post`: a bounded queue, sent in order once
+  connected; when full, the oldest is dropped and counted, so an absent broker never makes the
+  daemon grow without bound, and ``handle`` never waits on the network.
 
-Before one policy, the alert sender came back 0.28 s after a killed broker's return and Home
-Assistant discovery only after ~27 s (its backoff had grown to 30 s with nothing to cut it).
+Subscriptions are per connection (a clean session): the users' sessions make them again after
+each reconnect, before they publish, so retained messages from before this run are seen first.
+
+The connection is kept by :class:`~monitor.exporters.reconnect.Reconnect` (module
+``reconnect``): the one reconnect policy.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import math
 import random
 import ssl
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, NoReturn
 
 import aiomqtt
 
-from monitor.errors import ConfigError, StoreError
+from monitor.errors import ConfigError
+from monitor.exporters.reconnect import Reconnect, error_reason
 from monitor.settings.sections import MqttSettings
+
+logger = logging.getLogger(__name__)
 
 PUBLISH_TIMEOUT_SECONDS = 10.0
 """Longest wait for a PUBACK before the connection is considered dead and retried."""
-
-RETRY_STEP_SECONDS = 1.0
-"""Longest stretch of a reconnect wait between two looks at the broker's port (and, for the
-alert sender, at the outbox): a returning broker is reached within about this long."""
-
-PROBE_TIMEOUT_SECONDS = 0.5
-"""Longest wait for the TCP handshake of a port probe (a host that drops packets: closed)."""
 
 
 def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
@@ -52,7 +57,7 @@ def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
         context = ssl.create_default_context(cafile=settings.cafile or None)
     except (OSError, ssl.SSLError) as error:
         raise ConfigError(
-            "mqtt.cafile", f"cannot use {settings.cafile}: {_reason(error)}"
+            "mqtt.cafile", f"cannot use {settings.cafile}: {error_reason(error)}"
         ) from error
     context.check_hostname = settings.verify_hostname
     if settings.certfile:
@@ -63,19 +68,14 @@ def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
             raise ConfigError(
                 key,
                 f"cannot use {settings.certfile} / {settings.keyfile or '(same file)'}: "
-                f"{_reason(error)}",
+                f"{error_reason(error)}",
             ) from error
     return context
 
 
-def _reason(error: OSError | ssl.SSLError) -> str:
-    """An ssl or file error without its errno prefix or C source line."""
-    return str(getattr(error, "reason", None) or error.strerror or error)
-
-
 def client_options(settings: MqttSettings, context: ssl.SSLContext | None) -> dict[str, Any]:
     """Keyword arguments of ``aiomqtt.Client`` for the configured broker: address,
-    credentials, keepalive and TLS (both MQTT clients of the daemon use them)."""
+    credentials, keepalive and TLS (the daemon's connection, and its start-up problem report)."""
     return {
         "hostname": settings.host,
         "port": settings.port,
@@ -87,115 +87,267 @@ def client_options(settings: MqttSettings, context: ssl.SSLContext | None) -> di
     }
 
 
-def connection_problem(error: aiomqtt.MqttError) -> str:
-    """One line for a failed connection; a refused certificate says which and what to check."""
-    cause = error.__context__
-    if isinstance(cause, ssl.SSLCertVerificationError):
-        return (
-            f"TLS: the broker's certificate is not accepted ({cause.verify_message.rstrip('.')}); "
-            "check mqtt.cafile, mqtt.host and mqtt.verify_hostname"
-        )
-    if isinstance(cause, ssl.SSLError):
-        return f"TLS: {_reason(cause)}"
-    return str(error)
+async def publish(
+    client: aiomqtt.Client,
+    topic: str,
+    payload: bytes,
+    *,
+    qos: int,
+    retain: bool = False,
+    timeout_seconds: float = PUBLISH_TIMEOUT_SECONDS,
+) -> None:
+    """``client.publish`` under our own deadline (MqttError when no PUBACK comes in time).
 
-
-async def port_open(host: str, port: int, timeout_seconds: float = PROBE_TIMEOUT_SECONDS) -> bool:
-    """Whether ``host:port`` completes a TCP handshake now (closed again at once, no bytes)."""
+    aiomqtt's ``timeout=`` runs through ``asyncio.wait_for``, which on Python 3.11 swallows a
+    cancellation that arrives in the same loop turn as the PUBACK (cpython gh-86296): the
+    publisher then went back to waiting for work, the pipeline's TaskGroup waited for it for
+    ever, and ``voxmeter run`` hung at end of input (about one run in ten). ``asyncio.timeout``
+    keeps the cancellation.
+    """
     try:
         async with asyncio.timeout(timeout_seconds):
-            _, writer = await asyncio.open_connection(host, port)
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
+            await client.publish(topic, payload, qos=qos, retain=retain, timeout=math.inf)
+    except TimeoutError as exc:
+        raise aiomqtt.MqttError(f"no acknowledgement within {timeout_seconds:g} s") from exc
 
 
-class Reconnect:
-    """Keep one MQTT connection: connect, run the session, and after any broker error wait as
-    the module docstring says, then connect again; never returns, ends only by cancellation.
+OFFLINE_TIMEOUT_SECONDS = 1.0
+"""Longest wait for the ``offline`` status on a clean stop (SIGTERM must end us within 2 s)."""
 
-    ``sleep``, ``rng`` and ``probe`` are arguments so tests control time, draws and the port.
+POSTED_LIMIT = 256
+"""Most messages :meth:`MqttConnection.post` holds while the broker is away; the oldest go."""
+
+Session = Callable[[], Coroutine[Any, Any, None]]
+"""A user's life on one connection: subscribes, then publishes until cancelled."""
+
+Handler = Callable[[aiomqtt.Message], Awaitable[None]]
+"""Where the messages of one subscription are routed (awaited in arrival order)."""
+
+Payload = bytes | Callable[[], bytes]
+"""A posted payload, or what makes it at the moment it is sent (an alert's ``sent`` time)."""
+
+
+class MqttConnection:
+    """The one broker connection of the daemon; see the module docstring.
+
+    ``rng`` and ``sleep`` (the reconnect's) are arguments so tests control the backoff.
     """
 
     def __init__(
         self,
         settings: MqttSettings,
         *,
-        logger: logging.Logger,
-        label: str = "",
+        device_id: str,
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        probe: Callable[[str, int], Awaitable[bool]] = port_open,
-        urgent: Callable[[], bool] = lambda: False,
-        on_connection: Callable[[bool], None] = lambda _connected: None,
-        log_connected: bool = False,
+        on_connection: Callable[[bool], None] | None = None,
     ) -> None:
-        if settings.reconnect_max_seconds < settings.reconnect_min_seconds:
-            raise ValueError(
-                f"mqtt.reconnect_max_seconds {settings.reconnect_max_seconds} < "
-                f"mqtt.reconnect_min_seconds {settings.reconnect_min_seconds}"
-            )
         self.settings = settings
-        self._logger = logger
-        self._label = label  # "Home Assistant discovery, ": whose connection a line is about
-        self._rng = rng or random.Random()
-        self._sleep = sleep
-        self._probe = probe
-        self._urgent = urgent
-        self._on_connection = on_connection
-        self._log_connected = log_connected
+        self.client_id = settings.client_id or f"voxmeter-{device_id}"
+        self._tls = tls_context(settings)
+        self._sessions: list[tuple[str, Session]] = []
+        self._urgent: list[Callable[[], bool]] = []
+        self._listeners = [on_connection] if on_connection is not None else []
+        self._routes: list[tuple[str, Handler]] = []  # this connection's subscriptions
+        self._client: aiomqtt.Client | None = None
+        self._tasks: asyncio.TaskGroup | None = None  # this connection's, while it lasts
+        self._will: tuple[str, Callable[[], bytes]] | None = None
+        self._posted: deque[tuple[str, Payload, int, bool]] = deque(maxlen=POSTED_LIMIT)
+        self._dropped = 0  # posted messages dropped since the last connection
+        self._post_wake = asyncio.Event()
+        self._reconnect = Reconnect(
+            settings,
+            logger=logger,
+            rng=rng,
+            sleep=sleep,
+            urgent=lambda: any(urgent() for urgent in self._urgent),
+            on_connection=self._set_connected,
+        )
+        self.connected = False
 
-    async def run(
-        self,
-        client: Callable[[], aiomqtt.Client],
-        session: Callable[[aiomqtt.Client], Awaitable[None]],
-    ) -> NoReturn:
-        """Connect with ``client()``, await ``session(client)`` while connected; retry."""
-        s = self.settings
-        ceiling = s.reconnect_min_seconds
-        while True:
-            connected = False
-            try:
-                async with client() as connection:
-                    connected = True
-                    self._on_connection(True)
-                    if self._log_connected:
-                        self._logger.info("connected to MQTT broker %s:%d", s.host, s.port)
-                    ceiling = s.reconnect_min_seconds
-                    await session(connection)
-            except aiomqtt.MqttError as error:
-                # a lost connection or a TLS refusal is news; a broker still away is not
-                tls = isinstance(error.__context__, ssl.SSLError)
-                self._logger.log(
-                    logging.WARNING if connected or tls else logging.INFO,
-                    "%sMQTT broker %s:%d: %s",
-                    self._label,
-                    s.host,
-                    s.port,
-                    connection_problem(error),
+    # ---- what users register (no network) ---------------------------------------------------
+
+    def use(self, name: str, session: Session, *, urgent: Callable[[], bool] | None = None) -> None:
+        """Run ``session()`` on every connection (task ``voxmeter.mqtt.<name>``); ``urgent()``
+        true ends a reconnect wait within a second."""
+        self._sessions.append((name, session))
+        if urgent is not None:
+            self._urgent.append(urgent)
+        if self._tasks is not None:  # registered while connected: it starts now
+            self._tasks.create_task(session(), name=f"voxmeter.mqtt.{name}")
+
+    def availability(self, topic: str, offline: Callable[[], bytes]) -> None:
+        """``offline()`` on ``topic`` (retained) is the last will, and what a clean stop says."""
+        self._will = (topic, offline)
+
+    def on_connection(self, listener: Callable[[bool], None]) -> None:
+        """``listener(connected)`` at every change of the connection's state."""
+        self._listeners.append(listener)
+
+    def post(self, topic: str, payload: Payload, *, qos: int, retain: bool = False) -> None:
+        """Send when connected, in order, without waiting (the queue is bounded: module
+        docstring); a callable payload is made as it is sent."""
+        if len(self._posted) == self._posted.maxlen:
+            self._dropped += 1
+            if self._dropped == 1:
+                logger.warning(
+                    "MQTT broker %s:%d away: %d messages waiting, dropping the oldest",
+                    self.settings.host,
+                    self.settings.port,
+                    POSTED_LIMIT,
                 )
-            except StoreError:
-                self._logger.exception("%scannot read the database; retrying", self._label)
-            finally:
-                if connected:
-                    self._on_connection(False)
-            delay = self._rng.uniform(s.reconnect_min_seconds, ceiling)
-            ceiling = min(s.reconnect_max_seconds, ceiling * 2)
-            await self.wait(delay)
+        self._posted.append((topic, payload, qos, retain))
+        self._post_wake.set()
 
-    async def wait(self, delay: float) -> None:
-        """Sleep ``delay`` in steps of at most :data:`RETRY_STEP_SECONDS`; end early when
-        ``urgent()``, or when the broker's port, closed as this wait began, is open again."""
-        s = self.settings
-        probing = not await self._probe(s.host, s.port)  # open: up, but it refused or dropped us
-        while delay > 0:
-            step = min(delay, RETRY_STEP_SECONDS)
-            await self._sleep(step)
-            delay -= step
-            if self._urgent():
-                return
-            if probing and delay > 0 and await self._probe(s.host, s.port):
-                return  # the broker is back: connect now, not at the end of the backoff
+    # ---- what users do in their sessions ------------------------------------------------------
+
+    async def subscribe(self, topic_filter: str, handler: Handler, *, qos: int = 1) -> None:
+        """Subscribe on this connection; its messages go to ``handler``."""
+        self._routes.append((topic_filter, handler))  # before: retained ones follow the SUBACK
+        await self._connected_client().subscribe(topic_filter, qos=qos)
+
+    async def publish(self, topic: str, payload: bytes, *, qos: int, retain: bool = False) -> None:
+        """Publish and wait for the PUBACK (MqttError when not connected or none comes in
+        :data:`PUBLISH_TIMEOUT_SECONDS`)."""
+        await publish(self._connected_client(), topic, payload, qos=qos, retain=retain)
+
+    def _connected_client(self) -> aiomqtt.Client:
+        if self._client is None:
+            raise aiomqtt.MqttError("not connected")
+        return self._client
+
+    # ---- the connection ----------------------------------------------------------------------
+
+    async def run(self) -> NoReturn:
+        """Connect, run the users' sessions, reconnect (:class:`Reconnect`) until cancelled."""
+        await self._reconnect.run(self._new_client, self._session)
+
+    def _new_client(self) -> aiomqtt.Client:
+        will = None
+        if self._will is not None:
+            topic, offline = self._will
+            will = aiomqtt.Will(topic, offline(), qos=1, retain=True)
+        return aiomqtt.Client(
+            **client_options(self.settings, self._tls), identifier=self.client_id, will=will
+        )
+
+    def _set_connected(self, connected: bool) -> None:
+        if connected == self.connected:
+            return
+        self.connected = connected
+        for listener in self._listeners:
+            listener(connected)
+
+    async def _session(self, client: aiomqtt.Client) -> None:
+        """One connection's life: the router, the posted messages and every user's session."""
+        self._client, self._routes = client, []
+        if self._dropped:
+            logger.warning("dropped %d MQTT messages while the broker was away", self._dropped)
+            self._dropped = 0
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                self._tasks = tasks
+                tasks.create_task(self._route(client), name="voxmeter.mqtt.route")
+                tasks.create_task(self._send_posted(), name="voxmeter.mqtt.posted")
+                for name, session in self._sessions:
+                    tasks.create_task(session(), name=f"voxmeter.mqtt.{name}")
+        except asyncio.CancelledError:
+            await self._say_offline()
+            raise
+        except ExceptionGroup as group:  # the first failure decides: broker, store, or a bug
+            raise _first(group) from group
+        finally:
+            self._client, self._routes, self._tasks = None, [], None
+
+    async def _route(self, client: aiomqtt.Client) -> NoReturn:
+        """Hand each message to the handler of every subscription it matches; raise MqttError
+        when the connection drops (the end of aiomqtt's message stream is its public signal)."""
+        async for message in client.messages:
+            for topic_filter, handler in list(self._routes):
+                if message.topic.matches(topic_filter):
+                    await handler(message)
+        raise aiomqtt.MqttError("message stream ended")
+
+    async def _send_posted(self) -> NoReturn:
+        while True:
+            self._post_wake.clear()
+            while self._posted:
+                entry = self._posted[0]
+                topic, payload, qos, retain = entry
+                body = payload() if callable(payload) else payload
+                await self.publish(topic, body, qos=qos, retain=retain)
+                if self._posted and self._posted[0] is entry:
+                    self._posted.popleft()  # unless dropped (the queue full) meanwhile
+            await self._post_wake.wait()
+
+    async def _say_offline(self) -> None:
+        """On a clean stop the broker sends no will: publish ``offline`` ourselves."""
+        if self._will is None or self._client is None:
+            return
+        topic, offline = self._will
+        try:
+            await publish(
+                self._client,
+                topic,
+                offline(),
+                qos=1,
+                retain=True,
+                timeout_seconds=OFFLINE_TIMEOUT_SECONDS,
+            )
+        except aiomqtt.MqttError as error:
+            logger.info("could not publish offline status: %s", error)
+
+
+def _first(group: BaseExceptionGroup[Exception]) -> Exception:
+    """The first leaf error of a (possibly nested) exception group."""
+    error = group.exceptions[0]
+    return _first(error) if isinstance(error, BaseExceptionGroup) else error
+
+
+class ConnectionUser:
+    """What every MQTT exporter shares: its session on a connection (the one it is handed, or
+    one of its own that it then runs), whether that connection is up, and retained states
+    republished as they change."""
+
+    connection: MqttConnection
+    _owned: bool
+
+    def attach(
+        self,
+        connection: MqttConnection | None,
+        settings: MqttSettings,
+        session: tuple[str, Session],
+        *,
+        device_id: str,
+        urgent: Callable[[], bool] | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        """Register ``session`` (its name, its coroutine) on ``connection``, or on a new one."""
+        self._owned = connection is None
+        self.connection = connection or MqttConnection(
+            settings, device_id=device_id, rng=rng, sleep=sleep
+        )
+        self.connection.use(*session, urgent=urgent)
+
+    @property
+    def connected(self) -> bool:
+        return self.connection.connected
+
+    async def run(self) -> None:
+        """Keep the connection when this exporter made it; else its maker does."""
+        if self._owned:
+            await self.connection.run()
+
+    async def keep_state(
+        self, topic: str, state: Callable[[], bytes], wake: asyncio.Event, *, qos: int
+    ) -> NoReturn:
+        """Publish ``state()`` retained on ``topic`` now and whenever it differs after a
+        ``wake``: a new connection starts with nothing published."""
+        published = b""
+        while True:
+            wake.clear()
+            if (payload := state()) != published:
+                await self.connection.publish(topic, payload, qos=qos, retain=True)
+                published = payload
+            await wake.wait()

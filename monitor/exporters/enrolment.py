@@ -14,9 +14,10 @@ and on each speaker (:meth:`~monitor.exporters.discovery.Discovery.speaker_butto
 <member>* and *Enrol Unrecognised voice K as the new member* (its speech so far becomes the
 profile of the alias typed).
 
-:class:`EnrolmentMqtt` is the exporter with its own connection (client id ``<mqtt client
-id>-enrol``): it subscribes to the command topics (``<prefix>/enrolment/alias/set``,
-``…/command`` START or CANCEL, ``…/claim``, ``…/forget``), hands each command to the
+:class:`EnrolmentMqtt` is the exporter, a user of the daemon's one MQTT connection
+(:class:`~monitor.exporters.connection.MqttConnection`): it subscribes to the command topics
+(``<prefix>/enrolment/alias/set``, ``…/command`` START or CANCEL, ``…/claim``, ``…/forget``),
+hands each command to the
 :class:`~monitor.tracking.enrolment.EnrolmentSession`, and keeps the retained state
 ``<prefix>/enrolment`` up to date. A command is an act of now: a *retained* one is ignored
 with one warning and cleared (as the protection switch's). Payloads are bounded: anything over
@@ -31,12 +32,12 @@ import json
 import logging
 import random
 
-import aiomqtt
+from aiomqtt import Message
 
 from monitor.events.messages import DaemonEvent, DaemonStarted, PipelineStats
-from monitor.exporters.connection import Reconnect, client_options, tls_context
+from monitor.exporters.connection import ConnectionUser, MqttConnection
 from monitor.exporters.discovery import Discovery, Entity
-from monitor.exporters.mqtt import publish, topics_for
+from monitor.exporters.mqtt import topics_for
 from monitor.logs import PeerWarnings
 from monitor.settings.sections import MqttSettings
 from monitor.tracking.enrolment import MAX_ALIAS_CHARS, EnrolmentSession
@@ -95,7 +96,7 @@ def enrolment_entities(discovery: Discovery) -> list[Entity]:
     ]
 
 
-class EnrolmentMqtt:
+class EnrolmentMqtt(ConnectionUser):
     """The enrolment's commands in, its progress out (module docstring)."""
 
     name = "enrolment-mqtt"
@@ -106,20 +107,17 @@ class EnrolmentMqtt:
         mqtt: MqttSettings,
         *,
         device_id: str,
+        connection: MqttConnection | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.session = session
         self.mqtt = mqtt
         self.topics = topics_for(mqtt, device_id)
-        self.client_id = f"{mqtt.client_id or f'voxmeter-{device_id}'}-enrol"
-        self._tls = tls_context(mqtt)
-        self._reconnect = Reconnect(
-            mqtt, logger=logger, label="enrolment, ", rng=rng, on_connection=self._set_connected
-        )
+        self.attach(connection, mqtt, ("enrolment", self._session), device_id=device_id, rng=rng)
+        self._names = {self.topics.at(name): name for name in COMMANDS}
         self._wake = asyncio.Event()
         self._started = asyncio.Event()
         self._warnings = PeerWarnings(logger)
-        self.connected = False
         session.on_change = self._wake.set
 
     def state(self) -> bytes:
@@ -136,52 +134,33 @@ class EnrolmentMqtt:
                 return
         self._wake.set()
 
-    async def run(self) -> None:
-        """After ``DaemonStarted``: connect and reconnect until cancelled."""
+    async def _session(self) -> None:
+        """One connection's life, from ``DaemonStarted`` on: the commands and the progress."""
         await self._started.wait()
-        await self._reconnect.run(self._client, self._session)
+        for topic in self._names:
+            await self.connection.subscribe(topic, self._message)
+        topic = self.topics.at("enrolment_state")
+        await self.keep_state(topic, self.state, self._wake, qos=max(1, self.mqtt.qos))
 
-    def _client(self) -> aiomqtt.Client:
-        return aiomqtt.Client(**client_options(self.mqtt, self._tls), identifier=self.client_id)
-
-    def _set_connected(self, connected: bool) -> None:
-        self.connected = connected
-
-    async def _session(self, client: aiomqtt.Client) -> None:
-        for name in COMMANDS:
-            await client.subscribe(self.topics.at(name), qos=1)
-        try:
-            async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(self._commands(client), name="voxmeter.exporter.enrol.commands")
-                tasks.create_task(self._publisher(client), name="voxmeter.exporter.enrol.pub")
-        except ExceptionGroup as group:  # a lost broker fails both: hand Reconnect its error
-            lost, other = group.split(aiomqtt.MqttError)
-            if lost is None or other is not None:
-                raise
-            raise lost.exceptions[0] from group
-
-    async def _commands(self, client: aiomqtt.Client) -> None:
-        names = {self.topics.at(name): name for name in COMMANDS}
-        async for message in client.messages:
-            topic = message.topic.value
-            payload = message.payload if isinstance(message.payload, bytes) else b""
-            if topic not in names or not payload:
-                continue  # not ours, or a retained command being cleared
-            if message.retain:  # stale: a command is an act of now, never a standing order
-                self.session._refuse_command(
-                    f"ignored a retained command on {topic} and cleared it (commands are never "
-                    "retained)"
-                )
-                await client.publish(topic, b"", qos=1, retain=True)
-                continue
-            if len(payload) > MAX_COMMAND_BYTES:
-                self.session._refuse_command(
-                    f"ignored a command of {len(payload)} bytes on {topic} (at most "
-                    f"{MAX_COMMAND_BYTES})"
-                )
-                continue
-            self._command(names[topic], payload.decode(errors="replace"))
-        raise aiomqtt.MqttError("message stream ended")
+    async def _message(self, message: Message) -> None:
+        topic = message.topic.value
+        payload = message.payload if isinstance(message.payload, bytes) else b""
+        if topic not in self._names or not payload:
+            return  # not ours, or a retained command being cleared
+        if message.retain:  # stale: a command is an act of now, never a standing order
+            self.session._refuse_command(
+                f"ignored a retained command on {topic} and cleared it (commands are never "
+                "retained)"
+            )
+            await self.connection.publish(topic, b"", qos=1, retain=True)
+            return
+        if len(payload) > MAX_COMMAND_BYTES:
+            self.session._refuse_command(
+                f"ignored a command of {len(payload)} bytes on {topic} (at most "
+                f"{MAX_COMMAND_BYTES})"
+            )
+            return
+        self._command(self._names[topic], payload.decode(errors="replace"))
 
     def _command(self, name: str, text: str) -> None:
         session = self.session
@@ -199,15 +178,3 @@ class EnrolmentMqtt:
             self._warnings.warn(
                 name, "command", "enrolment: ignored command %r (START or CANCEL)", text[:20]
             )
-
-    async def _publisher(self, client: aiomqtt.Client) -> None:
-        qos = max(1, self.mqtt.qos)
-        published = b""
-        while True:
-            self._wake.clear()
-            if (state := self.state()) != published:
-                await publish(
-                    client, self.topics.at("enrolment_state"), state, qos=qos, retain=True
-                )
-                published = state
-            await self._wake.wait()

@@ -22,8 +22,9 @@ speaker it does not know is cleared, with that speaker's retained state. A speak
 cleared only after every config reading it (acknowledged, on this one connection): an empty
 state reaching an entity that still exists is a template error in Home Assistant's log.
 
-It keeps its own broker connection (client id ``<mqtt client id>-ha``), so the alert path of
-the MQTT exporter is untouched by discovery.
+It publishes on the daemon's one MQTT connection
+(:class:`~monitor.exporters.connection.MqttConnection`, shared with the alert sender), from
+``DaemonStarted`` on: its sweep subscribes only once the run knows which configs it wants.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
-import aiomqtt
+from aiomqtt import Message
 
 from monitor.events.figures import Figures
 from monitor.events.messages import (
@@ -50,7 +51,7 @@ from monitor.events.messages import (
     TrackRestored,
     WindowScored,
 )
-from monitor.exporters.connection import Reconnect, client_options, tls_context
+from monitor.exporters.connection import ConnectionUser, MqttConnection
 from monitor.exporters.discovery import (
     Discovery,
     Entity,
@@ -58,7 +59,7 @@ from monitor.exporters.discovery import (
     safe_id,
     source_state_topic,
 )
-from monitor.exporters.mqtt import iso_utc, publish, topics_for
+from monitor.exporters.mqtt import iso_utc, topics_for
 from monitor.exporters.words import STRANGER, count_words, stranger_numbers
 from monitor.references import MORE_REFERENCES, saturated
 from monitor.settings.sections import HomeAssistantSettings, MqttSettings
@@ -91,11 +92,12 @@ def reference_attributes(templates: int, population: float, ceiling_bits: float)
     }
 
 
-class HomeAssistantExporter:
+class HomeAssistantExporter(ConnectionUser):
     """Publishes discovery configs and the device state; clears entities that went away.
 
-    ``handle`` only updates memory and wakes ``run``; ``run`` owns its own connection and keeps
-    it as the alert sender does (connection.Reconnect, ``[mqtt]`` reconnect settings).
+    ``handle`` only updates memory and wakes its MQTT session, which runs on ``connection`` (the
+    alert sender's, :class:`~monitor.exporters.connection.MqttConnection`); without one it
+    makes its own and runs it.
     """
 
     name = "homeassistant"
@@ -107,6 +109,7 @@ class HomeAssistantExporter:
         *,
         store: Profiles,
         device_id: str,
+        connection: MqttConnection | None = None,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -127,19 +130,17 @@ class HomeAssistantExporter:
             sources=dict(sources or {}),
             configuration_url=configuration_url,
         )
-        self.client_id = f"{mqtt.client_id or f'voxmeter-{device_id}'}-ha"
-        self._tls = tls_context(mqtt)
+        self.attach(
+            connection,
+            mqtt,
+            ("homeassistant", self._session),
+            device_id=device_id,
+            rng=rng,
+            sleep=sleep,
+        )
         self._store = store
         self._clock = clock
         self._sleep = sleep
-        self._reconnect = Reconnect(
-            mqtt,
-            logger=logger,
-            label="Home Assistant discovery, ",
-            rng=rng,
-            sleep=sleep,
-            on_connection=self._set_connected,
-        )
         self._speakers: set[str] = set()
         self._strangers: dict[str, int] = {}  # shown unknown-N track → its number in HA
         self._configs: dict[str, bytes] = {}  # config topic → payload wanted on the broker
@@ -152,7 +153,6 @@ class HomeAssistantExporter:
         self._period_start_unix: float | None = None
         self._started = asyncio.Event()
         self._wake = asyncio.Event()
-        self.connected = False
         # the device's other entities (protection's switch, enrolment's): kept, never swept
         self.extra_entities: list[Callable[[Discovery], list[Entity]]] = []
         self.enrolment_buttons = False  # each speaker's Forget / Enrol button (enrolment on)
@@ -344,53 +344,29 @@ class HomeAssistantExporter:
 
     # ---- connection ------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """After ``DaemonStarted``: connect, publish, and reconnect (connection.Reconnect, the
-        alert sender's policy) until cancelled."""
+    async def _session(self) -> None:
+        """One connection's life, from ``DaemonStarted`` on: the sweep, then the publisher."""
         await self._started.wait()
-        await self._reconnect.run(self._client, self._session)
-
-    def _client(self) -> aiomqtt.Client:
-        return aiomqtt.Client(**client_options(self.mqtt, self._tls), identifier=self.client_id)
-
-    def _set_connected(self, connected: bool) -> None:
-        self.connected = connected
-
-    async def _session(self, client: aiomqtt.Client) -> None:
         # Subscribe before publishing: retained configs delivered now predate this connection.
-        await client.subscribe(self.discovery.subscription, qos=1)
+        await self.connection.subscribe(self.discovery.subscription, self._sweep)
         self._dirty.update(self._configs)  # a restarted broker has forgotten retained messages
         self._device_dirty = True
         self._rooms_dirty.update(self._rooms)
-        try:
-            async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(self._sweep(client), name="voxmeter.exporter.homeassistant.sweep")
-                tasks.create_task(
-                    self._publisher(client), name="voxmeter.exporter.homeassistant.pub"
-                )
-        except ExceptionGroup as group:
-            # A lost broker fails both tasks; the group would escape ``run``'s reconnect loop
-            # (and end the daemon): hand ``run`` the broker error itself.
-            lost, other = group.split(aiomqtt.MqttError)
-            if lost is None or other is not None:
-                raise
-            raise _first(lost) from group
+        await self._publisher()
 
-    async def _sweep(self, client: aiomqtt.Client) -> None:
-        """Clear retained configs (and their speaker state) this run does not want."""
-        async for message in client.messages:
-            topic = message.topic.value
-            if not message.retain or not message.payload or self.is_wanted(topic):
-                continue
-            if topic in self._dirty:  # this run decided about it already
-                continue
-            logger.info("removing Home Assistant entity %s", topic)
-            self._dirty[topic] = b""
-            alias = self._speaker_of(_state_topic(message.payload))
-            if alias is not None and alias not in self._speakers:
-                self._forget(alias)  # all its entities, then its figures
-            self._wake.set()
-        raise aiomqtt.MqttError("message stream ended")
+    async def _sweep(self, message: Message) -> None:
+        """Clear a retained config (and its speaker's state) this run does not want."""
+        topic = message.topic.value
+        if not message.retain or not message.payload or self.is_wanted(topic):
+            return
+        if topic in self._dirty:  # this run decided about it already
+            return
+        logger.info("removing Home Assistant entity %s", topic)
+        self._dirty[topic] = b""
+        alias = self._speaker_of(_state_topic(message.payload))
+        if alias is not None and alias not in self._speakers:
+            self._forget(alias)  # all its entities, then its figures
+        self._wake.set()
 
     def _speaker_of(self, state_topic: str | None) -> str | None:
         """The alias whose retained state ``state_topic`` is (None: not a speaker's)."""
@@ -400,14 +376,14 @@ class HomeAssistantExporter:
         level, _, tail = state_topic.removeprefix(head).partition("/")
         return urllib.parse.unquote(level) if tail == "state" and level else None
 
-    async def _publisher(self, client: aiomqtt.Client) -> None:
+    async def _publisher(self) -> None:
         qos = max(1, self.mqtt.qos)
         while True:
             self._wake.clear()
             while self._dirty:  # configs first: the states below must find no entity left
                 for topic in list(self._dirty):
                     payload = self._dirty[topic]
-                    await publish(client, topic, payload, qos=qos, retain=True)
+                    await self.connection.publish(topic, payload, qos=qos, retain=True)
                     if self._dirty.get(topic) is payload:
                         del self._dirty[topic]
             if self._cleared:
@@ -417,12 +393,11 @@ class HomeAssistantExporter:
             for topic in list(self._cleared):
                 if self._dirty:
                     break  # a config arrived meanwhile: it goes first, next turn
-                await publish(client, topic, b"", qos=qos, retain=True)
+                await self.connection.publish(topic, b"", qos=qos, retain=True)
                 self._cleared.pop(topic, None)
             if self._device_dirty:
                 self._device_dirty = False
-                await publish(
-                    client,
+                await self.connection.publish(
                     device_state_topic(self.topics),
                     self.device_payload(),
                     qos=qos,
@@ -434,14 +409,8 @@ class HomeAssistantExporter:
                     {**self._rooms[source], "updated": iso_utc(self._clock())}
                 ).encode()
                 topic = source_state_topic(self.topics, source)
-                await publish(client, topic, payload, qos=qos, retain=True)
+                await self.connection.publish(topic, payload, qos=qos, retain=True)
             await self._wake.wait()
-
-
-def _first(group: BaseExceptionGroup[aiomqtt.MqttError]) -> aiomqtt.MqttError:
-    """The first leaf error of a (possibly nested) exception group."""
-    error = group.exceptions[0]
-    return _first(error) if isinstance(error, BaseExceptionGroup) else error
 
 
 def _state_topic(payload: Any) -> str | None:

@@ -16,15 +16,14 @@ Topics under ``<prefix>`` (default ``voxmeter/<device_id>``):
 Alerts are never held only in memory: the budget stage writes each to the outbox in the same
 transaction as the state change, and this exporter deletes it (``ack``) only after the broker's
 PUBACK (QoS ≥ 1). Across broker outages and daemon restarts every alert is therefore delivered
-at least once and in ``seq`` order. The connection is kept by
-:class:`~monitor.exporters.connection.Reconnect`, the one reconnect policy of every MQTT
-client of the daemon; here its wait also ends within a second when an alert waits in the outbox.
+at least once and in ``seq`` order. It publishes on the daemon's one MQTT connection
+(:class:`~monitor.exporters.connection.MqttConnection`, shared with Home Assistant discovery,
+the protection switch and enrolment), whose last will is this status; the connection's
+reconnect wait also ends within a second when an alert waits in the outbox.
 
 With ``mqtt.tls`` the connection is TLS (``connection.tls_context``: the broker's certificate
 checked against ``mqtt.cafile`` or the system's CAs, its host name against ``mqtt.host`` unless
 ``mqtt.verify_hostname = false``; a client certificate when ``mqtt.certfile`` is set).
-``connection.client_options`` gives both MQTT clients (this one and Home Assistant's) the same
-broker, credentials and TLS.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import random
 import time
 import urllib.parse
@@ -40,8 +38,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any, Protocol
-
-import aiomqtt
 
 from monitor import __version__
 from monitor.errors import StoreError
@@ -57,12 +53,7 @@ from monitor.events.messages import (
     TrackRestored,
     WindowScored,
 )
-from monitor.exporters.connection import (
-    PUBLISH_TIMEOUT_SECONDS,
-    Reconnect,
-    client_options,
-    tls_context,
-)
+from monitor.exporters.connection import ConnectionUser, MqttConnection
 from monitor.exporters.topics import TOPICS
 from monitor.exporters.words import BUDGET_WORDS, budget_share, one_in, speaker_words
 from monitor.settings.config import is_loopback
@@ -72,9 +63,6 @@ from monitor.store.ledger import WindowRecord
 from monitor.store.outbox import OutboxMessage
 
 logger = logging.getLogger(__name__)
-
-OFFLINE_TIMEOUT_SECONDS = 1.0
-"""Longest wait for the ``offline`` status on a clean stop (SIGTERM must end us within 2 s)."""
 
 OUTBOX_BATCH = 100
 
@@ -198,11 +186,13 @@ def speaker_state_payload(
     return payload
 
 
-class MqttExporter:
+class MqttExporter(ConnectionUser):
     """Publishes status, speaker states and the outbox; see the module docstring.
 
-    ``handle`` only updates memory and wakes ``run``; ``run`` owns the connection. Clock and
-    random source and sleep (the reconnect's) are arguments so tests control time and backoff.
+    ``handle`` only updates memory and wakes its MQTT session, which runs on ``connection``
+    (:class:`~monitor.exporters.connection.MqttConnection`), which it makes when none is given
+    and then runs itself; the status topic is that connection's availability. Clock, random
+    source and sleep (the reconnect's) are arguments so tests control time and backoff.
     """
 
     name = "mqtt"
@@ -213,6 +203,7 @@ class MqttExporter:
         *,
         store: Outbox,
         device_id: str,
+        connection: MqttConnection | None = None,
         on_connection: Callable[[bool], None] | None = None,
         clear_expired: bool = True,
         clock: Callable[[], float] = time.time,
@@ -222,7 +213,6 @@ class MqttExporter:
     ) -> None:
         self.settings = settings
         self._zone = zone  # budget.zone: the words say when the period started on its clock
-        self._tls = tls_context(settings)
         if (
             settings.password
             and not settings.tls
@@ -235,27 +225,29 @@ class MqttExporter:
                 settings.host,
             )
         self.topics = topics_for(settings, device_id)
-        self.client_id = settings.client_id or f"voxmeter-{device_id}"
-        self._outbox = store
-        self._on_connection = on_connection
-        self._clear_expired = clear_expired
-        self._clock = clock
-        self._reconnect = Reconnect(
+        # a waiting alert ends the reconnect's backoff within a second
+        self.attach(
+            connection,
             settings,
-            logger=logger,
+            ("status", self._session),
+            device_id=device_id,
+            urgent=self._alerts_waiting,
             rng=rng,
             sleep=sleep,
-            urgent=self._alerts_waiting,  # a waiting alert ends the backoff within a second
-            on_connection=self._set_connected,
-            log_connected=True,
         )
+        if on_connection is not None:
+            self.connection.on_connection(on_connection)
+        self.connection.availability(self.topics.status, lambda: self.status_payload("offline"))
+        self.client_id = self.connection.client_id
+        self._outbox = store
+        self._clear_expired = clear_expired
+        self._clock = clock
         self._version = __version__
         self._started_unix = clock()
         self._states: dict[str, dict[str, Any]] = {}  # alias → latest retained payload
         self._dirty: dict[str, dict[str, Any] | None] = {}  # to publish; None clears
         self._status_dirty = True
         self._wake = asyncio.Event()
-        self.connected = False
 
     # ---- events (no network) -------------------------------------------------------------
 
@@ -324,118 +316,42 @@ class MqttExporter:
             {"state": state, "version": self._version, "started": iso_utc(self._started_unix)}
         ).encode()
 
-    def _client(self) -> aiomqtt.Client:
-        return aiomqtt.Client(
-            **client_options(self.settings, self._tls),
-            identifier=self.client_id,
-            will=aiomqtt.Will(
-                self.topics.status, self.status_payload("offline"), qos=1, retain=True
-            ),
-        )
-
-    def _set_connected(self, connected: bool) -> None:
-        if connected == self.connected:
-            return
-        self.connected = connected
-        if self._on_connection is not None:
-            self._on_connection(connected)
-
-    async def run(self) -> None:
-        """Connect, publish, and reconnect (connection.Reconnect) until cancelled."""
-        await self._reconnect.run(self._client, self._session)
-
     def _alerts_waiting(self) -> bool:
         try:
             return bool(self._outbox.pending(1))
         except StoreError:
             return False  # the next connection's drain reports it
 
-    async def _session(self, client: aiomqtt.Client) -> None:
-        """One connection's life: a watcher for disconnection and the publisher, together."""
+    async def _session(self) -> None:
+        """One connection's life: the status, the outbox and the states, as they change."""
         self._status_dirty = True
         self._dirty.update(self._states)  # a restarted broker has forgotten retained messages
-        try:
-            async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(_watch(client), name="voxmeter.exporter.mqtt.watch")
-                tasks.create_task(self._publisher(client), name="voxmeter.exporter.mqtt.publish")
-        except asyncio.CancelledError:
-            await self._say_offline(client)
-            raise
-        except ExceptionGroup as group:  # the first failure decides: broker, store, or a bug
-            raise group.exceptions[0] from group
-
-    async def _say_offline(self, client: aiomqtt.Client) -> None:
-        """On a clean stop the broker sends no will: publish ``offline`` ourselves."""
-        try:
-            await publish(
-                client,
-                self.topics.status,
-                self.status_payload("offline"),
-                qos=1,
-                retain=True,
-                timeout_seconds=OFFLINE_TIMEOUT_SECONDS,
-            )
-        except aiomqtt.MqttError as error:
-            logger.info("could not publish offline status: %s", error)
-
-    async def _publisher(self, client: aiomqtt.Client) -> None:
         while True:
             self._wake.clear()
             if self._status_dirty:
                 self._status_dirty = False
-                await publish(
-                    client, self.topics.status, self.status_payload("online"), qos=1, retain=True
+                await self.connection.publish(
+                    self.topics.status, self.status_payload("online"), qos=1, retain=True
                 )
-            await self._drain_outbox(client)
-            await self._publish_states(client)
+            await self._drain_outbox()
+            await self._publish_states()
             await self._wake.wait()
 
-    async def _drain_outbox(self, client: aiomqtt.Client) -> None:
+    async def _drain_outbox(self) -> None:
         """Publish pending alerts in seq order; ack each only after its PUBACK."""
         qos = max(1, self.settings.qos)  # at-least-once needs an acknowledgement
         while messages := self._outbox.pending(OUTBOX_BATCH):
             for message in messages:
                 payload = {**message.payload, "seq": message.seq, "sent": iso_utc(self._clock())}
-                await publish(client, message.topic, json.dumps(payload).encode(), qos=qos)
+                await self.connection.publish(message.topic, json.dumps(payload).encode(), qos=qos)
                 self._outbox.ack(message.seq)
 
-    async def _publish_states(self, client: aiomqtt.Client) -> None:
+    async def _publish_states(self) -> None:
         for alias in list(self._dirty):
             payload = self._dirty[alias]
             body = b"" if payload is None else json.dumps(payload).encode()
-            await publish(
-                client, self.topics.speaker_state(alias), body, qos=self.settings.qos, retain=True
+            await self.connection.publish(
+                self.topics.speaker_state(alias), body, qos=self.settings.qos, retain=True
             )
             if self._dirty.get(alias, ...) is payload:  # unchanged while we published
                 del self._dirty[alias]
-
-
-async def publish(
-    client: aiomqtt.Client,
-    topic: str,
-    payload: bytes,
-    *,
-    qos: int,
-    retain: bool = False,
-    timeout_seconds: float = PUBLISH_TIMEOUT_SECONDS,
-) -> None:
-    """``client.publish`` under our own deadline (MqttError when no PUBACK comes in time).
-
-    aiomqtt's ``timeout=`` runs through ``asyncio.wait_for``, which on Python 3.11 swallows a
-    cancellation that arrives in the same loop turn as the PUBACK (cpython gh-86296): the
-    publisher then went back to waiting for work, the pipeline's TaskGroup waited for it for
-    ever, and ``voxmeter run`` hung at end of input (about one run in ten). ``asyncio.timeout``
-    keeps the cancellation.
-    """
-    try:
-        async with asyncio.timeout(timeout_seconds):
-            await client.publish(topic, payload, qos=qos, retain=retain, timeout=math.inf)
-    except TimeoutError as exc:
-        raise aiomqtt.MqttError(f"no acknowledgement within {timeout_seconds:g} s") from exc
-
-
-async def _watch(client: aiomqtt.Client) -> None:
-    """Return never; raise MqttError when the connection drops (aiomqtt's public signal)."""
-    async for _message in client.messages:
-        pass
-    raise aiomqtt.MqttError("message stream ended")

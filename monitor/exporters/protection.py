@@ -4,14 +4,16 @@ person.
 
 The entities are discovery configs of the device (:func:`protection_entities`), published and
 kept by the Home Assistant exporter (its ``extra_entities``), so its sweep of stale configs
-leaves them be. :class:`ProtectionMqtt` is the exporter with its own connection (client id
-``<mqtt client id>-protect``): it subscribes to the switch's command topic
+leaves them be. :class:`ProtectionMqtt` is the exporter, a user of the daemon's one MQTT
+connection (:class:`~monitor.exporters.connection.MqttConnection`): it subscribes to the
+switch's command topic
 (``<prefix>/protection/set``, ``ON``/``OFF``), applies it to the policy (``enabled``), and keeps
 the retained state ``<prefix>/protection`` = ``{"enabled", "protecting", "speaker", "mode",
 "reason", "switch", "status"}`` up to date. When the policy starts protecting because a person
 is over budget, ``{"alias", "event": "protection", "protecting": true, "device", "sent"}`` goes
-to the alerts topic (QoS 1; not through the outbox: the budget alert that caused it already
-did).
+to the alerts topic (QoS 1; not through the store's outbox: the budget alert that caused it
+already did; through the connection's bounded queue, so an alert raised while the broker is
+away goes when it is back).
 
 Every start turns protection on: a user's OFF lasts until the daemon restarts. The switch says
 so in its *Reason* attribute, and *Protection status* — a text sensor, so Home Assistant's
@@ -37,7 +39,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import aiomqtt
+from aiomqtt import Message
 
 from monitor.events.messages import (
     DaemonEvent,
@@ -47,9 +49,9 @@ from monitor.events.messages import (
     TrackRestored,
     WindowScored,
 )
-from monitor.exporters.connection import Reconnect, client_options, tls_context
+from monitor.exporters.connection import ConnectionUser, MqttConnection
 from monitor.exporters.discovery import Discovery, Entity
-from monitor.exporters.mqtt import Topics, publish, topics_for
+from monitor.exporters.mqtt import Topics, topics_for
 from monitor.logs import PeerWarnings
 from monitor.protect.policy import ProtectionPolicy
 from monitor.settings.sections import MqttSettings
@@ -111,7 +113,7 @@ def protection_entities(discovery: Discovery) -> list[Entity]:
     ]
 
 
-class ProtectionMqtt:
+class ProtectionMqtt(ConnectionUser):
     """The switch's commands in, the protection state and alerts out (module docstring)."""
 
     name = "protection-mqtt"
@@ -122,6 +124,7 @@ class ProtectionMqtt:
         mqtt: MqttSettings,
         *,
         device_id: str,
+        connection: MqttConnection | None = None,
         rng: random.Random | None = None,
         clock: Any = time.time,
     ) -> None:
@@ -129,30 +132,20 @@ class ProtectionMqtt:
         self.mqtt = mqtt
         self.device_id = device_id
         self.topics = topics_for(mqtt, device_id)
-        self.client_id = f"{mqtt.client_id or f'voxmeter-{device_id}'}-protect"
-        self._tls = tls_context(mqtt)
+        self.attach(connection, mqtt, ("protection", self._session), device_id=device_id, rng=rng)
         self._clock = clock
-        self._reconnect = Reconnect(
-            mqtt,
-            logger=logger,
-            label="protection switch, ",
-            rng=rng,
-            on_connection=self._set_connected,
-        )
         self._wake = asyncio.Event()
-        self._alerts: list[dict[str, Any]] = []
         self._speaker: str | None = None
         self._started = asyncio.Event()
         self._warnings = PeerWarnings(logger)
         self._switched = "On since voxmeter started (every start turns protection on)"
         self.display_name: Callable[[str], str] = str  # a track alias as Home Assistant names it
-        self.connected = False
 
     def changed(self, protecting: bool, speaker: str | None) -> None:
         """The policy's ``on_change``: publish the state; alert when a person is protected."""
         self._speaker = speaker if protecting else None
         if protecting and speaker is not None:
-            self._alerts.append(
+            self._alert(
                 {
                     "alias": speaker,
                     "event": "protection",
@@ -161,6 +154,15 @@ class ProtectionMqtt:
                 }
             )
         self._wake.set()
+
+    def _alert(self, alert: dict[str, Any]) -> None:
+        """``alert`` to the alerts topic, stamped ``sent`` as it goes (the connection's queue)."""
+
+        def payload() -> bytes:
+            sent = datetime.fromtimestamp(self._clock(), UTC).isoformat()
+            return json.dumps({**alert, "sent": sent}).encode()
+
+        self.connection.post(self.topics.alerts, payload, qos=max(1, self.mqtt.qos))
 
     def reason(self) -> str:
         """Why *Protecting* is on or off, in a sentence."""
@@ -207,54 +209,35 @@ class ProtectionMqtt:
                 return
         self._wake.set()
 
-    async def run(self) -> None:
-        """After ``DaemonStarted``: connect and reconnect (``connection.Reconnect``, the policy
-        of every MQTT client of the daemon) until cancelled."""
+    async def _session(self) -> None:
+        """One connection's life, from ``DaemonStarted`` on: the commands and the state."""
         await self._started.wait()
-        await self._reconnect.run(self._client, self._session)
+        await self.connection.subscribe(command_topic(self.topics.prefix), self._command)
+        topic = state_topic(self.topics.prefix)
+        await self.keep_state(topic, self.state, self._wake, qos=max(1, self.mqtt.qos))
 
-    def _client(self) -> aiomqtt.Client:
-        return aiomqtt.Client(**client_options(self.mqtt, self._tls), identifier=self.client_id)
-
-    def _set_connected(self, connected: bool) -> None:
-        self.connected = connected
-
-    async def _session(self, client: aiomqtt.Client) -> None:
-        await client.subscribe(command_topic(self.topics.prefix), qos=1)
-        try:
-            async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(self._commands(client), name="voxmeter.exporter.protect.commands")
-                tasks.create_task(self._publisher(client), name="voxmeter.exporter.protect.pub")
-        except ExceptionGroup as group:  # a lost broker fails both: hand Reconnect its error
-            lost, other = group.split(aiomqtt.MqttError)
-            if lost is None or other is not None:
-                raise
-            raise lost.exceptions[0] from group
-
-    async def _commands(self, client: aiomqtt.Client) -> None:
+    async def _command(self, message: Message) -> None:
         topic = command_topic(self.topics.prefix)
-        async for message in client.messages:
-            payload = bytes(message.payload or b"")
-            if message.retain:  # stale: a command is an act of now, never a standing order
-                if payload:
-                    self._warnings.warn(
-                        topic, "retained", "protection switch: ignored the retained command %r "
-                        "on %s and cleared it (commands are never retained; protection starts "
-                        "ON)", payload[:20].decode(errors="replace"), topic,
-                    )  # fmt: skip
-                    await client.publish(topic, b"", qos=1, retain=True)
-                continue
-            if not payload:  # a retained command being cleared (ours or anyone's)
-                continue
-            command = payload.decode(errors="replace").strip().upper()
-            if command not in (ON, OFF):
+        payload = bytes(message.payload or b"")
+        if message.retain:  # stale: a command is an act of now, never a standing order
+            if payload:
                 self._warnings.warn(
-                    topic, "command", "protection switch: ignored command %r (ON or OFF)",
-                    command[:20],
+                    topic, "retained", "protection switch: ignored the retained command %r "
+                    "on %s and cleared it (commands are never retained; protection starts "
+                    "ON)", payload[:20].decode(errors="replace"), topic,
                 )  # fmt: skip
-                continue
-            self._switch(command == ON)
-        raise aiomqtt.MqttError("message stream ended")
+                await self.connection.publish(topic, b"", qos=1, retain=True)
+            return
+        if not payload:  # a retained command being cleared (ours or anyone's)
+            return
+        command = payload.decode(errors="replace").strip().upper()
+        if command not in (ON, OFF):
+            self._warnings.warn(
+                topic, "command", "protection switch: ignored command %r (ON or OFF)",
+                command[:20],
+            )  # fmt: skip
+            return
+        self._switch(command == ON)
 
     def _switch(self, on: bool) -> None:
         """A command from Home Assistant: applied, logged, and a change an alert (turning
@@ -267,24 +250,5 @@ class ProtectionMqtt:
         else:
             logger.warning("protection switched OFF from Home Assistant: audio passes clear")
         if changed:
-            self._alerts.append(
-                {"event": "protection-switched", "enabled": on, "device": self.device_id}
-            )
+            self._alert({"event": "protection-switched", "enabled": on, "device": self.device_id})
         self._wake.set()
-
-    async def _publisher(self, client: aiomqtt.Client) -> None:
-        qos = max(1, self.mqtt.qos)
-        published = b""
-        while True:
-            self._wake.clear()
-            if (state := self.state()) != published:
-                await publish(client, state_topic(self.topics.prefix), state, qos=qos, retain=True)
-                published = state
-            while self._alerts:
-                alert = {
-                    **self._alerts[0],
-                    "sent": datetime.fromtimestamp(self._clock(), UTC).isoformat(),
-                }
-                await publish(client, self.topics.alerts, json.dumps(alert).encode(), qos=qos)
-                self._alerts.pop(0)
-            await self._wake.wait()

@@ -8,7 +8,9 @@ import asyncio
 import contextlib
 import functools
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from monitor.wyoming.proxy import WyomingProxySource
 from monitor.wyoming.source import WyomingSource
 from tests.daemon_corpus import _concatenate
 from tests.exporters.test_exporter_mqtt import Subscriber, subscribed
+from tests.realparts import stop_process
 from tests.realparts.mosquitto import MosquittoBroker, free_port
 from tests.wyoming.wyoming_peers import conversation, stream_to, talk
 
@@ -33,6 +36,7 @@ DEVICE = "lounge"
 PREFIX = f"voxmeter/{DEVICE}"
 DISCOVERY = "ha-enrol"
 COMMAND_SAMPLES = 6 * 16000  # through the proxy: one spoken command's length per request
+REPO = Path(__file__).resolve().parents[2]
 
 
 def config_topic(component: str, object_id: str) -> str:
@@ -68,6 +72,43 @@ def two_voices(corpus_root: Path, speakers: Sequence[str], target: Path) -> Path
     return _concatenate([f for pair in zip(*files, strict=False) for f in pair][:10], target)
 
 
+def progress_of(sub: Subscriber) -> dict[str, Any]:
+    """The latest *Enrolment progress* state (empty before the first)."""
+    states = sub.on(f"{PREFIX}/enrolment")
+    return states[-1] if states and states[-1] else {}
+
+
+def run_command(broker: MosquittoBroker, db: Path, *sources: str) -> list[str]:
+    """``voxmeter run`` as the add-on starts it: ``db`` (created when missing), Home Assistant
+    discovery on ``broker``, and ``sources`` (``daemon.source=…`` or ``audio.sources=…``)."""
+    settings = [
+        *sources,
+        f"daemon.db={db}",
+        f"daemon.device_id={json.dumps(DEVICE)}",
+        "daemon.stats_interval_seconds=1",
+        "prometheus.enabled=false",
+        "wyoming.zeroconf=false",
+        "mqtt.enabled=true",
+        f"mqtt.port={broker.port}",
+        "homeassistant.discovery=true",
+        f"homeassistant.discovery_prefix={DISCOVERY}",
+    ]
+    return [sys.executable, "-m", "monitor.cli", "run", *[
+        item for setting in settings for item in ("--set", setting)]]  # fmt: skip
+
+
+@contextlib.contextmanager
+def daemon_process(command: Sequence[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``command`` running as a process of its own, its one-line-per-event log in ``log`` (read
+    it when a test fails); stopped at the end."""
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=out)
+        try:
+            yield process
+        finally:
+            stop_process(process)
+
+
 @dataclass
 class EnrolDaemon:
     pipeline: Pipeline
@@ -79,8 +120,7 @@ class EnrolDaemon:
         await self.sub.client.publish(f"{PREFIX}/enrolment/{topic}", body, qos=1, retain=retain)
 
     def progress(self) -> dict[str, Any]:
-        states = self.sub.on(f"{PREFIX}/enrolment")
-        return states[-1] if states and states[-1] else {}
+        return progress_of(self.sub)
 
     async def until(self, phase: str, timeout: float = 60) -> dict[str, Any]:
         await self.sub.wait(lambda: self.progress().get("phase") == phase, timeout)

@@ -16,7 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.enrol_daemon import DEVICE, DISCOVERY, PREFIX, config_topic, newcomers, speech_of
+from tests.daemon.enrol_daemon import (
+    DEVICE,
+    DISCOVERY,
+    PREFIX,
+    config_topic,
+    daemon_process,
+    newcomers,
+    progress_of,
+    run_command,
+    speech_of,
+)
 from tests.exporters.test_exporter_mqtt import subscribed
 from tests.realparts import stop_process
 from tests.realparts.mosquitto import MosquittoBroker, free_port
@@ -47,32 +57,16 @@ def test_first_start_then_enrol_from_home_assistant(
     later = speech_of(corpus_root, reader, 9, 1, tmp_path / "later.wav")
     db = tmp_path / "share" / "voxmeter" / "voxmeter.db"  # neither the folder nor the file
     port = free_port()
-    settings = [
-        f"daemon.source=wyoming-listen://127.0.0.1:{port}",
-        f"daemon.db={db}",
-        f"daemon.device_id={json.dumps(DEVICE)}",
-        "daemon.stats_interval_seconds=1",
-        "prometheus.enabled=false",
-        "wyoming.zeroconf=false",
-        "mqtt.enabled=true",
-        f"mqtt.port={mosquitto.port}",
-        "homeassistant.discovery=true",
-        f"homeassistant.discovery_prefix={DISCOVERY}",
-    ]
-    command = [sys.executable, "-m", "monitor.cli", "run"]
-    command += [item for setting in settings for item in ("--set", setting)]
+    command = run_command(mosquitto, db, f"daemon.source=wyoming-listen://127.0.0.1:{port}")
     state_topic = f"{PREFIX}/speakers/reader/state"
 
     async def scenario() -> None:
         async with subscribed(mosquitto, "#") as sub:
 
             def progress() -> dict[str, object]:
-                states = sub.on(f"{PREFIX}/enrolment")
-                return states[-1] if states and states[-1] else {}
+                return progress_of(sub)
 
-            log = (tmp_path / "run.log").open("wb")  # its one-line-per-event log, if it fails
-            process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=log)
-            try:
+            with daemon_process(command, tmp_path / "run.log"):
                 await sub.wait(lambda: all(sub.on(config_topic(*e)) for e in ENTITIES), 30)
                 await sub.wait(lambda: bool(progress()), 30)
                 assert str(progress()["status"]).startswith("Nobody enrolled yet"), progress()
@@ -91,9 +85,6 @@ def test_first_start_then_enrol_from_home_assistant(
                 await sub.wait(
                     lambda: any(s and s["windows"] >= 1 for s in sub.on(state_topic)), 120
                 )
-            finally:
-                stop_process(process)
-                log.close()
 
     asyncio.run(scenario())
 

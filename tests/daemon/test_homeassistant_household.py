@@ -79,11 +79,13 @@ class Daemon:
 @contextlib.asynccontextmanager
 async def daemon(broker: MosquittoBroker, store: Store) -> AsyncIterator[Daemon]:
     policy = ProtectionPolicy("exceeded", Alpha.fixed(0.8))
-    switch = ProtectionMqtt(policy, settings_for(broker), device_id=DEVICE)
-    policy.on_change = switch.changed
     async with exporters(
         broker, store, prefix=PREFIX, sources=ROOMS, configuration_url=METRICS
     ) as pair:
+        switch = ProtectionMqtt(
+            policy, settings_for(broker), device_id=DEVICE, connection=pair[0].connection
+        )
+        policy.on_change = switch.changed
         pair[1].extra_entities.append(protection_entities)
         switch.display_name = pair[1].display_name
         task = asyncio.create_task(switch.run())

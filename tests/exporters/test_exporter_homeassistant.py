@@ -95,6 +95,7 @@ async def exporters(
         device_id=DEVICE,
         sources=sources,
         configuration_url=configuration_url,
+        connection=plain.connection,  # as built: one connection
     )
     tasks = [asyncio.create_task(e.run()) for e in (plain, ha)]
     try:

@@ -384,7 +384,7 @@ def test_build_exporters_wires_the_mqtt_connection_into_prometheus(tmp_path: Pat
         assert isinstance(prometheus, PrometheusExporter)
         get = prometheus.registry.get_sample_value
         assert get("voxmeter_mqtt_connected") == 0.0
-        mqtt._set_connected(True)  # type: ignore[attr-defined]
+        mqtt.connection._set_connected(True)  # type: ignore[attr-defined]
         assert get("voxmeter_mqtt_connected") == 1.0
         assert get("voxmeter_alerts_pending") == 0.0
     only_prometheus = build_exporters(

@@ -49,7 +49,7 @@ def test_switch_sensor_and_alert_through_a_real_broker(
     policy.on_change = switch.changed
     ha = HomeAssistantExporter(
         HomeAssistantSettings(discovery=True, discovery_prefix=PREFIX), mqtt, store=store,
-        device_id=DEVICE,
+        device_id=DEVICE, connection=switch.connection,
     )  # fmt: skip
     ha.extra_entities.append(protection_entities)
     observer = ProtectionObserver(policy)

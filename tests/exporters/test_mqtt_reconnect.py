@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from monitor.exporters.connection import RETRY_STEP_SECONDS
 from monitor.exporters.homeassistant import HomeAssistantExporter
 from monitor.exporters.mqtt import MqttExporter
+from monitor.exporters.reconnect import RETRY_STEP_SECONDS
 from monitor.settings.sections import MqttSettings
 from monitor.store.database import open_store
 from tests.exporters.exporter_events import changed
@@ -214,20 +214,19 @@ class CountedSleep:
 
 @pytest.mark.mosquitto
 @pytest.mark.slow
-def test_both_connections_return_soon_after_a_killed_broker_restarts(
+def test_the_shared_connection_returns_soon_after_a_killed_broker_restarts(
     mosquitto: MosquittoBroker, tmp_path: Path
 ) -> None:
-    """The broker is SIGKILLed and stays away until both backoffs are at 8 s or more, then starts
-    again on its port with nothing waiting in the outbox: the alert sender and Home Assistant
-    discovery are both back before their current wait ends, one or two 1 s steps after the
-    port opens (before one policy, discovery stayed away ~27 s while alerts came back in 0.3 s).
+    """The broker is SIGKILLed and stays away until the backoff is at 8 s or more, then starts
+    again on its port with nothing waiting in the outbox: the one connection the alert sender
+    and Home Assistant discovery share is back before its current wait ends, one or two 1 s
+    steps after the port opens, and both publish on it again.
     """
     from tests.exporters.exporter_events import started
-    from tests.exporters.test_exporter_homeassistant import PREFIX, household
+    from tests.exporters.test_exporter_homeassistant import PREFIX, configs, household
 
     settings = settings_for(mosquitto, reconnect_min_seconds=1.0, reconnect_max_seconds=30.0)
-    draws = {"mqtt": Draws(11, highest=True), "ha": Draws(12, highest=True)}
-    sleeps = {"mqtt": CountedSleep(), "ha": CountedSleep()}
+    draws, sleep = Draws(11, highest=True), CountedSleep()
 
     async def scenario() -> None:
         from monitor.settings.sections import HomeAssistantSettings
@@ -238,35 +237,37 @@ def test_both_connections_return_soon_after_a_killed_broker_restarts(
                 store=store,
                 device_id=DEVICE,
                 clear_expired=False,
-                rng=draws["mqtt"],
-                sleep=sleeps["mqtt"],
+                rng=draws,
+                sleep=sleep,
             )
             ha = HomeAssistantExporter(
                 HomeAssistantSettings(discovery=True, discovery_prefix=PREFIX),
                 settings,
                 store=store,
                 device_id=DEVICE,
-                rng=draws["ha"],
-                sleep=sleeps["ha"],
+                connection=plain.connection,
             )
+            assert ha.connection is plain.connection
             async with running(plain), running(ha):  # type: ignore[arg-type]
                 await ha.handle(started())
                 await until(lambda: plain.connected and ha.connected)
                 await asyncio.to_thread(mosquitto.kill)
                 # attempts wait 1, 2, 4, 8 s: the fourth draw is an 8 s wait, now under way
-                await until(lambda: min(len(d.draws) for d in draws.values()) >= 4, 60)
+                await until(lambda: len(draws.draws) >= 4, 60)
                 assert not (plain.connected or ha.connected)
-                drawn = {name: d.draws[-1][2] for name, d in draws.items()}
-                assert min(drawn.values()) >= 8.0
-                count = {name: len(d.draws) for name, d in draws.items()}
-                for sleep in sleeps.values():
-                    sleep.mark()
+                drawn = draws.draws[-1][2]
+                assert drawn >= 8.0
+                count = len(draws.draws)
+                sleep.mark()
                 await asyncio.to_thread(mosquitto.start)
-                await until(lambda: plain.connected and ha.connected, 60)
-                for name in draws:
-                    assert len(draws[name].draws) == count[name], name  # in the same wait
-                    slept = sleeps[name].slept
-                    assert len(slept) <= 2 and sum(slept) < drawn[name], (name, slept)
+                async with subscribed(mosquitto, "#") as seen:
+                    await until(lambda: plain.connected and ha.connected, 60)
+                    assert len(draws.draws) == count  # in the same wait
+                    assert len(sleep.slept) <= 2 and sum(sleep.slept) < drawn, sleep.slept
+                    # the restarted broker forgot everything: both users published again
+                    await seen.wait(
+                        lambda: len(configs(seen)) >= 3 and bool(seen.on(TOPICS.status))
+                    )
                 assert store.pending_count() == 0  # no alert waited: the port did it
 
     run(scenario)
