@@ -6,8 +6,10 @@
 (``tracker.change_detection = "pauses"``) on the daemon's windows (its VAD and windower) of one
 simulated room stream of test-split speakers, with and without a television; the windows'
 filterbank frames handed in as the ECAPA embedding stream hands them (the detector's own
-cost), and apart what computing those frames costs when no ECAPA stream holds them (CAM++, the
-torch runtime). Thread CPU time, the best of three passes: robust to the machine's load.
+cost: the cepstra, the loudness, the dips and the scores), and apart what computing those frames
+costs when no ECAPA stream holds them (CAM++, the torch runtime). BLAS on one thread, as the
+daemon runs it (a second OpenBLAS thread only spins). Thread CPU time, the best of three
+passes: robust to the machine's load.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from bench.household import make_stream, trimmed
 from bench.rooms import daemon_windows
 from bench.tracked import held_out_speakers
 from monitor.corpus.scan import scan_corpus
+from monitor.daemon.stages import one_blas_thread
 from monitor.tracking.pauses import load_pause_model
 from monitor.tracking.turns import TurnSplitter, frames_of
 from scripts.calibrate_turns import CORPUS
@@ -41,6 +44,7 @@ def main() -> None:
     corpus = scan_corpus(CORPUS)
     speech = {s: [trimmed(u.path) for u in corpus.utterances_of(s)] for s in speakers}
     splitter = TurnSplitter(never_embed, change_cosine=-1.0, pauses=load_pause_model())
+    one_blas_thread()
     for television in (False, True):
         with tempfile.TemporaryDirectory() as folder:
             stream = make_stream(
