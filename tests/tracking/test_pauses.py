@@ -15,7 +15,9 @@ from monitor.audio.file import read_audio
 from monitor.audio.frames import RATE_HZ
 from monitor.audio.vad import speech_only
 from monitor.audio.windows import SpeechWindow
+from monitor.errors import ConfigError
 from monitor.features.change import cepstra
+from monitor.settings.config import load_config
 from monitor.tracking.pauses import (
     PauseModel,
     best_change,
@@ -209,3 +211,11 @@ def test_the_shipped_models_fit_together() -> None:
     projection = load_change_models()["ecapa"]
     z = cepstra(np.zeros((100, 80)), projection.cepstra) @ projection.projection
     assert z.shape == (100, projection.projection.shape[1])
+
+
+def test_the_setting_chooses_the_detector() -> None:
+    """Pauses by default; the band or none on request; anything else is a config error."""
+    assert load_config(None, []).tracker.change_detection == "pauses"
+    assert load_config(None, ['tracker.change_detection="band"']).tracker.change_detection == "band"
+    with pytest.raises(ConfigError, match=r"tracker\.change_detection.*must be one of pauses"):
+        load_config(None, ['tracker.change_detection="sometimes"'])
