@@ -1,6 +1,6 @@
 """Fit the pause change detector's thresholds (monitor/calibration/shipped/changes.json).
 
-    PYTHONPATH=. .venv/bin/python scripts/calibrate_changes.py [--streams 8] [--minutes 3]
+    PYTHONPATH=. .venv/bin/python scripts/calibrate_changes.py [--streams 6] [--level 0.998]
 
 The windows are the daemon's own, as ``scripts/calibrate_consistency.py`` makes them: seeded
 household streams (bench/household.py) of corpus *train* speakers — the half the turn
@@ -95,7 +95,7 @@ def scores_of(streams: int, minutes: float) -> dict[str, dict[str, list[tuple[fl
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--streams", type=int, default=8)
+    parser.add_argument("--streams", type=int, default=6)
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--level", type=float, default=0.998)
     parser.add_argument("--out", type=Path, default=SHIPPED)
