@@ -6,7 +6,8 @@ A true change point is a boundary between two truth segments of different speake
 the window with at least ``SIDE_SECONDS`` of each voice's speech in the window (a voice's
 0.1 s is no turn the splitter could place); a cut within ``TOLERANCE_SECONDS`` of one finds it.
 A window's span in stream time includes the pauses its samples leave out, so a cut's time is
-placed by speech time (as the splitter's pieces are) and the tolerance is generous.
+placed by speech time (as the splitter's pieces are) and the tolerance is generous. A window
+whose truth holds one voice only (``clean``) should never be cut: those cut are counted apart.
 """
 
 from __future__ import annotations
@@ -57,24 +58,29 @@ def true_changes(truth: Sequence[Segment], start: float, end: float) -> list[flo
 
 
 def change_counts(stream: Stream, log: SplitLog) -> dict[str, int]:
-    """True change points, those found, cuts made and cuts at a true change, over ``log``."""
-    truths = found = cuts = right = 0
+    """True change points, those found, cuts made and cuts at a true change, over ``log``; the
+    windows of one voice only the splitter looked at, and those it cut."""
+    truths = found = cuts = right = clean = clean_cut = 0
     for start, end, made in log.windows:
         points = np.asarray(true_changes(stream.truth, start, end))
         made_at = np.asarray(made)
         truths += points.size
         cuts += made_at.size
+        one_voice = len(overlaps(stream.truth, start, end)) == 1
+        clean += one_voice
+        clean_cut += one_voice and made_at.size > 0
         if points.size and made_at.size:
             near = np.abs(points[:, None] - made_at[None, :]) <= TOLERANCE_SECONDS
             found += int(near.any(axis=1).sum())
             right += int(near.any(axis=0).sum())
-    return {"change_points": truths, "changes_found": found, "cuts": cuts, "cuts_right": right}
+    return {"change_points": truths, "changes_found": found, "cuts": cuts, "cuts_right": right,
+            "clean_windows": clean, "clean_cut": clean_cut}  # fmt: skip
 
 
 def change_summary(counts: Sequence[dict[str, int]]) -> dict[str, float]:
     """Recall and precision of the change points over streams' :func:`change_counts`."""
     total = {k: sum(c.get(k, 0) for c in counts) for k in ("change_points", "changes_found",
-             "cuts", "cuts_right")}  # fmt: skip
+             "cuts", "cuts_right", "clean_windows", "clean_cut")}  # fmt: skip
     return {
         **{k: float(v) for k, v in total.items()},
         "change_recall": total["changes_found"] / max(total["change_points"], 1),

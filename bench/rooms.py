@@ -277,6 +277,8 @@ def table(results: dict[str, Any]) -> str:
         ("changes of speaker inside a window: found (recall) / cuts at one (precision)",
          lambda s: (f"{100 * s.get('change_recall', 0):.0f} % of {s.get('change_points', 0):.0f}"
                     f" / {100 * s.get('change_precision', 0):.0f} % of {s.get('cuts', 0):.0f}")),
+        ("windows of one voice cut (none)", lambda s: (
+            f"{s.get('clean_cut', 0):.0f} of {s.get('clean_windows', 0):.0f}")),
         ("windows given to no track", pct("skipped_windows")),
         ("member windows to the right member (room, tv, 8k: ≥ 90 %)", pct("member_right")),
         ("stranger windows to a member (none)", pct("stranger_to_member")),

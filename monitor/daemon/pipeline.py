@@ -66,6 +66,7 @@ from monitor.settings.sections import Config
 from monitor.store.database import Store
 from monitor.tracking.consistency import load_consistency
 from monitor.tracking.narrow import NarrowCopies, cohort_of
+from monitor.tracking.pauses import load_pause_model
 from monitor.tracking.thresholds import tracker_thresholds_for
 from monitor.tracking.tracker import EMBEDDING, SpeakerTracker
 from monitor.tracking.turns import TurnSplitter
@@ -143,10 +144,12 @@ class Pipeline(PipelineStages):
         """Who speaks: turn splitter, load shedder, streams, tracker (calibrated thresholds)."""
         clock, source = self.clock, self.source
         thresholds = tracker_thresholds_for(config, self.scorer.calibration)
+        detection = config.tracker.change_detection
         self.turns = TurnSplitter(
             self._embed,
-            change_cosine=thresholds.change if thresholds else -1.0,
+            change_cosine=thresholds.change if thresholds and detection == "band" else -1.0,
             consistency=load_consistency(config.tracker.false_inconsistent_rate),
+            pauses=load_pause_model() if detection == "pauses" else None,
         )
         live = getattr(source, "realtime", True)  # a fast file replay has no clock to lag
         self.shedder = LoadShedder(

@@ -9,7 +9,7 @@ voice, above its ``high`` two, cut at the best point. Only in between are the ``
 either side of that point embedded and compared (when the point leaves a whole part on each
 side: a shorter part's cosine is not the calibrated one): a cosine below ``change_cosine``
 (fitted per embedding backend from the calibration's same-speaker part-to-part cosines,
-:mod:`monitor.calibration.tracking`) is a change. Each piece of a cut window of two parts or
+:mod:`monitor.calibration.crops`) is a change. Each piece of a cut window of two parts or
 more is scored again; a piece between two changes is too short to hold one voice for sure: it
 is marked ``mixed`` and never opens a track.
 
@@ -17,6 +17,12 @@ Every window or piece of at least ``part_seconds`` is then checked whole by the 
 test (:mod:`monitor.tracking.consistency`, when given): its best score above what one voice's
 windows reach at its length marks it ``inconsistent`` (given to no one). The score is the one
 just computed where the piece was scored, one cumulative sum otherwise.
+
+With a pause model (``tracker.change_detection = "pauses"``, :mod:`monitor.tracking.pauses`)
+the changes are found instead where the loudness dips and the loud frames either side differ
+more than one voice's did in the calibration: nothing is embedded, and a window of at least two
+of its sides (0.3 s each) is searched, not only one of two 1 s parts; each side of a change is
+searched again (binary segmentation).
 
 Most windows of one voice score below ``low`` and cost no embedding at all (the splitter that
 embedded every part cost about a quarter of the daemon's CPU). The score's projection and band
@@ -41,6 +47,7 @@ from monitor.audio.windows import SpeechWindow
 from monitor.features.change import FRAMES_PER_SECOND, cepstra, mean_shift_scores
 from monitor.features.fbank import ecapa_db
 from monitor.tracking.consistency import ConsistencyTest
+from monitor.tracking.pauses import PauseModel, best_change
 
 Embed = Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float64]]
 """Samples (n,) float32 at 16 kHz → embedding (D,)."""
@@ -116,6 +123,7 @@ class TurnSplitter:
         part_seconds: float = 1.0,
         models: Mapping[str, ChangeModel] | None = None,
         consistency: ConsistencyTest | None = None,
+        pauses: PauseModel | None = None,
     ) -> None:
         if not -1.0 <= change_cosine <= 1.0:
             raise ValueError(f"change_cosine must be in [-1, 1], got {change_cosine}")
@@ -126,6 +134,7 @@ class TurnSplitter:
         self.part_samples = round(part_seconds * RATE_HZ)
         self.models = dict(load_change_models() if models is None else models)
         self.consistency = consistency
+        self.pauses = pauses  # set: changes found at pauses, nothing embedded (module pauses)
         self.inconsistent = 0  # windows and pieces found inconsistent since start
         self.changes = 0  # changes found since start
         self.scored = 0  # windows and pieces scored
@@ -133,8 +142,8 @@ class TurnSplitter:
 
     @property
     def active(self) -> bool:
-        """Whether a change can be found at all (a threshold was fitted)."""
-        return self.change_cosine > -1.0
+        """Whether a change can be found at all (pauses, or a fitted threshold)."""
+        return self.pauses is not None or self.change_cosine > -1.0
 
     def parts(self, window: SpeechWindow) -> int:
         """How many parts ``window`` holds (< 2: never cut)."""
@@ -145,7 +154,14 @@ class TurnSplitter:
         parts to cut between, or one to check for consistency."""
         if self.consistency is not None and self.parts(window) >= 1:
             return True
-        return self.active and self.parts(window) >= 2
+        return self.active and self._cuttable(window.samples.shape[0])
+
+    def _cuttable(self, samples: int) -> bool:
+        """Whether ``samples`` of speech are long enough to hold a change the splitter places:
+        two parts, or (pauses) a least side either side of one."""
+        if self.pauses is not None:
+            return samples >= 2 * self.pauses.side * _HOP
+        return samples // self.part_samples >= 2
 
     def split(self, window: SpeechWindow, frames: WindowFrames | None = None) -> list[SpeechWindow]:
         """The window cut at every change found (pieces in stream order). ``frames``: its
@@ -159,8 +175,10 @@ class TurnSplitter:
             raise ValueError(f"no change model for front end {frames.front_end!r}")
         features = cepstra(frames.fbank, model.cepstra) @ model.projection
         samples = window.samples
-        cuts = []
-        if self.active and self.parts(window) >= 2:
+        cuts: list[int] = []
+        if self.pauses is not None and self._cuttable(samples.shape[0]):
+            cuts = self._pause_changes(frames.fbank, features, 0, samples.shape[0])
+        elif self.active and self._cuttable(samples.shape[0]):
             cuts = self._changes(samples, features, model, 0, samples.shape[0])
         self.changes += len(cuts)
         bounds = [0, *cuts, samples.shape[0]]
@@ -187,6 +205,26 @@ class TurnSplitter:
             return piece
         self.inconsistent += 1
         return dataclasses.replace(piece, inconsistent=True)
+
+    def _pause_changes(
+        self, fbank: np.ndarray, features: np.ndarray, lo: int, hi: int
+    ) -> list[int]:
+        """Sample positions of the changes in samples [lo, hi) found at pauses (binary
+        segmentation: each side of a change searched again while it holds two least sides)."""
+        assert self.pauses is not None
+        if not self._cuttable(hi - lo):
+            return []
+        first, stop = lo // _HOP, min(hi // _HOP, features.shape[0])
+        change = best_change(fbank[first:stop], features[first:stop], self.pauses)
+        self.scored += 1
+        if change is None:
+            return []
+        cut = min(max((first + change.frame) * _HOP, lo), hi)
+        return [
+            *self._pause_changes(fbank, features, lo, cut),
+            cut,
+            *self._pause_changes(fbank, features, cut, hi),
+        ]
 
     def _changes(
         self,

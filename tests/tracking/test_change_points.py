@@ -36,7 +36,8 @@ def test_cuts_are_counted_found_and_right() -> None:
     log.watch(split)  # (the watched splitter records; here the windows are given directly)
     log.windows += [(0.5, 3.5, (2.3,)), (2.5, 5.5, (4.1,)), (0.0, 3.0, ())]
     counts = change_counts(_stream(), log)
-    assert counts == {"change_points": 2, "changes_found": 1, "cuts": 2, "cuts_right": 1}
+    assert counts == {"change_points": 2, "changes_found": 1, "cuts": 2, "cuts_right": 1,
+                      "clean_windows": 1, "clean_cut": 1}  # fmt: skip
     summary = change_summary([counts, counts])
     assert summary["change_recall"] == 0.5 and summary["change_precision"] == 0.5
 
