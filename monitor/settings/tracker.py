@@ -66,8 +66,8 @@ class TrackerSettings:
         "how a change of speaker inside a window is found (the window is cut there and its parts "
         "scored apart, a part under audio.min_window_seconds held back): pauses = where the "
         "loudness dips and the loud frames either side differ more than 99.8 % of one voice's "
-        "windows did in the calibration, nothing embedded; band = the best change score anywhere, two 1 s "
-        "parts embedded where it is uncertain; off = windows are never cut",
+        "windows did in the calibration, nothing embedded; band = the best change score "
+        "anywhere, two 1 s parts embedded where it is uncertain; off = windows are never cut",
         check.one_of("pauses", "band", "off"),
     )
     false_inconsistent_rate: float = setting(
