@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import numpy as np
 
+    from monitor.corpus.jobs import CorpusJob
     from monitor.evaluate.protection import anonymised_speakers
     from monitor.evaluate.semi_informed import FEATURE, TRAIN_SEED, fit_chosen, labelled
 
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         speakers = anonymised_speakers(
             args.corpus, split="train", alpha=alpha, seed=TRAIN_SEED, features=[FEATURE],
-            jobs=args.jobs,
+            job=CorpusJob(jobs=args.jobs),
         )  # fmt: skip
         vectors, labels = labelled(speakers.speakers)
         if args.cache is not None:
