@@ -63,7 +63,7 @@ def attacker_for(alpha: str, scratch: Path) -> tuple[Path | None, dict[str, Any]
     (None: ``evaluate`` finds it), else one trained here on :data:`TRAIN_SPEAKERS` train
     speakers anonymised with that α."""
     from monitor.corpus.jobs import CorpusJob
-    from monitor.evaluate.protection import anonymised_speakers
+    from monitor.evaluate.anonymiser_audit import anonymised_speakers
     from monitor.evaluate.semi_informed import FEATURE, TRAIN_SEED, fit_chosen, labelled
     from monitor.features.base import embedding_backend
     from monitor.protect.backend import shipped_backend

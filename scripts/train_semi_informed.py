@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     import numpy as np
 
     from monitor.corpus.jobs import CorpusJob
-    from monitor.evaluate.protection import anonymised_speakers
+    from monitor.evaluate.anonymiser_audit import anonymised_speakers
     from monitor.evaluate.semi_informed import FEATURE, TRAIN_SEED, fit_chosen, labelled
 
     bounds = [float(v) for v in args.alpha.split(",")]

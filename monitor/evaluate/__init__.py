@@ -15,9 +15,9 @@ from monitor.calibration.trial_rows import BlockProgress
 from monitor.corpus.jobs import DEFAULT_JOB, MIN_SPEECH_SECONDS, CorpusJob
 from monitor.corpus.speakers import CorpusSpeakers, load_speakers
 from monitor.errors import InputError
+from monitor.evaluate.anonymiser_audit import ProtectRequest, audit_protection
 from monitor.evaluate.audit import run_audit
-from monitor.evaluate.protected import protected_audit
-from monitor.evaluate.protection import ProtectRequest, audit_protection
+from monitor.evaluate.deid import protected_audit
 from monitor.evaluate.results import Audit
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def evaluate_corpus(
     cross-fitted on halves of the evaluation speakers. With ``job.jobs`` > 1 or a scheduler,
     extraction and the score matrices run on Dask workers (one cluster for both);
     ``block_progress(done, total, feature)`` follows the matrices' row blocks there.
-    ``protect``: also audit the split anonymised by that method (:mod:`.protection`).
+    ``protect``: also audit the split anonymised by that method (:mod:`.anonymiser_audit`).
     """
     with job.on_one_cluster() as job, job.client() as client:
         options = _Options(

@@ -329,7 +329,7 @@ def _with_protection(
 ) -> Audit:
     """``audit`` with its protection audit, and paper 002's figures of the two versions unless
     ``--protected`` already gave them."""
-    from monitor.evaluate.protected import protected_audit
+    from monitor.evaluate.deid import protected_audit
 
     feature = "embedding" if "embedding" in features else features[0]
     root = Path(loaded.root)
