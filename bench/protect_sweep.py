@@ -62,7 +62,8 @@ def attacker_for(alpha: str, scratch: Path) -> tuple[Path | None, dict[str, Any]
     """The semi-informed back-end of ``alpha``: the shipped one when it was trained for it
     (None: ``evaluate`` finds it), else one trained here on :data:`TRAIN_SPEAKERS` train
     speakers anonymised with that α."""
-    from monitor.evaluate.protection import anonymised_speakers
+    from monitor.corpus.jobs import CorpusJob
+    from monitor.evaluate.anonymiser_audit import anonymised_speakers
     from monitor.evaluate.semi_informed import FEATURE, TRAIN_SEED, fit_chosen, labelled
     from monitor.features.base import embedding_backend
     from monitor.protect.backend import shipped_backend
@@ -77,7 +78,12 @@ def attacker_for(alpha: str, scratch: Path) -> tuple[Path | None, dict[str, Any]
     subset_corpus(corpus, TRAIN_SPEAKERS, split="train")
     jobs = int(os.environ.get("VOXMETER_JOBS", "2"))
     speakers = anonymised_speakers(
-        corpus, split="train", alpha=parsed, seed=TRAIN_SEED, features=[FEATURE], jobs=jobs
+        corpus,
+        split="train",
+        alpha=parsed,
+        seed=TRAIN_SEED,
+        features=[FEATURE],
+        job=CorpusJob(jobs=jobs),
     )
     vectors, labels = labelled(speakers.speakers)
     backend, figures = fit_chosen(

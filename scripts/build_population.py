@@ -78,6 +78,7 @@ def templates(
 ) -> tuple[dict[str, np.ndarray], np.ndarray, dict[str, str]]:
     """feature → (N, D) templates of the speakers (all their utterances pooled, as
     ``voxmeter enroll`` pools them), the speech seconds behind each, feature → version."""
+    from monitor.corpus.jobs import CorpusJob
     from monitor.enrolment.variants import narrow_templates
     from monitor.features.extract import FeatureCache, default_cache_dir, extract_many
 
@@ -96,7 +97,7 @@ def templates(
             matrices[feature][row] = pooled.values
             if feature == "embedding":
                 seconds[row] = pooled.seconds
-    narrow = narrow_templates(files, jobs=jobs)
+    narrow = narrow_templates(files, CorpusJob(jobs=jobs))
     matrices[NARROW] = np.stack([narrow[speaker].values for speaker in files])
     return matrices, seconds, _versions()
 

@@ -29,10 +29,11 @@ from monitor.calibration.crops import (
     crop_speakers,
     narrow_statistics,
 )
+from monitor.corpus.jobs import CorpusJob
 from monitor.corpus.scan import scan_corpus
 from monitor.corpus.speakers import load_speakers
 from monitor.features.base import set_embedding_backend
-from monitor.features.extract import default_cache_dir
+from monitor.features.extract import FeatureCache, default_cache_dir
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared/data/speechocean762"
 
@@ -48,7 +49,10 @@ def add_narrow(
     metadata = document["metadata"]
     started, cpu = time.time(), time.process_time()
     loaded = load_speakers(
-        corpus, split="train", features=("embedding",), cache_dir=default_cache_dir(), jobs=jobs
+        corpus,
+        split="train",
+        features=("embedding",),
+        job=CorpusJob(cache=FeatureCache(default_cache_dir()), jobs=jobs),
     )
     dev = set(metadata.get("dev_speakers", []))
     speakers = [s for s in loaded.speakers if not dev or s.alias in dev]

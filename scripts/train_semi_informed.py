@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import numpy as np
 
-    from monitor.evaluate.protection import anonymised_speakers
+    from monitor.corpus.jobs import CorpusJob
+    from monitor.evaluate.anonymiser_audit import anonymised_speakers
     from monitor.evaluate.semi_informed import FEATURE, TRAIN_SEED, fit_chosen, labelled
 
     bounds = [float(v) for v in args.alpha.split(",")]
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         speakers = anonymised_speakers(
             args.corpus, split="train", alpha=alpha, seed=TRAIN_SEED, features=[FEATURE],
-            jobs=args.jobs,
+            job=CorpusJob(jobs=args.jobs),
         )  # fmt: skip
         vectors, labels = labelled(speakers.speakers)
         if args.cache is not None:

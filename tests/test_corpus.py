@@ -176,7 +176,9 @@ def test_unicode_names_match_metadata_in_either_normal_form(tmp_path: Path) -> N
 def test_load_speakers_names_a_speaker_folder_without_audio(
     corpus_root: Path, corpus_speakers: list[dict[str, str]], tmp_path: Path
 ) -> None:
+    from monitor.corpus.jobs import CorpusJob
     from monitor.corpus.speakers import load_speakers
+    from monitor.features.extract import FeatureCache
 
     root = tmp_path / "corpus"
     for row in corpus_speakers[:2]:
@@ -185,6 +187,8 @@ def test_load_speakers_names_a_speaker_folder_without_audio(
             (root / row["speaker"] / source.name).symlink_to(source)
     (root / "silent").mkdir()
     (root / "silent" / "notes.txt").write_text("no recording yet")
-    loaded = load_speakers(root, features=("f0",), cache_dir=tmp_path / "cache")
+    loaded = load_speakers(
+        root, features=("f0",), job=CorpusJob(cache=FeatureCache(tmp_path / "cache"))
+    )
     assert len(loaded.speakers) == 2
     assert ("speaker silent", "no audio file in its folder") in loaded.skipped

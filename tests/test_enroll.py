@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from monitor.cli import app
 from monitor.corpus import scan_corpus
+from monitor.corpus.jobs import CorpusJob
 from monitor.enrolment.enroll import enroll_corpus
 from monitor.features.base import get_feature
 from monitor.features.extract import FeatureCache, extract_many
@@ -118,7 +119,7 @@ def test_seconds_selects_the_fewest_first_files(
     cache = FeatureCache(cache_dir)
     with open_store(tmp_path / "s.db") as store:
         report = enroll_corpus(
-            store, corpus, features=("f0", "embedding"), seconds=4.0, cache=cache
+            store, corpus, features=("f0", "embedding"), seconds=4.0, job=CorpusJob(cache=cache)
         )
         seconds = {i.alias: i.templates["embedding"].seconds for i in store.identities()}
     for speaker in report.enrolled:

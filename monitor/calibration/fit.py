@@ -3,7 +3,6 @@ every feature and of ``combined`` on the eq. 6 trials of a labelled dev corpus."
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -39,12 +38,8 @@ from monitor.calibration.protocol import (
     scored_trials,
     speech_listing,
 )
-from monitor.corpus.speakers import (
-    MIN_SPEECH_SECONDS,
-    CorpusSpeakers,
-    SpeakerUtterances,
-    load_speakers,
-)
+from monitor.corpus.jobs import DEFAULT_JOB, CorpusJob
+from monitor.corpus.speakers import CorpusSpeakers, SpeakerUtterances, load_speakers
 from monitor.errors import InputError
 from monitor.features.base import embedding_backend, phone_backend
 
@@ -210,36 +205,18 @@ def calibrate_corpus(
     buckets: Sequence[float] = DEFAULT_BUCKETS,
     template_seconds: float | None = DEFAULT_TEMPLATE_SECONDS,
     loss: str = "ll",
-    cache_dir: str | Path | None = None,
-    jobs: int = 1,
-    scheduler: str | None = None,
-    extraction_progress: Callable[[int, int, str], None] | None = None,
-    progress: Callable[[str], None] | None = None,
-    min_speech_seconds: float = MIN_SPEECH_SECONDS,
+    job: CorpusJob = DEFAULT_JOB,
 ) -> tuple[CalibrationSet, tuple[tuple[str, str], ...]]:
-    """Extract (through the cache) a labelled dev corpus and fit every bucket it allows.
+    """Extract (through ``job.cache``) a labelled dev corpus and fit every bucket it allows.
 
     Returns the calibration (metadata: corpus, split, protocol, date, speakers, skipped count)
-    and the (file or speaker, reason) pairs that were skipped.
+    and the (file or speaker, reason) pairs that were skipped. ``job.steps`` hears of each fit.
     """
-    from monitor.blocks.workers import dask_client, shared_scheduler
-
-    with contextlib.ExitStack() as stack:
-        address = stack.enter_context(shared_scheduler(jobs, scheduler))
-        client = None if address is None else stack.enter_context(dask_client(jobs, address))
-        loaded = load_speakers(
-            root,
-            split=split,
-            features=features,
-            cache_dir=cache_dir,
-            jobs=jobs,
-            scheduler=address,
-            progress=extraction_progress,
-            min_speech_seconds=min_speech_seconds,
-        )
-        crops = _crops(loaded, split, features, buckets, cache_dir, progress)
+    with job.on_one_cluster() as job, job.client() as client:
+        loaded = load_speakers(root, split=split, features=features, job=job)
+        crops = _crops(loaded, split, features, buckets, job)
         calibration, skipped = _calibrate_loaded(
-            loaded, root, split, features, buckets, template_seconds, loss, progress, client, crops
+            loaded, root, split, features, buckets, template_seconds, loss, job.steps, client, crops
         )
     if "embedding" in features:
         tracking = cosine_statistics(loaded.speakers, crops, template_seconds=template_seconds)
@@ -247,7 +224,7 @@ def calibrate_corpus(
             loaded.speakers,
             _paths(loaded.root, split),
             template_seconds=template_seconds,
-            cache_dir=cache_dir,
+            cache_dir=job.cache_dir,
         )
         calibration = CalibrationSet(
             calibration.features,
@@ -261,8 +238,7 @@ def _crops(
     split: str | None,
     features: Sequence[str],
     buckets: Sequence[float],
-    cache_dir: str | Path | None,
-    progress: Callable[[str], None] | None,
+    job: CorpusJob,
 ) -> dict[str, Crops]:
     """Crops for the short buckets asked for (every feature) and the tracker's window lengths
     (the embedding), of every loaded utterance."""
@@ -281,10 +257,10 @@ def _crops(
     paths = _paths(loaded.root, split)
 
     def note(done: int, total: int) -> None:
-        if progress is not None and (done % 250 == 0 or done == total):
-            progress(f"crops: {done}/{total} utterances")
+        if done % 250 == 0 or done == total:
+            job.tell(f"crops: {done}/{total} utterances")
 
-    return crop_speakers(loaded.speakers, paths, lengths, cache_dir=cache_dir, progress=note)
+    return crop_speakers(loaded.speakers, paths, lengths, cache_dir=job.cache_dir, progress=note)
 
 
 def _paths(root: str | Path, split: str | None) -> dict[tuple[str, str], Path]:

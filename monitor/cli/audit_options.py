@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from monitor.calibration.buckets import CalibrationSet
-    from monitor.evaluate.protection import ProtectRequest
+    from monitor.evaluate.anonymiser_audit import ProtectRequest
     from monitor.protect.mcadams import Alpha
 
 # ``voxmeter enroll``: how much of each speaker, and whether they live here.
@@ -175,7 +175,7 @@ def protect_request(
 ) -> ProtectRequest | None:
     """The ``--protect`` options checked (one line naming the option when wrong; an option
     that means something only with ``--protect`` is refused without it, never ignored)."""
-    from monitor.evaluate.protection import ProtectRequest, check_method
+    from monitor.evaluate.anonymiser_audit import ProtectRequest, check_method
     from monitor.protect.mcadams import parse_alpha
 
     if method is None:

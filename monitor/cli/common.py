@@ -19,6 +19,7 @@ from monitor.printable import printable
 
 if TYPE_CHECKING:
     from monitor.calibration.buckets import CalibrationSet
+    from monitor.corpus.jobs import CorpusJob
     from monitor.store import Store
 
 
@@ -164,6 +165,33 @@ MinSpeechOption = Annotated[
     ),
 ]
 ALL_FEATURES = "f0,phone,embedding"
+
+
+def corpus_job(
+    jobs: int,
+    scheduler: str | None,
+    cache: Path | None,
+    no_cache: bool,
+    min_speech: float,
+    *,
+    steps: Callable[[str], None] | None = None,
+) -> CorpusJob:
+    """The one settings object of a corpus command's shared options (--jobs, --scheduler,
+    --cache, --no-cache, --min-speech), passed down instead of the five values; the feature
+    cache is opened here, once for every step (its folder created now)."""
+    from monitor.corpus.jobs import CorpusJob
+    from monitor.features.extract import FeatureCache, default_cache_dir
+
+    feature_cache = None if no_cache else FeatureCache(cache or default_cache_dir())
+    return CorpusJob(
+        cache=feature_cache,
+        jobs=jobs,
+        scheduler=scheduler,
+        min_speech_seconds=min_speech,
+        steps=steps,
+    )
+
+
 EmbeddingOption = Annotated[
     str | None,
     typer.Option(

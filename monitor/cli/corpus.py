@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -47,6 +48,7 @@ from monitor.cli.common import (
     SplitOption,
     calibration_db_path,
     console,
+    corpus_job,
     db_path,
     err_console,
     follow_shipped_phone,
@@ -85,11 +87,9 @@ def enroll_command(
     room: RoomOption = True,
 ) -> None:
     """Build one template per speaker and feature from a corpus (replacing old templates)."""
-    from monitor.blocks.workers import shared_scheduler
     from monitor.cli.audit_options import lazy_template_alpha
     from monitor.corpus import check_speaker_names, scan_corpus
     from monitor.enrolment.enroll import enroll_corpus
-    from monitor.features.extract import FeatureCache, default_cache_dir
     from monitor.store import open_store
 
     select_embedding(embedding)
@@ -100,10 +100,10 @@ def enroll_command(
     with new_file_removed_on_error(path := db_path(db)), open_store(path) as store:
         store.check_writable()  # fail now, not after minutes of extraction
         follow_shipped_phone(names, store)  # the phone templates the daemon's calibration reads
-        feature_cache = None if no_cache else FeatureCache(cache or default_cache_dir())
+        job = corpus_job(jobs, scheduler, cache, no_cache, min_speech)
         with (
             _enrolment_bar() as progress,
-            shared_scheduler(jobs, scheduler) as address,  # one cluster for all rounds
+            replace(job, progress=progress).on_one_cluster() as job,  # one for all rounds
         ):
             report = enroll_corpus(
                 store,
@@ -112,11 +112,7 @@ def enroll_command(
                 utterances=utterances,
                 seconds=seconds,
                 local=local,
-                jobs=jobs,
-                scheduler=address,
-                cache=feature_cache,
-                progress=progress,
-                min_speech_seconds=min_speech,
+                job=job,
                 protect=lazy_alpha,
                 narrow=narrow,
                 room=room and local,
@@ -344,7 +340,6 @@ def calibrate_command(
 
     select_embedding(embedding)
     from monitor.calibration.fit import calibrate_corpus
-    from monitor.features.extract import default_cache_dir
     from monitor.outputs import check_output_file
 
     names = _feature_list(features)
@@ -355,6 +350,7 @@ def calibrate_command(
         raise VoxmeterError(f"--template-seconds {template_seconds!r}: give one length")
     check_output_file(out, "--out")
     store_path = calibration_db_path(db)  # a dangling link or a folder: said now, not after the fit
+    job = corpus_job(jobs, scheduler, cache, no_cache, min_speech)
     with _LazyBar("extracting") as extraction_progress:
         calibration, skipped = calibrate_corpus(
             corpus,
@@ -363,12 +359,7 @@ def calibrate_command(
             buckets=bucket_list,
             template_seconds=template[0],
             loss=loss,
-            cache_dir=None if no_cache else (cache or default_cache_dir()),
-            jobs=jobs,
-            scheduler=scheduler,
-            extraction_progress=extraction_progress,
-            progress=lambda text: err_console.print(f"fitting {text}", markup=False),
-            min_speech_seconds=min_speech,
+            job=replace(job, progress=extraction_progress, steps=_steps("fitting")),
         )
     _save_calibration(calibration, skipped, out, store_path)
 
@@ -423,10 +414,8 @@ def evaluate_command(
     embedding: EmbeddingOption = None,
 ) -> None:
     """Audit a labelled corpus: papers 000–003 figures per feature and length, report and plots."""
-    from monitor.blocks.workers import shared_scheduler
     from monitor.cli.audit_options import audit_calibration, protect_request
     from monitor.evaluate import evaluate_corpus
-    from monitor.features.extract import default_cache_dir
     from monitor.outputs import check_output_folder
 
     select_embedding(embedding)
@@ -434,9 +423,10 @@ def evaluate_command(
     loaded, calibration_path = audit_calibration(calibration, lid_from, names)
     check_output_folder(out, "--out")
     _check_protected(protected)
+    job = corpus_job(jobs, scheduler, cache, no_cache, min_speech, steps=_steps("auditing"))
     with (
         _LazyBar("extracting") as extraction_progress,
-        shared_scheduler(jobs, scheduler) as address,  # one cluster for both corpora
+        replace(job, progress=extraction_progress).on_one_cluster() as job,  # for both corpora
     ):
         _, document = evaluate_corpus(
             corpus,
@@ -451,15 +441,15 @@ def evaluate_command(
             lid_source=lid_from,
             protected=protected,
             protect=protect_request(protect, protect_alpha, wer_utterances, attacker),
-            cache_dir=None if no_cache else (cache or default_cache_dir()),
-            jobs=jobs,
-            scheduler=address,
-            extraction_progress=extraction_progress,
-            progress=lambda text: err_console.print(f"auditing {text}", markup=False),
+            job=job,
             block_progress=extraction_progress.blocks,
-            min_speech_seconds=min_speech,
         )
     _print_audit(document, out)
+
+
+def _steps(verb: str) -> Callable[[str], None]:
+    """Each longer step of a corpus command as one stderr line, ``verb`` first."""
+    return lambda text: err_console.print(f"{verb} {text}", markup=False)
 
 
 def _audit_grid(

@@ -7,7 +7,7 @@ groups the usable utterances by speaker, listing everything left out and why.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,11 +15,17 @@ from typing import Any
 import numpy as np
 
 from monitor.corpus.duplicates import find_duplicates, fingerprint, warn_duplicates
+from monitor.corpus.jobs import DEFAULT_JOB, MIN_SPEECH_SECONDS, CorpusJob
 from monitor.corpus.scan import scan_corpus
 from monitor.errors import InputError
 
-MIN_SPEECH_SECONDS = 0.3
-"""Default minimum speech per utterance (after VAD); the corpus commands take --min-speech."""
+__all__ = [
+    "MIN_SPEECH_SECONDS",
+    "CorpusSpeakers",
+    "SpeakerUtterances",
+    "load_speakers",
+    "usable_observation",
+]
 
 
 @dataclass(frozen=True)
@@ -73,32 +79,27 @@ def load_speakers(
     *,
     split: str | None = None,
     features: Sequence[str],
-    cache_dir: str | Path | None = None,
-    jobs: int = 1,
-    scheduler: str | None = None,
-    min_speech_seconds: float = MIN_SPEECH_SECONDS,
-    progress: Callable[[int, int, str], None] | None = None,
+    job: CorpusJob = DEFAULT_JOB,
 ) -> CorpusSpeakers:
-    """Scan ``root``, extract (or read from the cache) every file, group by speaker.
+    """Scan ``root``, extract (or read from ``job.cache``) every file, group by speaker.
 
-    Files that cannot be read, utterances with less than ``min_speech_seconds`` of speech or
+    Files that cannot be read, utterances with less than ``job.min_speech_seconds`` of speech or
     with no evidence for any feature, and speakers left with fewer than 2 utterances are
     skipped and listed. An utterance empty for some features only is kept: its empty
     observations pool as nothing. Raises ``InputError`` when no speaker remains.
     """
-    from monitor.features.extract import FeatureCache, extract_many
+    from monitor.features.extract import extract_many
 
     # abspath folds "a/../b" (unlike Path.absolute) but keeps symlinks (unlike resolve), so
     # "../corpus" and "/abs/corpus" share one set of FeatureCache entries.
     corpus = scan_corpus(os.path.abspath(root), split=split)
-    cache = FeatureCache(cache_dir) if cache_dir is not None else None
     extraction = extract_many(
         corpus.paths,
-        cache,
+        job.cache,
         features=tuple(features),
-        jobs=jobs,
-        scheduler=scheduler,
-        progress=progress,
+        jobs=job.jobs,
+        scheduler=job.scheduler,
+        progress=job.progress,
     )
     skipped = _skipped_before_speakers(corpus, extraction)
     speakers: list[SpeakerUtterances] = []
@@ -109,7 +110,7 @@ def load_speakers(
             extraction.files,
             alias=alias,
             features=features,
-            min_speech_seconds=min_speech_seconds,
+            min_speech_seconds=job.min_speech_seconds,
             skipped=skipped,
             fingerprints=fingerprints,
         )

@@ -21,8 +21,8 @@ from monitor.calibration.buckets import CalibrationSet, default_path, load_defau
 from monitor.daemon.household import enrolment_for
 from monitor.daemon.lock import DaemonLock
 from monitor.daemon.pipeline import EXIT_DEADLINE_SECONDS, ExitWatchdog, Pipeline, RunSummary
+from monitor.daemon.policy_feed import protection_for
 from monitor.daemon.problem import held
-from monitor.daemon.protection import protection_for
 from monitor.errors import ConfigError, StoreError, VoxmeterError
 from monitor.events.messages import Exporter
 from monitor.exporters import build_exporters

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -25,10 +25,11 @@ import numpy as np
 
 from monitor.corpus import Corpus, check_speaker_names
 from monitor.corpus.duplicates import find_duplicates, fingerprint, warn_duplicates
+from monitor.corpus.jobs import DEFAULT_JOB, MIN_SPEECH_SECONDS, CorpusJob
 from monitor.enrolment.live import pool_kept
 from monitor.errors import InputError
 from monitor.features.base import FEATURE_NAMES, Observation
-from monitor.features.extract import FeatureCache, FileFeatures, extract_many
+from monitor.features.extract import FileFeatures, extract_many
 from monitor.protect.mcadams import Alpha
 from monitor.store.database import Store
 from monitor.store.templates import LOCAL_PROFILE_FEATURE, Enrolment
@@ -41,16 +42,9 @@ __all__ = [
     "enroll_corpus",
 ]
 
-MIN_SPEECH_SECONDS = 0.3
-"""Default minimum speech per file (after VAD); ``min_speech_seconds`` changes it (a corpus of
-single spoken words may need less)."""
-
 METADATA_COLUMNS = ("gender", "age", "original_split")
 """The only speakers.tsv columns stored with an identity: any other column (a name, an e-mail)
 stays out of the database."""
-
-Progress = Callable[[int, int, str], None]
-"""progress(done, total, path): total grows when a later round needs more files."""
 
 
 @dataclass(frozen=True)
@@ -195,10 +189,7 @@ class _Rounds:
 
     request: _Request
     speakers: dict[str, _Speaker]
-    cache: FeatureCache | None
-    jobs: int
-    scheduler: str | None
-    progress: Progress | None
+    job: CorpusJob
     skipped_files: list[tuple[str, str]]
     partial_files: list[tuple[str, str]] = field(default_factory=list)
     results: dict[str, FileFeatures] = field(default_factory=dict)
@@ -213,19 +204,20 @@ class _Rounds:
             wanted = self._next_round()
 
     def _tick(self, _done: int, _total: int, path: str) -> None:
+        """``job.progress`` over all rounds: its total grows when a later round needs more."""
         self.done += 1
-        if self.progress is not None:
-            self.progress(self.done, self.total, path)
+        if self.job.progress is not None:
+            self.job.progress(self.done, self.total, path)
 
     def _extract(self, paths: list[str]) -> None:
         """One round: extract ``paths`` and sort the files into usable, partial and skipped."""
         self.total += len(paths)
         extraction = extract_many(
             paths,
-            self.cache,
+            self.job.cache,
             features=self.request.names,
-            jobs=self.jobs,
-            scheduler=self.scheduler,
+            jobs=self.job.jobs,
+            scheduler=self.job.scheduler,
             progress=self._tick,
         )
         self.hits += sum(r.cached for r in extraction.files.values())
@@ -320,28 +312,20 @@ def _with_variant(
 
 
 def with_narrow(
-    enrolments: list[Enrolment],
-    files: Mapping[str, Sequence[str]],
-    *,
-    jobs: int = 1,
-    scheduler: str | None = None,
+    enrolments: list[Enrolment], files: Mapping[str, Sequence[str]], job: CorpusJob = DEFAULT_JOB
 ) -> list[Enrolment]:
     """Each enrolment with the narrow-band template of its ``files`` added (what ``enroll``
     stores by default; benchmarks that pool their own templates call this)."""
     from monitor.enrolment.variants import narrow_model, narrow_name, narrow_templates
     from monitor.store.templates import current_model
 
-    copies = narrow_templates(files, jobs=jobs, scheduler=scheduler)
+    copies = narrow_templates(files, job)
     model = narrow_model(current_model("embedding"))
     return _with_variant(enrolments, copies, narrow_name(), model)
 
 
 def with_room(
-    enrolments: list[Enrolment],
-    files: Mapping[str, Sequence[str]],
-    *,
-    jobs: int = 1,
-    scheduler: str | None = None,
+    enrolments: list[Enrolment], files: Mapping[str, Sequence[str]], job: CorpusJob = DEFAULT_JOB
 ) -> list[Enrolment]:
     """Each enrolment with the far-field template of its ``files`` added (the same files in
     seeded synthetic rooms, :mod:`monitor.audio.reverb`): what ``enroll --local`` stores by
@@ -349,7 +333,7 @@ def with_room(
     from monitor.enrolment.variants import room_model, room_name, room_templates
     from monitor.store.templates import current_model
 
-    copies = room_templates(files, jobs=jobs, scheduler=scheduler)
+    copies = room_templates(files, job)
     model = room_model(current_model("embedding"))
     return _with_variant(enrolments, copies, room_name(), model)
 
@@ -361,8 +345,7 @@ def _with_variants(
     alpha: Alpha | None,
     narrow: bool,
     room: bool,
-    jobs: int,
-    scheduler: str | None,
+    job: CorpusJob,
 ) -> list[Enrolment]:
     """The lazy-informed (``alpha``), narrow-band (``narrow``) and far-field (``room``)
     embedding templates added."""
@@ -373,12 +356,12 @@ def _with_variants(
     if alpha is not None:
         from monitor.enrolment.lazy import lazy_name, lazy_templates
 
-        lazy = lazy_templates(files, alpha, jobs=jobs, scheduler=scheduler)
+        lazy = lazy_templates(files, alpha, job)
         enrolments = _with_variant(enrolments, lazy, lazy_name(), f"{embedding}+mcadams({alpha})")
     if narrow:
-        enrolments = with_narrow(enrolments, files, jobs=jobs, scheduler=scheduler)
+        enrolments = with_narrow(enrolments, files, job)
     if room:
-        enrolments = with_room(enrolments, files, jobs=jobs, scheduler=scheduler)
+        enrolments = with_room(enrolments, files, job)
     return enrolments
 
 
@@ -390,11 +373,7 @@ def enroll_corpus(
     utterances: int | None = None,
     seconds: float | None = None,
     local: bool = False,
-    jobs: int = 1,
-    scheduler: str | None = None,
-    cache: FeatureCache | None = None,
-    progress: Progress | None = None,
-    min_speech_seconds: float = MIN_SPEECH_SECONDS,
+    job: CorpusJob = DEFAULT_JOB,
     protect: Alpha | None = None,
     narrow: bool = False,
     room: bool = False,
@@ -403,7 +382,7 @@ def enroll_corpus(
 
     ``utterances`` = K first usable utterances, or ``seconds`` = first S seconds of speech
     (at most one; neither means every utterance). ``local`` also registers each speaker as a
-    device user (local profile) under the same alias. A file needs ``min_speech_seconds`` of
+    device user (local profile) under the same alias. A file needs ``job.min_speech_seconds`` of
     speech and evidence for at least one feature; a feature it lacks is left out of that
     feature's template only. Raises ``ValueError`` for bad options, ``InputError`` for a
     speaker folder that is not a valid alias (before any extraction) or when no speaker has
@@ -415,11 +394,11 @@ def enroll_corpus(
     far-field template (``embedding+room``: the same files in synthetic reverberant rooms),
     which the tracker matches a member's far-field windows with.
     """
-    request = _Request.checked(features, utterances, seconds, local, min_speech_seconds)
+    request = _Request.checked(features, utterances, seconds, local, job.min_speech_seconds)
     check_speaker_names(corpus)
     speakers = _speakers_of(corpus)
     skipped_files = [(str(p), reason) for p, reason in corpus.unreadable]
-    rounds = _Rounds(request, speakers, cache, jobs, scheduler, progress, skipped_files)
+    rounds = _Rounds(request, speakers, job, skipped_files)
     rounds.run()
     enrolments, enrolled, skipped_speakers = _enrolments(request, speakers, corpus, local)
     skipped_speakers += _speakers_without_audio(corpus, speakers)
@@ -428,9 +407,8 @@ def enroll_corpus(
     _warn_duplicates(enrolled, rounds.results)
     if "embedding" in request.names and (protect is not None or narrow or room):
         enrolments = _with_variants(
-            enrolments, enrolled, alpha=protect, narrow=narrow, room=room, jobs=jobs,
-            scheduler=scheduler,
-        )  # fmt: skip
+            enrolments, enrolled, alpha=protect, narrow=narrow, room=room, job=job
+        )
     store.bulk_replace_templates(enrolments)
     return EnrolmentReport(
         enrolled=tuple(enrolled),

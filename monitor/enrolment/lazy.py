@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from monitor.corpus.jobs import DEFAULT_JOB, CorpusJob
 from monitor.enrolment.variants import FEATURE, variant_templates
 from monitor.features.base import Observation
 from monitor.protect.files import DEFAULT_SEED, LAZY_SUFFIX, anonymise_file, utterance_alphas
@@ -25,9 +26,8 @@ def lazy_name(feature: str = FEATURE) -> str:
 def lazy_templates(
     files: Mapping[str, Sequence[str]],
     alpha: Alpha,
+    job: CorpusJob = DEFAULT_JOB,
     *,
-    jobs: int = 1,
-    scheduler: str | None = None,
     seed: int = DEFAULT_SEED,
 ) -> dict[str, Observation]:
     """Speaker → the embedding template of its ``files`` anonymised (α per file from a seeded
@@ -40,6 +40,4 @@ def lazy_templates(
     def copy(source: Path, destination: Path, index: int) -> None:
         anonymise_file(source, destination, alphas[index])
 
-    return variant_templates(
-        files, copy, lazy_name(), jobs=jobs, scheduler=scheduler, prefix="voxmeter-lazy-"
-    )
+    return variant_templates(files, copy, lazy_name(), job, prefix="voxmeter-lazy-")

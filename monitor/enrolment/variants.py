@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from monitor.corpus.jobs import DEFAULT_JOB, CorpusJob
 from monitor.features.base import Observation, get_feature
 
 FEATURE = "embedding"
@@ -44,13 +45,13 @@ def variant_templates(
     files: Mapping[str, Sequence[str]],
     copy: CopyFile,
     name: str,
+    job: CorpusJob = DEFAULT_JOB,
     *,
-    jobs: int = 1,
-    scheduler: str | None = None,
     prefix: str = "voxmeter-variant-",
 ) -> dict[str, Observation]:
     """Speaker → the embedding template (feature ``name``) of its ``files`` transformed by
-    ``copy``; a speaker none of whose copies gives an embedding is left out."""
+    ``copy``; a speaker none of whose copies gives an embedding is left out. Only where
+    ``job`` runs is used: the copies are temporary (never cached), their progress not told."""
     from monitor.features.extract import extract_many
 
     ordered = [(alias, Path(path)) for alias, paths in files.items() for path in paths]
@@ -64,8 +65,8 @@ def variant_templates(
             [p for paths in copies.values() for p in paths],
             None,  # temporary files: nothing to key a cache entry on afterwards
             features=(FEATURE,),
-            jobs=jobs,
-            scheduler=scheduler,
+            jobs=job.jobs,
+            scheduler=job.scheduler,
         )
     templates: dict[str, Observation] = {}
     for alias, paths in copies.items():
@@ -102,13 +103,10 @@ def narrow_file(source: Path, destination: Path, _index: int = 0) -> None:
 
 
 def narrow_templates(
-    files: Mapping[str, Sequence[str]], *, jobs: int = 1, scheduler: str | None = None
+    files: Mapping[str, Sequence[str]], job: CorpusJob = DEFAULT_JOB
 ) -> dict[str, Observation]:
     """Speaker → the ``embedding+narrow`` template of its ``files`` band-limited."""
-    return variant_templates(
-        files, narrow_file, narrow_name(), jobs=jobs, scheduler=scheduler,
-        prefix="voxmeter-narrow-",
-    )  # fmt: skip
+    return variant_templates(files, narrow_file, narrow_name(), job, prefix="voxmeter-narrow-")
 
 
 ROOM_SUFFIX = "+room"
@@ -132,9 +130,7 @@ def room_file(source: Path, destination: Path, index: int) -> None:
 
 
 def room_templates(
-    files: Mapping[str, Sequence[str]], *, jobs: int = 1, scheduler: str | None = None
+    files: Mapping[str, Sequence[str]], job: CorpusJob = DEFAULT_JOB
 ) -> dict[str, Observation]:
     """Speaker → the ``embedding+room`` template of its ``files`` in synthetic rooms."""
-    return variant_templates(
-        files, room_file, room_name(), jobs=jobs, scheduler=scheduler, prefix="voxmeter-room-"
-    )
+    return variant_templates(files, room_file, room_name(), job, prefix="voxmeter-room-")

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from monitor.blocks.workers import dask_client, shared_scheduler
 from monitor.calibration.buckets import CalibrationSet
 from monitor.calibration.protocol import NotEnoughSpeakersError
 from monitor.calibration.trial_rows import BlockProgress
-from monitor.corpus.speakers import MIN_SPEECH_SECONDS, CorpusSpeakers, load_speakers
+from monitor.corpus.jobs import DEFAULT_JOB, MIN_SPEECH_SECONDS, CorpusJob
+from monitor.corpus.speakers import CorpusSpeakers, load_speakers
 from monitor.errors import InputError
+from monitor.evaluate.anonymiser_audit import ProtectRequest, audit_protection
 from monitor.evaluate.audit import run_audit
-from monitor.evaluate.protected import protected_audit
-from monitor.evaluate.protection import ProtectRequest, audit_protection
+from monitor.evaluate.deid import protected_audit
 from monitor.evaluate.results import Audit
 
 if TYPE_CHECKING:
@@ -41,39 +40,27 @@ def evaluate_corpus(
     lid_source: str | None = None,
     protected: str | Path | None = None,
     protect: ProtectRequest | None = None,
-    cache_dir: str | Path | None = None,
-    jobs: int = 1,
-    scheduler: str | None = None,
-    extraction_progress: Callable[[int, int, str], None] | None = None,
-    progress: Callable[[str], None] | None = None,
-    min_speech_seconds: float = MIN_SPEECH_SECONDS,
+    job: CorpusJob = DEFAULT_JOB,
     block_progress: BlockProgress | None = None,
 ) -> tuple[Audit, dict[str, Any]]:
-    """Extract (through the cache), audit every length setting, write report and plots.
+    """Extract (through ``job.cache``), audit every length setting, write report and plots.
 
     Returns the audit and the report.json document. ``calibration`` supplies the LID and fusion
     weights (speaker-disjoint); without it (or with ``lid_source="crossfit"``) they are
-    cross-fitted on halves of the evaluation speakers. With ``jobs`` > 1 or a ``scheduler``,
+    cross-fitted on halves of the evaluation speakers. With ``job.jobs`` > 1 or a scheduler,
     extraction and the score matrices run on Dask workers (one cluster for both);
     ``block_progress(done, total, feature)`` follows the matrices' row blocks there.
-    ``protect``: also audit the split anonymised by that method (:mod:`.protection`).
+    ``protect``: also audit the split anonymised by that method (:mod:`.anonymiser_audit`).
     """
-    with contextlib.ExitStack() as stack:
-        address = stack.enter_context(shared_scheduler(jobs, scheduler))
-        client = None if address is None else stack.enter_context(dask_client(jobs, address))
+    with job.on_one_cluster() as job, job.client() as client:
         options = _Options(
             features=features,
             loss=loss,
             calibration=calibration,
             lid_source=lid_source,
-            cache_dir=cache_dir,
-            jobs=jobs,
-            scheduler=address,
+            job=job,
             client=client,
-            extraction_progress=extraction_progress,
-            progress=progress,
             block_progress=block_progress,
-            min_speech_seconds=min_speech_seconds,
         )
         return _audit_corpus(
             root,
@@ -97,18 +84,9 @@ class _Options:
     loss: str
     calibration: CalibrationSet | None
     lid_source: str | None
-    cache_dir: str | Path | None
-    jobs: int
-    scheduler: str | None
+    job: CorpusJob
     client: Client | None
-    extraction_progress: Callable[[int, int, str], None] | None
-    progress: Callable[[str], None] | None
     block_progress: BlockProgress | None
-    min_speech_seconds: float
-
-    def tell(self, step: str) -> None:
-        if self.progress is not None:
-            self.progress(step)
 
 
 def _audit_corpus(
@@ -127,20 +105,12 @@ def _audit_corpus(
     from monitor.evaluate.plots import write_plots
     from monitor.evaluate.report import write_report
 
-    loaded = load_speakers(
-        root,
-        split=split,
-        features=options.features,
-        cache_dir=options.cache_dir,
-        jobs=options.jobs,
-        scheduler=options.scheduler,
-        progress=options.extraction_progress,
-        min_speech_seconds=options.min_speech_seconds,
-    )
+    job = options.job
+    loaded = load_speakers(root, split=split, features=options.features, job=job)
     metadata = _corpus_metadata(loaded, root, split=split, calibration_source=calibration_source)
     audit = _audit_loaded(loaded, metadata, options, test_seconds, template_seconds)
     if protected is not None:
-        options.tell("protected corpus")
+        job.tell("protected corpus")
         audit = _with_protected_corpus(audit, loaded, protected, options)
     if protect is not None:
         audit = audit_protection(
@@ -151,18 +121,14 @@ def _audit_corpus(
             test_seconds=test_seconds[0],
             template_seconds=template_seconds[0],
             features=options.features,
+            job=job,
             loss=options.loss,
             calibration=options.calibration,
             lid_source=options.lid_source,
             evaluated=metadata,
             client=options.client,
-            jobs=options.jobs,
-            scheduler=options.scheduler,
-            min_speech_seconds=options.min_speech_seconds,
-            extraction_progress=options.extraction_progress,
-            progress=options.progress,
         )
-    options.tell("plots and report")
+    job.tell("plots and report")
     plots = write_plots(audit, out)
     document = write_report(audit, out, plots)
     return audit, document
@@ -188,7 +154,7 @@ def _audit_loaded(
             lid_source=options.lid_source,
             metadata=metadata,
             skipped=loaded.skipped,
-            progress=options.progress,
+            progress=options.job.steps,
             client=options.client,
             block_progress=options.block_progress,
         )
@@ -219,15 +185,10 @@ def _with_protected_corpus(
     """The audit with the protected copy of the corpus matched against the clean speakers:
     how well the anonymised voices still link to who spoke."""
     feature = "embedding" if "embedding" in options.features else options.features[0]
-    other = load_speakers(  # every speaker: only those of the audited split are matched
-        protected,
-        split=None,
-        features=(feature,),
-        cache_dir=options.cache_dir,
-        jobs=options.jobs,
-        scheduler=options.scheduler,
-        progress=options.extraction_progress,
-    )
+    # every speaker: only those of the audited split are matched; --min-speech is the audited
+    # corpus's filter, the protected copy keeps the default one
+    job = dataclasses.replace(options.job, min_speech_seconds=MIN_SPEECH_SECONDS)
+    other = load_speakers(protected, split=None, features=(feature,), job=job)
     return dataclasses.replace(
         audit,
         protected=protected_audit(

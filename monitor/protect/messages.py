@@ -2,6 +2,6 @@
 (:class:`monitor.wyoming.channel.Uplink`), numpy-free: both processes import it."""
 
 PROTECT = "protect"
-"""A source's protection verdict (:class:`monitor.daemon.protection.RelayFeed`): ``{"kind",
+"""A source's protection verdict (:class:`monitor.daemon.policy_feed.RelayFeed`): ``{"kind",
 "protect": bool, "speaker": alias or null, "mode", "method", "alpha", "enabled"}``; the relay
 process follows it (:mod:`monitor.protect.relay_process`)."""

@@ -10,11 +10,11 @@
   judged by the previous speaker, so it passes clear (or is protected needlessly) until its
   own windows are attributed — the measuring side only knows who spoke once a window closed.
 
-The daemon feeds the policy (:mod:`monitor.daemon.protection`: who was scored last, budget
+The daemon feeds the policy (:mod:`monitor.daemon.policy_feed`: who was scored last, budget
 transitions, period resets, the Home Assistant switch); the relay asks :meth:`decide` at every
 ``audio-start``. Both run on the event loop's thread, so no lock. With the relay in a process
 of its own, the daemon tells it each source's :meth:`verdict` whenever ``on_update`` fires
-(:mod:`monitor.daemon.protection`), and the relay decides from what it was told
+(:mod:`monitor.daemon.policy_feed`), and the relay decides from what it was told
 (:mod:`monitor.protect.relay_process`).
 """
 

@@ -3,7 +3,7 @@ deciding from what the measuring process last said.
 
 The measuring process owns the budgets, the policy and the Home Assistant switch; it tells the
 relay each source's verdict over the channel whenever it changes (``protect`` messages,
-:class:`monitor.daemon.protection.RelayFeed`). This relay keeps the last verdict per source and
+:class:`monitor.daemon.policy_feed.RelayFeed`). This relay keeps the last verdict per source and
 decides at each ``audio-start`` by itself, drawing α itself (:class:`RelayedPolicy`): it never
 asks, so the measuring side can neither slow nor silence the assistant.
 

@@ -21,7 +21,7 @@ buffer is bounded all the same. A measuring process that subscribes mid-stream s
 begin with its next message.
 
 The channel is two-way for small state: after its ``subscribe``, the measuring process may send
-messages of other kinds (``protect``: what :mod:`monitor.daemon.protection` tells the relay
+messages of other kinds (``protect``: what :mod:`monitor.daemon.policy_feed` tells the relay
 process's anonymiser, see :mod:`monitor.protect.relay_process`). The relay hands each to
 ``ChannelServer.on_message`` with the source it concerns and never answers; the measuring side's
 :class:`Uplink` keeps the latest message of each kind and sends it again after every

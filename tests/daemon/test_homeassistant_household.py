@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import pytest
 
 from monitor.audio.frames import StreamKey
-from monitor.daemon.protection import ProtectionObserver
+from monitor.daemon.policy_feed import ProtectionObserver
 from monitor.events.messages import WindowScored
 from monitor.exporters.dashboard import lovelace
 from monitor.exporters.homeassistant import HomeAssistantExporter

@@ -23,7 +23,7 @@ from wyoming.asr import Transcribe
 from monitor.audio.file import read_audio
 from monitor.corpus import scan_corpus
 from monitor.daemon.pipeline import Pipeline
-from monitor.daemon.protection import ProtectionObserver
+from monitor.daemon.policy_feed import ProtectionObserver
 from monitor.enrolment.lazy import lazy_name, lazy_templates
 from monitor.exporters.prometheus import PrometheusExporter
 from monitor.features.base import FEATURE_NAMES

@@ -15,9 +15,9 @@ from monitor.calibration.buckets import COMBINED
 from monitor.calibration.fit import calibrate_speakers
 from monitor.calibration.protocol import SpeakerUtterances
 from monitor.evaluate.audit import run_audit
+from monitor.evaluate.deid import protected_audit
 from monitor.evaluate.markdown import bits, percent
 from monitor.evaluate.plots import write_plots
-from monitor.evaluate.protected import protected_audit
 from monitor.evaluate.report import write_report
 from monitor.evaluate.results import composition_curves
 from tests.calibration.synthetic import synthetic_speakers

@@ -12,7 +12,7 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from monitor.daemon.protection import ProtectionObserver
+from monitor.daemon.policy_feed import ProtectionObserver
 from monitor.exporters.homeassistant import HomeAssistantExporter
 from monitor.exporters.protection import (
     ProtectionMqtt,
@@ -121,7 +121,7 @@ class Relaying:
 
 
 def test_protection_says_why_and_is_there_whenever_the_daemon_relays(tmp_path: Path) -> None:
-    from monitor.daemon.protection import protection_for
+    from monitor.daemon.policy_feed import protection_for
     from monitor.settings.config import load_config
 
     settings = MqttSettings(enabled=True, host="127.0.0.1", port=1883)  # never connected

@@ -11,7 +11,7 @@ import pytest
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.event import Event
 
-from monitor.daemon.protection import ProtectionObserver
+from monitor.daemon.policy_feed import ProtectionObserver
 from monitor.errors import ConfigError
 from monitor.events.messages import DaemonStarted, StateChanged
 from monitor.protect.mcadams import Alpha, McAdamsStream

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from wyoming.asr import Transcribe
 
-from monitor.daemon.protection import ProtectionObserver, RelayFeed, protection_for
+from monitor.daemon.policy_feed import ProtectionObserver, RelayFeed, protection_for
 from monitor.events.messages import DaemonStarted, StateChanged
 from monitor.protect.mcadams import Alpha, McAdamsStream
 from monitor.protect.policy import ProtectionPolicy

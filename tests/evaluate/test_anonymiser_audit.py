@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from monitor.calibration.protocol import SpeakerUtterances
+from monitor.evaluate.anonymiser_audit import aligned, condition_audits, every_kth
 from monitor.evaluate.asr import normalise
 from monitor.evaluate.audit import audit_setting
-from monitor.evaluate.protection import aligned, condition_audits, every_kth
 from monitor.evaluate.results import CONDITIONS
 from monitor.evaluate.semi_informed import labelled
 from monitor.protect.backend import fit_lda

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from monitor.calibration.protocol import SpeakerUtterances, pool_trials
+from monitor.corpus.jobs import DEFAULT_JOB, CorpusJob
 from monitor.corpus.speakers import CorpusSpeakers
 from monitor.evaluate.results import (
     CONDITIONS,
@@ -87,33 +88,21 @@ def anonymised_speakers(
     alpha: Alpha,
     seed: int,
     features: Sequence[str],
-    jobs: int = 1,
-    scheduler: str | None = None,
-    min_speech_seconds: float | None = None,
-    progress: Callable[[int, int, str], None] | None = None,
+    job: CorpusJob = DEFAULT_JOB,
 ) -> CorpusSpeakers:
     """The split's speakers as the upstream would hear them: anonymised into a temporary
-    copy, their features extracted, the copy deleted (nothing cached: temporary files give
-    no cache key worth keeping)."""
+    copy, their features extracted, the copy deleted (nothing cached, whatever ``job.cache``:
+    temporary files give no cache key worth keeping)."""
     import tempfile
 
     from monitor.corpus.speakers import load_speakers
 
-    extra = {} if min_speech_seconds is None else {"min_speech_seconds": min_speech_seconds}
     with tempfile.TemporaryDirectory(prefix="voxmeter-protect-") as scratch:
         anonymise_corpus(
-            root, Path(scratch), split=split, alpha=alpha, seed=seed, progress=progress
+            root, Path(scratch), split=split, alpha=alpha, seed=seed, progress=job.progress
         )
-        return load_speakers(
-            scratch,
-            split=split,
-            features=features,
-            cache_dir=None,
-            jobs=jobs,
-            scheduler=scheduler,
-            progress=progress,
-            **extra,
-        )
+        uncached = dataclasses.replace(job, cache=None)
+        return load_speakers(scratch, split=split, features=features, job=uncached)
 
 
 def aligned(
@@ -252,11 +241,7 @@ def every_kth(paths: Sequence[Path], count: int) -> list[Path]:
 
 
 def recognition(
-    root: Path,
-    split: str | None,
-    request: ProtectRequest,
-    progress: Callable[[str], None] | None,
-    extraction_progress: Callable[[int, int, str], None] | None,
+    root: Path, split: str | None, request: ProtectRequest, job: CorpusJob
 ) -> tuple[WordErrors | None, CommandAccuracy | None]:
     """pocketsphinx on ``request.wer_utterances`` of the split, before and after the
     anonymiser (each utterance's α as the audit drew it): the open-vocabulary word error rate
@@ -266,8 +251,7 @@ def recognition(
 
     if not request.wer_utterances:
         return None, None
-    if progress is not None:
-        progress(f"word error rate and command accuracy ({request.wer_utterances} utterances)")
+    job.tell(f"word error rate and command accuracy ({request.wer_utterances} utterances)")
     paths = scan_corpus(root, split=split).paths
     alphas = utterance_alphas(paths, request.alpha, request.seed)
     alpha_of = {path: alpha for path, alpha in zip(paths, alphas, strict=True)}
@@ -277,13 +261,13 @@ def recognition(
         chosen,
         prompts,
         lambda samples, i: anonymise(samples, 16000, alpha_of[chosen[i]]),
-        progress=extraction_progress,
+        progress=job.progress,
     )
     commands = command_accuracy(
         chosen,
         prompts,
         lambda samples, path: anonymise(samples, 16000, alpha_of[path]),
-        progress=extraction_progress,
+        progress=job.progress,
     )
     return wer, commands
 
@@ -297,34 +281,20 @@ def audit_protection(
     test_seconds: float,
     template_seconds: float | None,
     features: Sequence[str],
-    jobs: int,
-    scheduler: str | None,
-    min_speech_seconds: float,
-    extraction_progress: Callable[[int, int, str], None] | None,
-    progress: Callable[[str], None] | None,
+    job: CorpusJob,
     **options: Any,
 ) -> Audit:
     """``audit`` with its :class:`ProtectionAudit` (and paper 002's figures of the two
     versions, unless ``--protected`` gave them): anonymise, extract, audit, transcribe."""
     from monitor.evaluate.audit import audit_setting
 
-    if progress is not None:
-        progress(f"anonymising ({request.method}, α {request.alpha})")
+    job.tell(f"anonymising ({request.method}, α {request.alpha})")
     root = Path(loaded.root)
     other = anonymised_speakers(
-        root,
-        split=split,
-        alpha=request.alpha,
-        seed=request.seed,
-        features=features,
-        jobs=jobs,
-        scheduler=scheduler,
-        min_speech_seconds=min_speech_seconds,
-        progress=extraction_progress,
+        root, split=split, alpha=request.alpha, seed=request.seed, features=features, job=job
     )
     backend = attacker_backend(request, features)
-    if progress is not None:
-        progress("the attackers")
+    job.tell("the attackers")
     conditions = condition_audits(
         loaded.speakers,
         other.speakers,
@@ -336,7 +306,7 @@ def audit_protection(
         loss=options.pop("loss"),
         **options,
     )
-    wer, commands = recognition(root, split, request, progress, extraction_progress)
+    wer, commands = recognition(root, split, request, job)
     protection = ProtectionAudit(
         method=request.method,
         alpha=str(request.alpha),
@@ -359,7 +329,7 @@ def _with_protection(
 ) -> Audit:
     """``audit`` with its protection audit, and paper 002's figures of the two versions unless
     ``--protected`` already gave them."""
-    from monitor.evaluate.protected import protected_audit
+    from monitor.evaluate.deid import protected_audit
 
     feature = "embedding" if "embedding" in features else features[0]
     root = Path(loaded.root)
