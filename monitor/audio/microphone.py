@@ -268,8 +268,9 @@ class MicrophoneSource:
                         lost = True
                         break
                     self._wake.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), timeout=0.25)
+                    with contextlib.suppress(TimeoutError):  # a timer, not a task, per block
+                        async with asyncio.timeout(0.25):
+                            await self._wake.wait()
             finally:
                 self._generation += 1
                 self._resample = None

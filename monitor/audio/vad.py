@@ -25,6 +25,10 @@ from monitor.audio.frames import RATE_HZ, AudioFrame
 SILENCE_PEAK = 2
 """A frame whose samples all lie within ±this (int16) is digital silence: a muted or padded
 input, never speech (a live microphone's noise floor is above it)."""
+LIVE_BLOCK_FRAMES = 32
+"""A source frame of at most this many whole detector frames, nothing buffered (a microphone's
+or a paced file's block of 120 ms), is decided in scalar Python: the array path's dozen small
+numpy calls cost more than the detector on so few frames. Longer input takes the array path."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,11 @@ class FrameVad:
     def hangover_frames(self) -> int:
         return math.ceil(self.hangover_ms / 1000 / self.frame_seconds)
 
+    @property
+    def in_speech(self) -> bool:
+        """The last frame was kept as speech (heard, or within the hangover after it)."""
+        return self._since_speech <= self.hangover_frames
+
     def classify(self, frames: np.ndarray) -> np.ndarray:
         """``frames`` int16 (F, frame_samples) in stream order → (F,) bool: speech or not."""
         raise NotImplementedError
@@ -94,9 +103,9 @@ class FrameVad:
     def process(self, frame: AudioFrame) -> list[SpeechChunk]:
         """Feed one source frame (any length); return the speech it completed, in order.
 
-        A source frame of exactly one detector frame with nothing buffered (a microphone's or
-        a file's 30 ms) takes :meth:`_one`: the same decisions in scalar Python, since the
-        array path's dozen small numpy calls cost ten times the detector itself."""
+        A source frame of whole detector frames, at most ``LIVE_BLOCK_FRAMES`` of them, with
+        nothing buffered (a live source's block) takes :meth:`_whole`: the same decisions in
+        scalar Python."""
         if frame.rate_hz != RATE_HZ:
             raise ValueError(f"VAD needs {RATE_HZ} Hz frames, got {frame.rate_hz} Hz")
         samples = np.asarray(frame.samples, dtype=np.int16)
@@ -108,24 +117,37 @@ class FrameVad:
         self._expected_start = frame.end_seconds
         if self._buffer.shape[0] == 0:
             self._buffer_start = frame.start_seconds
-            if samples.shape[0] == self.frame_samples:
-                return self._one(samples)
+            whole, rest = divmod(samples.shape[0], self.frame_samples)
+            if rest == 0 and 0 < whole <= LIVE_BLOCK_FRAMES:
+                return self._whole(samples, whole)
         self._buffer = np.concatenate([self._buffer, samples])
         return self._drain()
 
-    def _one(self, frame: np.ndarray) -> list[SpeechChunk]:
-        """One whole frame, nothing buffered: :meth:`_drain`'s decisions for F = 1."""
-        speech = self.classify_one(frame) and (
-            int(frame.max()) > SILENCE_PEAK or int(frame.min()) < -SILENCE_PEAK
-        )  # digital silence: never speech
-        self._since_speech = 0.0 if speech else self._since_speech + 1
+    def _whole(self, samples: np.ndarray, n: int) -> list[SpeechChunk]:
+        """``n`` whole frames, nothing buffered: :meth:`_drain`'s decisions frame by frame."""
+        size, hangover = self.frame_samples, self.hangover_frames
         start = self._buffer_start
-        self._buffer_start = start + self.frame_seconds
-        self.frames_total += 1
-        if self._since_speech > self.hangover_frames:
-            return []
-        self.frames_speech += 1
-        return [SpeechChunk(frame.copy(), start, start + self.frame_seconds)]
+        self._buffer_start = start + n * size / RATE_HZ
+        since, kept, first = self._since_speech, 0, -1  # first: the open run's first frame
+        chunks: list[SpeechChunk] = []
+        for i in range(n):
+            frame = samples[i * size : (i + 1) * size]
+            speech = self.classify_one(frame) and (
+                int(frame.max()) > SILENCE_PEAK or int(frame.min()) < -SILENCE_PEAK
+            )  # digital silence: never speech
+            since = 0.0 if speech else since + 1
+            if since <= hangover:
+                kept += 1
+                first = i if first < 0 else first
+            elif first >= 0:
+                chunks.append(_chunk(samples, first * size, i * size, start))
+                first = -1
+        if first >= 0:
+            chunks.append(_chunk(samples, first * size, n * size, start))
+        self._since_speech = since
+        self.frames_total += n
+        self.frames_speech += kept
+        return chunks
 
     def flush(self) -> list[SpeechChunk]:
         """End of stream: classify the last partial frame (zero-padded) and start afresh."""
@@ -180,15 +202,16 @@ def _runs(
     edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
     chunks = []
     for first, stop in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True):
-        lo = first * frame_samples
-        hi = min(stop * frame_samples, flat.shape[0])
+        lo = int(first) * frame_samples
+        hi = min(int(stop) * frame_samples, flat.shape[0])
         if hi > lo:
-            chunks.append(
-                SpeechChunk(
-                    flat[lo:hi].copy(), float(start + lo / RATE_HZ), float(start + hi / RATE_HZ)
-                )
-            )
+            chunks.append(_chunk(flat, lo, hi, start))
     return chunks
+
+
+def _chunk(flat: np.ndarray, lo: int, hi: int, start: float) -> SpeechChunk:
+    """Samples ``lo:hi`` of ``flat`` (which begins at stream time ``start``) as a chunk."""
+    return SpeechChunk(flat[lo:hi].copy(), float(start + lo / RATE_HZ), float(start + hi / RATE_HZ))
 
 
 class WebRtcVad(FrameVad):

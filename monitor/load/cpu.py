@@ -21,7 +21,6 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
 
 STAGES: tuple[str, ...] = ("vad", "loop", "feeder", "workers")
 """Every ``stage`` label, in the order the module docstring explains them."""
@@ -37,7 +36,7 @@ HELP = (
 THREAD_PREFIXES: Mapping[str, str] = {"feeder": "voxmeter-feed", "workers": "voxmeter-work"}
 """The pool threads of each stage by name prefix (the pools' ``thread_name_prefix``)."""
 
-_TASKS = Path("/proc/self/task")
+_TASKS = "/proc/self/task"
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -76,10 +75,14 @@ class StageCpu:
             stage = next((s for s, p in THREAD_PREFIXES.items() if thread.name.startswith(p)), "")
             if not stage or thread.native_id is None:
                 continue
-            try:
-                fields = (_TASKS / str(thread.native_id) / "stat").read_text().rsplit(")", 1)[1]
+            try:  # three system calls, not pathlib's and io's dozen: this runs every interval
+                handle = os.open(f"{_TASKS}/{thread.native_id}/stat", os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    stat = os.read(handle, 4096)
+                finally:
+                    os.close(handle)
             except OSError:  # ended meanwhile, or no /proc: its last reading stays
                 continue
-            values = fields.split()
+            values = stat.rsplit(b")", 1)[1].split()
             found[thread.native_id] = (stage, (int(values[11]) + int(values[12])) / _TICK)
         return found

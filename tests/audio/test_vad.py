@@ -259,14 +259,16 @@ def test_digital_silence_is_never_speech(rng: np.random.Generator) -> None:
 def test_frame_at_a_time_decides_as_a_whole_buffer(
     utterance: np.ndarray, rng: np.random.Generator, hangover_ms: int
 ) -> None:
-    """A live source's frames of exactly one detector frame take the scalar path; a whole
-    buffer takes the array path: the same speech, sample for sample, and the same counts."""
+    """A live source's blocks of whole detector frames (one, a microphone's four, a quiet
+    file's thirty-two) take the scalar path; a whole buffer takes the array path: the same
+    speech, sample for sample, and the same counts."""
     pcm = utterance.copy()
     pcm[RATE_HZ + 8000 : RATE_HZ + 12000] = 0  # digital silence inside the speech
     pcm[RATE_HZ + 20000 : RATE_HZ + 21000] = 1
     frame = WebRtcVad().frame_samples
     runs = []
-    for sizes in ([frame] * (pcm.shape[0] // frame + 1), [pcm.shape[0]]):
+    blocks = [[n * frame] * (pcm.shape[0] // (n * frame) + 1) for n in (1, 4, 32)]
+    for sizes in (*blocks, [pcm.shape[0]]):
         vad = WebRtcVad(hangover_ms=hangover_ms)
         chunks = feed(vad, pcm, sizes)
         kept = np.zeros(pcm.shape[0], dtype=bool)
@@ -275,9 +277,10 @@ def test_frame_at_a_time_decides_as_a_whole_buffer(
             np.testing.assert_array_equal(c.samples, pcm[lo : lo + c.samples.shape[0]])
             kept[lo : lo + c.samples.shape[0]] = True
         runs.append((kept, merged(chunks), vad.frames_total, vad.frames_speech))
-    (one, spans_one, *counts_one), (whole, spans_whole, *counts_whole) = runs
-    assert one.any() and np.array_equal(one, whole)
-    assert np.allclose(spans_one, spans_whole, atol=1e-9) and counts_one == counts_whole
+    whole, spans_whole, *counts_whole = runs[-1]
+    for one, spans_one, *counts_one in runs[:-1]:
+        assert one.any() and np.array_equal(one, whole)
+        assert np.allclose(spans_one, spans_whole, atol=1e-9) and counts_one == counts_whole
     mixed = WebRtcVad(hangover_ms=hangover_ms)  # one path then the other, mid-stream
     sizes = [frame] * 50 + [int(n) for n in rng.integers(1, 2000, size=40)]
     sizes.append(pcm.shape[0] - sum(sizes))
