@@ -168,11 +168,19 @@ def _rows(scores: npt.ArrayLike, subject: npt.ArrayLike, *, present: bool) -> _R
 
 
 def _lid(
-    model: PopulationModel, row: _Row, N: float, w: float, margin: float
+    model: PopulationModel, row: _Row, N: float, lr: tuple[float, float | None], margin: float
 ) -> tuple[FloatArray, FloatArray]:
     """Typical log2(N·P(subject)) of the softmax over N identities, row z-norm included, and
     the probability that it is within ``margin`` bits of log2 N: that the impostors' sum
-    leaves room and no modelled impostor scores above the level that would take it away."""
+    leaves room and no modelled impostor scores above the level that would take it away.
+
+    ``lr`` = (w, b'): with the calibrated LLR w·z + b' an impostor's LR averages 1, so the
+    typical sum of the modelled impostors' e^(w·z) is at most their number times e^(−b')
+    (a sum of positive terms lies typically below its mean; e^(w·z) of a mean-0 z averages
+    at least 1, so a b' > 0 is no LLR of these scores and bounds nothing below that);
+    None: the sample's own mean, which for w above the tail's rate is set by the
+    reference's few closest impostor pairs."""
+    w, llr_bias = lr
     d, sigma, n = row.d, row.sigma, N - 1.0
     sd = np.sqrt(sigma**2 * n / N + d**2 * n / N**2)  # deviation of the N scores of the row
     a_subject = w * d * n / (N * sd)
@@ -185,10 +193,14 @@ def _lid(
         modelled = N - 1.0 - row.present.shape[1]
     if modelled >= 1.0:
         bulk, largest, p_any = model.denominator(t, modelled)
+        with_largest = np.logaddexp(bulk, largest)
+        if llr_bias is not None:  # impostor j's LLR is t·z_j − shift + b' (the row's z-norm)
+            cap = math.log(modelled) + shift + max(-llr_bias, 0.0)
+            bulk, with_largest = np.minimum(bulk, cap), np.minimum(with_largest, cap)
     else:
-        bulk, largest, p_any = np.full(d.shape, -np.inf), np.full(d.shape, -np.inf), 0.0
+        bulk, with_largest, p_any = np.full(d.shape, -np.inf), np.full(d.shape, -np.inf), 0.0
     bulk = np.logaddexp(bulk, known)
-    with_largest = np.logaddexp(bulk, largest)
+    with_largest = np.logaddexp(with_largest, known)
     lone = np.logaddexp(0.0, bulk - shift - a_subject)
     joint = np.logaddexp(0.0, with_largest - shift - a_subject)
     lid = np.asarray(math.log2(N) - ((1.0 - p_any) * lone + p_any * joint) / LN2)
@@ -230,10 +242,27 @@ def _srd(
     return np.where(lam <= _POISSON_LIMIT, summed, point)
 
 
+@dataclass(frozen=True)
+class _Bucket:
+    """One calibration bucket as the figures use it: the LID weight w, the rank model's (α, β),
+    the calibrated LLR's intercept b' (LLR = w·z + b') and the identities the rank model was
+    fitted among (None: neither is known, the figures rest on the sample alone)."""
+
+    w: float
+    ab: tuple[float, float]
+    llr_bias: float | None
+    rank_identities: float | None
+
+
 def _figures(
-    model: PopulationModel, row: _Row, N: float, w: float, ab: tuple[float, float], margin: float
+    model: PopulationModel, row: _Row, N: float, bucket: _Bucket, margin: float
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
-    """LID bits, P(LID at the ceiling), SRD bits, P(rank 1) and expected rank, (R,) each."""
+    """LID bits, P(LID at the ceiling), SRD bits, P(rank 1) and expected rank, (R,) each.
+
+    The rank model (α, β) is fitted on ranks among ``rank_identities``: it says nothing about
+    relative ranks finer than that (β runs to its bound when every dev trial is rank 1), so
+    against a larger population SRD is the rank model's at the subject's relative rank among
+    the identities it was fitted on, at most log2 of their number."""
     z = row.d / row.sigma
     x = model.survival_of(z)
     above = np.zeros(z.shape)
@@ -244,8 +273,14 @@ def _figures(
         )
         modelled = max(N - 1.0 - row.present.shape[1], 0.0)
     rank1 = np.where(above == 0, np.exp(modelled * np.log1p(-np.minimum(x, 1.0 - 1e-16))), 0.0)
-    lid, at_ceiling = _lid(model, row, N, w, margin)
-    return lid, at_ceiling, _srd(x, above, N, modelled, ab), rank1, 1.0 + above + modelled * x
+    lid, at_ceiling = _lid(model, row, N, (bucket.w, bucket.llr_bias), margin)
+    fitted = bucket.rank_identities
+    if fitted is not None and fitted < N:
+        share = (above + modelled * x) / (N - 1.0)  # the subject's relative rank
+        srd = _srd(share, np.zeros(z.shape), fitted, fitted - 1.0, bucket.ab)
+    else:
+        srd = _srd(x, above, N, modelled, bucket.ab)
+    return lid, at_ceiling, srd, rank1, 1.0 + above + modelled * x
 
 
 def _checked(
@@ -265,6 +300,27 @@ def _checked(
     return N, margin
 
 
+def _bucket(
+    w: float,
+    ab: tuple[float, float],
+    bias: float | None,
+    prior: float | None,
+    identities: float | None,
+) -> _Bucket:
+    """The bucket's parameters checked: b' = b − ln(prior odds) when both are given, the
+    rank model's identities from ``identities`` or else from the prior odds (−ln(N − 1))."""
+    known = [v for v in (bias, prior, identities) if v is not None]
+    if not all(math.isfinite(float(v)) for v in known):
+        raise ValueError(f"lid_bias, log_prior_odds and rank_identities must be finite: {known}")
+    if identities is None and prior is not None:
+        identities = 1.0 + math.exp(-float(prior))
+    if identities is not None and not float(identities) >= 3:
+        raise ValueError(f"rank_identities must be >= 3, got {identities!r}")
+    llr_bias = None if bias is None or prior is None else float(bias) - float(prior)
+    rank = None if identities is None else float(identities)
+    return _Bucket(float(w), (float(ab[0]), float(ab[1])), llr_bias, rank)
+
+
 def population_figures(
     scores: npt.ArrayLike,
     subject: npt.ArrayLike,
@@ -276,6 +332,9 @@ def population_figures(
     beta: float,
     margin_bits: float = 0.05,
     templates_in_population: bool = True,
+    lid_bias: float | None = None,
+    log_prior_odds: float | None = None,
+    rank_identities: float | None = None,
 ) -> PopulationFigures:
     """Figures of R windows against ``population`` identities (see the module doc).
 
@@ -285,6 +344,10 @@ def population_figures(
     population's members: their scores count as they are and only the N_pop − N others are
     modelled, so at N_pop = N the figures are the scorer's; without it (a check on held-out
     speakers) all N_pop − 1 impostors are modelled and the templates only give μ and σ.
+    ``lid_bias`` and ``log_prior_odds`` (the bucket's b and ln prior odds: LLR = w·z + b −
+    log_prior_odds) bound the impostors' sum by the calibrated LR and, with
+    ``rank_identities`` (default: the prior odds' N), keep SRD within what the rank model was
+    fitted on; without them the figures rest on the sample alone (a check of the sample).
     """
     N, margin = _checked(population, lid_weight, alpha, beta, margin_bits)
     row = _rows(scores, subject, present=templates_in_population)
@@ -292,8 +355,8 @@ def population_figures(
         raise ValueError(
             f"population {population!r} is below the {row.present.shape[1] + 1} templates present"
         )
-    ab = (float(alpha), float(beta))
-    lid, at_ceiling, srd, rank1, rank = _figures(model, row, N, float(lid_weight), ab, margin)
+    bucket = _bucket(lid_weight, (alpha, beta), lid_bias, log_prior_odds, rank_identities)
+    lid, at_ceiling, srd, rank1, rank = _figures(model, row, N, bucket, margin)
     z = row.d / row.sigma
     beyond = (z > model.validated_z) & (model.validated_population < N)
     # what the sample vouches for: the subject among the top share p_valid of N identities

@@ -66,6 +66,8 @@ class PopulationView:
             lid_weight=bucket.lid_weight,
             alpha=bucket.alpha,
             beta=bucket.beta,
+            lid_bias=bucket.lid_bias,
+            log_prior_odds=bucket.log_prior_odds,
         )
         beyond = bool(result.beyond_reference[0])
         return (
