@@ -19,14 +19,22 @@ The figures for one window (:func:`population_figures`), with the subject's z_i 
     - SRD and rank-1 (Grother & Phillips): the subject's relative rank is x = P(Z > z_i); its
       rank among N_pop is 1 + Binomial(N_pop − 1, x), P(rank 1) = (1 − x)^(N_pop − 1), and SRD
       is log2(N_pop·E[γ_rank]) under the calibrated beta-binomial γ (α, β of the bucket).
+      The rank model is fitted on ranks among the calibration's N' identities and says
+      nothing about relative ranks finer than 1/N' (where every dev trial is rank 1, β runs
+      to its bound): against a larger population SRD is the rank model's at the subject's
+      relative rank among N' identities, at most log2 N' bits, never −10³ bits.
     - LID (paper 003's softmax over N_pop identities): the row z-norm of N_pop scores and the
       softmax denominator over N_pop − 1 impostors, Σ e^(w·z_j), taken as its typical value:
       (N_pop − 1) times the mean of e^(w·z) below the 1/(N_pop − 1) quantile (the sum's bulk),
       plus, with the probability that one occurs, one impostor from beyond it (the sum's
-      largest term). Past the sample's size the bulk is (N_pop − 1) times the sample's mean,
-      so the LR e^(w·z_i)/mean is calibrated on the reference (E[LR | impostor] = 1, paper
-      001) and LID tends to log2 LR: P(true) ≈ LR/(LR + N_pop − 1). Nothing loops over N_pop:
-      the cost is O(N + K) per window, K grid points.
+      largest term), and never above (N_pop − 1)·e^(−b'), where w·z + b' is the bucket's
+      calibrated LLR (paper 003's eq. 3): an impostor's LR averages 1 (paper 001), and a sum
+      of positive terms lies typically below its mean. The sample's own mean of e^(w·z) is no
+      such bound: w (≈ 4) is about twice the tail's rate (≈ 2), so the mean is infinite in
+      the model and set by the reference's few closest impostor pairs in the sample (for the
+      ECAPA backends e^5–e^7 above the calibrated one, every figure 8–10 bits too low). LID
+      then tends to log2 LR: P(true) ≈ LR/(LR + N_pop − 1). Nothing loops over N_pop: the
+      cost is O(N + K) per window, K grid points.
     - Beyond the reference: the sample vouches for survivals down to ``validated_survival``,
       i.e. for populations up to ``validated_population``. A subject above ``validated_z``
       in a larger population is stronger than anything the reference can compare it with:

@@ -23,6 +23,8 @@ from monitor.calibration.buckets import CalibrationSet
 from monitor.disclosure.population import PopulationSet, population_figures
 
 FloatArray = npt.NDArray[np.floating]
+MIN_COMPARABLE = 3
+"""Fewest comparable templates a row is restricted to (the subject and two impostors)."""
 
 
 @dataclass(frozen=True)
@@ -37,14 +39,35 @@ class PopulationFigure:
 
 @dataclass(frozen=True)
 class PopulationView:
-    """The population model and the declared population size N_pop (identities)."""
+    """The population model and the declared population size N_pop (identities).
+
+    ``comparable``: the templates whose scores are of one kind with the subject's (None: all).
+    An attacker holding anonymised templates for the household only (the lazy-informed one)
+    scores the rest of the population by their clean templates, against which anonymised
+    speech scores low and close together: the row's mean and spread then describe that
+    mismatch, and a household template stands out of it by "anonymised the same way", not
+    by "the same voice". The model, fitted on rows of one kind, would read that margin as
+    identity and carry it to N_pop; the figures are therefore taken over the comparable
+    templates alone (while at least three are, and the subject is one of them)."""
 
     models: PopulationSet
     size: float
+    comparable: npt.NDArray[np.intp] | None = None
 
     @property
     def ceiling_bits(self) -> float:
         return math.log2(self.size)
+
+    def restricted(self, comparable: npt.NDArray[np.intp]) -> PopulationView:
+        """This view with the figures taken over the templates ``comparable`` (indices)."""
+        return PopulationView(self.models, self.size, np.asarray(comparable, dtype=np.intp))
+
+    def _row(self, scores: FloatArray, index: int) -> tuple[FloatArray, int]:
+        """The scores the figures read (the comparable templates) and the subject among them."""
+        kept = self.comparable
+        if kept is None or kept.size < MIN_COMPARABLE or not np.any(kept == index):
+            return scores, index
+        return np.asarray(scores)[kept], int(np.flatnonzero(kept == index)[0])
 
     def figures(
         self,
@@ -58,6 +81,7 @@ class PopulationView:
         ``feature`` (``combined``: the fused row) behind ``seconds`` of speech; the templates
         present are members of the population. Only LID carries an "at least" bound."""
         bucket, _ = calibration.lookup(feature, seconds)
+        scores, index = self._row(scores, index)
         result = population_figures(
             scores,
             index,
