@@ -114,6 +114,7 @@ def predict(
             lid_weight=float(w[i]), alpha=float(alpha[i]), beta=float(beta[i]),
             margin_bits=MARGIN_BITS, templates_in_population=present,
             lid_bias=bucket.lid_bias, log_prior_odds=bucket.log_prior_odds,
+            sample=np.ones(fused.shape[1], dtype=bool) if present else None,
         )  # fmt: skip
         for k in keys:
             out[k][rows] = getattr(figures, k)

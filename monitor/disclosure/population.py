@@ -48,7 +48,11 @@ The figures for one window (:func:`population_figures`), with the subject's z_i 
 The templates present are members of the population (``templates_in_population``, the
 daemon's case): their scores count as they are — a household member whose voice is close to
 another's is a real neighbour, not a statistic — and only the N_pop − N others are modelled,
-so at N_pop = N the figures are the scorer's own.
+so at N_pop = N the figures are the scorer's own. Those of them that are a random sample of the
+population (``sample``: the shipped reference speakers) also say how dense this window's own
+neighbourhood is: where at least ``MIN_SAMPLE`` of them find it denser than the model's
+average window, their sum scaled to the N_pop − N modelled impostors stands for the modelled
+sum (the empirical exceedance among the reference, the model beyond it).
 
 Public API (pure math, no I/O; arrays in, frozen dataclasses out; the model's data lives in
 :mod:`monitor.disclosure.population_model` and is re-exported here)
@@ -111,6 +115,9 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 LN2 = math.log(2.0)
+MIN_SAMPLE = 30
+"""Fewest sampled reference templates whose neighbourhood of a window is read as the
+population's (fewer say too little about a population of millions)."""
 _POISSON_TERMS = 24  # ranks summed exactly for SRD while the expected rank is small
 _POISSON_LIMIT = 6.0  # expected impostors above the subject below which the sum is used
 
@@ -152,9 +159,16 @@ class _Row:
     sigma: FloatArray
     flat: npt.NDArray[np.bool_]
     present: FloatArray | None
+    in_sample: npt.NDArray[np.bool_] | None = None  # (R, N − 1): present impostors sampled
 
 
-def _rows(scores: npt.ArrayLike, subject: npt.ArrayLike, *, present: bool) -> _Row:
+def _rows(
+    scores: npt.ArrayLike,
+    subject: npt.ArrayLike,
+    *,
+    present: bool,
+    sample: npt.ArrayLike | None = None,
+) -> _Row:
     S = np.asarray(scores, dtype=np.float64)
     S = S[None, :] if S.ndim == 1 else S
     if S.ndim != 2 or S.shape[1] < MIN_IMPOSTORS + 1:
@@ -172,7 +186,24 @@ def _rows(scores: npt.ArrayLike, subject: npt.ArrayLike, *, present: bool) -> _R
     flat = sigma <= 1e-12 * np.maximum(np.abs(mu), 1.0)
     sigma = np.where(flat, 1.0, sigma)
     z = (S[impostor].reshape(R, N - 1) - mu[:, None]) / sigma[:, None] if present else None
-    return _Row(np.where(flat, 0.0, d), sigma, flat, z)
+    in_sample = None
+    if present and sample is not None:
+        mask = np.asarray(sample, dtype=bool)
+        if mask.shape != (N,):
+            raise ValueError(f"sample must be a (N,) mask of the N = {N} templates")
+        in_sample = np.broadcast_to(mask, (R, N))[impostor].reshape(R, N - 1)
+    return _Row(np.where(flat, 0.0, d), sigma, flat, z, in_sample)
+
+
+def _sampled(row: _Row, t: FloatArray, modelled: float) -> FloatArray:
+    """ln of the modelled impostors' sum as the present sample of the population says it
+    (−inf where the sample is too small): the sample's Σ e^(t·z_j) times modelled/sampled."""
+    if row.in_sample is None or row.present is None or modelled < 1.0:
+        return np.full(t.shape, -np.inf)
+    count = row.in_sample.sum(axis=1)
+    terms = np.where(row.in_sample, t[:, None] * row.present, -np.inf)
+    scaled = np.logaddexp.reduce(terms, axis=1) + np.log(modelled / np.maximum(count, 1))
+    return np.where(count >= MIN_SAMPLE, scaled, -np.inf)
 
 
 def _lid(
@@ -207,6 +238,8 @@ def _lid(
             bulk, with_largest = np.minimum(bulk, cap), np.minimum(with_largest, cap)
     else:
         bulk, with_largest, p_any = np.full(d.shape, -np.inf), np.full(d.shape, -np.inf), 0.0
+    sampled = _sampled(row, t, modelled)  # this window's own neighbourhood, when denser
+    bulk, with_largest = np.maximum(bulk, sampled), np.maximum(with_largest, sampled)
     bulk = np.logaddexp(bulk, known)
     with_largest = np.logaddexp(with_largest, known)
     lone = np.logaddexp(0.0, bulk - shift - a_subject)
@@ -343,6 +376,7 @@ def population_figures(
     lid_bias: float | None = None,
     log_prior_odds: float | None = None,
     rank_identities: float | None = None,
+    sample: npt.ArrayLike | None = None,
 ) -> PopulationFigures:
     """Figures of R windows against ``population`` identities (see the module doc).
 
@@ -356,9 +390,13 @@ def population_figures(
     log_prior_odds) bound the impostors' sum by the calibrated LR and, with
     ``rank_identities`` (default: the prior odds' N), keep SRD within what the rank model was
     fitted on; without them the figures rest on the sample alone (a check of the sample).
+    ``sample`` (N,) marks the templates present that are a random sample of the population
+    (the shipped reference speakers): where at least ``MIN_SAMPLE`` of them find the window a
+    denser neighbourhood than the model's average window, their sum scaled to the modelled
+    impostors is the modelled sum (the empirical exceedance, what a measured figure sees).
     """
     N, margin = _checked(population, lid_weight, alpha, beta, margin_bits)
-    row = _rows(scores, subject, present=templates_in_population)
+    row = _rows(scores, subject, present=templates_in_population, sample=sample)
     if row.present is not None and row.present.shape[1] + 1 > N:
         raise ValueError(
             f"population {population!r} is below the {row.present.shape[1] + 1} templates present"

@@ -53,6 +53,10 @@ class PopulationView:
     models: PopulationSet
     size: float
     comparable: npt.NDArray[np.intp] | None = None
+    sample: npt.NDArray[np.bool_] | None = None
+    """(N,): the templates that are a random sample of the population (the shipped reference
+    speakers, not the household): where enough of them lie near a window, the population
+    holds proportionally as many near it (:func:`population_figures`)."""
 
     @property
     def ceiling_bits(self) -> float:
@@ -60,14 +64,21 @@ class PopulationView:
 
     def restricted(self, comparable: npt.NDArray[np.intp]) -> PopulationView:
         """This view with the figures taken over the templates ``comparable`` (indices)."""
-        return PopulationView(self.models, self.size, np.asarray(comparable, dtype=np.intp))
+        kept = np.asarray(comparable, dtype=np.intp)
+        return PopulationView(self.models, self.size, kept, self.sample)
 
-    def _row(self, scores: FloatArray, index: int) -> tuple[FloatArray, int]:
-        """The scores the figures read (the comparable templates) and the subject among them."""
-        kept = self.comparable
+    def _row(
+        self, scores: FloatArray, index: int
+    ) -> tuple[FloatArray, int, npt.NDArray[np.bool_] | None]:
+        """The scores the figures read (the comparable templates), the subject among them and
+        which of them are sampled."""
+        kept, sample = self.comparable, self.sample
+        if sample is not None and sample.shape != np.shape(scores):
+            sample = None  # a row of other templates (a test's scorer): no sample known
         if kept is None or kept.size < MIN_COMPARABLE or not np.any(kept == index):
-            return scores, index
-        return np.asarray(scores)[kept], int(np.flatnonzero(kept == index)[0])
+            return scores, index, sample
+        subset = None if sample is None else sample[kept]
+        return np.asarray(scores)[kept], int(np.flatnonzero(kept == index)[0]), subset
 
     def figures(
         self,
@@ -81,7 +92,7 @@ class PopulationView:
         ``feature`` (``combined``: the fused row) behind ``seconds`` of speech; the templates
         present are members of the population. Only LID carries an "at least" bound."""
         bucket, _ = calibration.lookup(feature, seconds)
-        scores, index = self._row(scores, index)
+        scores, index, sample = self._row(scores, index)
         result = population_figures(
             scores,
             index,
@@ -92,6 +103,7 @@ class PopulationView:
             beta=bucket.beta,
             lid_bias=bucket.lid_bias,
             log_prior_odds=bucket.log_prior_odds,
+            sample=sample,
         )
         beyond = bool(result.beyond_reference[0])
         return (
