@@ -386,15 +386,10 @@ def population_figures(
     population's members: their scores count as they are and only the N_pop − N others are
     modelled, so at N_pop = N the figures are the scorer's; without it (a check on held-out
     speakers) all N_pop − 1 impostors are modelled and the templates only give μ and σ.
-    ``lid_bias`` and ``log_prior_odds`` (the bucket's b and ln prior odds: LLR = w·z + b −
-    log_prior_odds) bound the impostors' sum by the calibrated LR and, with
-    ``rank_identities`` (default: the prior odds' N), keep SRD within what the rank model was
-    fitted on; without them the figures rest on the sample alone (a check of the sample).
-    ``sample`` (N,) marks the templates present that are a random sample of the population
-    (the shipped reference speakers): where at least ``MIN_SAMPLE`` of them find the window a
-    denser neighbourhood than the model's average window, their sum scaled to the modelled
-    impostors is the modelled sum (the empirical exceedance, what a measured figure sees).
-    """
+    ``lid_bias``, ``log_prior_odds`` (LLR = w·z + b − log_prior_odds) and ``rank_identities``
+    (default: the prior odds' N) bound the sum by the calibrated LR and SRD by the rank
+    model's resolution (none: the sample alone). ``sample`` (N,): the templates present that
+    are a random sample of the population (the shipped reference speakers)."""
     N, margin = _checked(population, lid_weight, alpha, beta, margin_bits)
     row = _rows(scores, subject, present=templates_in_population, sample=sample)
     if row.present is not None and row.present.shape[1] + 1 > N:
