@@ -108,10 +108,13 @@ def predict(
     for edge in np.unique(edges):
         rows = np.flatnonzero(edges == edge)
         i = rows[0]
+        bucket = calibration.lookup("combined", float(edge))[0]
         figures = population_figures(
             fused[rows], 0, model=model.lookup("combined", float(edge)), population=N,
             lid_weight=float(w[i]), alpha=float(alpha[i]), beta=float(beta[i]),
             margin_bits=MARGIN_BITS, templates_in_population=present,
+            lid_bias=bucket.lid_bias, log_prior_odds=bucket.log_prior_odds,
+            sample=np.ones(fused.shape[1], dtype=bool) if present else None,
         )  # fmt: skip
         for k in keys:
             out[k][rows] = getattr(figures, k)
@@ -308,6 +311,8 @@ def cpu_per_window(model: PopulationModel, calibration: CalibrationSet, referenc
             lid_weight=bucket.lid_weight,
             alpha=bucket.alpha,
             beta=bucket.beta,
+            lid_bias=bucket.lid_bias,
+            log_prior_odds=bucket.log_prior_odds,
         )
     return 8 * (time.process_time() - start) / repeats
 

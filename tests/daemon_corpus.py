@@ -34,14 +34,16 @@ def hand_calibration(n_identities: int) -> CalibrationSet:
     """A fixed, plausible calibration (rank 1 favoured, positive LID weights) for tests."""
 
     def bucket(seconds: float, weight: float) -> BucketCalibration:
+        prior = -math.log(max(n_identities - 1, 1))
+        # LLR = w·z − w²/2: genuine and impostor z unit Gaussians w apart, E[LR | impostor] = 1
         return BucketCalibration(
             seconds=seconds,
             alpha=0.4,
             beta=3.0,
             loss="ll",
             lid_weight=weight,
-            lid_bias=0.0,
-            log_prior_odds=-math.log(max(n_identities - 1, 1)),
+            lid_bias=prior - weight**2 / 2,
+            log_prior_odds=prior,
             max_seconds=24.0 if seconds == 12.0 else math.nan,
         )
 

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from monitor.audio.frames import AudioSource
 from monitor.audio.microphone import MicrophoneSource
 from monitor.calibration.buckets import CalibrationSet, default_path, load_default
@@ -36,7 +38,7 @@ from monitor.features.base import (
     set_phone_backend,
 )
 from monitor.logs import configure_logging
-from monitor.population.shipped import ShippedPopulation, join, load_shipped
+from monitor.population.shipped import ALIAS_PREFIX, ShippedPopulation, join, load_shipped
 from monitor.scoring.population import PopulationView
 from monitor.scoring.scorer import Scorer
 from monitor.settings.config import source_specs
@@ -124,13 +126,15 @@ def shipped_population(config: Config) -> ShippedPopulation | None:
 
 
 def population_view(
-    config: Config, shipped: ShippedPopulation | None, templates: int
+    config: Config, shipped: ShippedPopulation | None, aliases: Sequence[str]
 ) -> PopulationView | None:
     """The figures against ``[population] size`` through the shipped population's model (none
-    without the shipped population: the figures are then against the templates present).
-    A size below the templates present is a config error naming the key and the value."""
+    without the shipped population: the figures are then against the templates present), the
+    shipped speakers among ``aliases`` marked as the population's sample. A size below the
+    templates present is a config error naming the key and the value."""
     if shipped is None or shipped.model is None:
         return None
+    templates = len(aliases)
     size = config.population.size
     if size < templates:
         raise ConfigError(
@@ -139,7 +143,8 @@ def population_view(
             "the reference speakers and the shipped population): the population they live in "
             f"holds at least as many; set it to {templates} or more",
         )
-    return PopulationView(shipped.model, size)
+    sample = np.array([alias.startswith(ALIAS_PREFIX) for alias in aliases], dtype=bool)
+    return PopulationView(shipped.model, size, sample=sample)
 
 
 def _stored_batch(store: Store, name: str) -> tuple[tuple[str, ...], TemplateBatch | None]:
@@ -187,7 +192,7 @@ def load_scorer(
             load_calibration(config, store),
             features,
             delta=config.scorer.delta,
-            population=population_view(config, shipped, len(every)),
+            population=population_view(config, shipped, every),
         )
     except ValueError as error:
         raise StoreError(f"{store.path}: {error}") from error

@@ -19,14 +19,22 @@ The figures for one window (:func:`population_figures`), with the subject's z_i 
     - SRD and rank-1 (Grother & Phillips): the subject's relative rank is x = P(Z > z_i); its
       rank among N_pop is 1 + Binomial(N_pop − 1, x), P(rank 1) = (1 − x)^(N_pop − 1), and SRD
       is log2(N_pop·E[γ_rank]) under the calibrated beta-binomial γ (α, β of the bucket).
+      The rank model is fitted on ranks among the calibration's N' identities and says
+      nothing about relative ranks finer than 1/N' (where every dev trial is rank 1, β runs
+      to its bound): against a larger population SRD is the rank model's at the subject's
+      relative rank among N' identities, at most log2 N' bits, never −10³ bits.
     - LID (paper 003's softmax over N_pop identities): the row z-norm of N_pop scores and the
       softmax denominator over N_pop − 1 impostors, Σ e^(w·z_j), taken as its typical value:
       (N_pop − 1) times the mean of e^(w·z) below the 1/(N_pop − 1) quantile (the sum's bulk),
       plus, with the probability that one occurs, one impostor from beyond it (the sum's
-      largest term). Past the sample's size the bulk is (N_pop − 1) times the sample's mean,
-      so the LR e^(w·z_i)/mean is calibrated on the reference (E[LR | impostor] = 1, paper
-      001) and LID tends to log2 LR: P(true) ≈ LR/(LR + N_pop − 1). Nothing loops over N_pop:
-      the cost is O(N + K) per window, K grid points.
+      largest term), and never above (N_pop − 1)·e^(−b'), where w·z + b' is the bucket's
+      calibrated LLR (paper 003's eq. 3): an impostor's LR averages 1 (paper 001), and a sum
+      of positive terms lies typically below its mean. The sample's own mean of e^(w·z) is no
+      such bound: w (≈ 4) is about twice the tail's rate (≈ 2), so the mean is infinite in
+      the model and set by the reference's few closest impostor pairs in the sample (for the
+      ECAPA backends e^5–e^7 above the calibrated one, every figure 8–10 bits too low). LID
+      then tends to log2 LR: P(true) ≈ LR/(LR + N_pop − 1). Nothing loops over N_pop: the
+      cost is O(N + K) per window, K grid points.
     - Beyond the reference: the sample vouches for survivals down to ``validated_survival``,
       i.e. for populations up to ``validated_population``. A subject above ``validated_z``
       in a larger population is stronger than anything the reference can compare it with:
@@ -40,7 +48,11 @@ The figures for one window (:func:`population_figures`), with the subject's z_i 
 The templates present are members of the population (``templates_in_population``, the
 daemon's case): their scores count as they are — a household member whose voice is close to
 another's is a real neighbour, not a statistic — and only the N_pop − N others are modelled,
-so at N_pop = N the figures are the scorer's own.
+so at N_pop = N the figures are the scorer's own. Those of them that are a random sample of the
+population (``sample``: the shipped reference speakers) also say how dense this window's own
+neighbourhood is: where at least ``MIN_SAMPLE`` of them find it denser than the model's
+average window, their sum scaled to the N_pop − N modelled impostors stands for the modelled
+sum (the empirical exceedance among the reference, the model beyond it).
 
 Public API (pure math, no I/O; arrays in, frozen dataclasses out; the model's data lives in
 :mod:`monitor.disclosure.population_model` and is re-exported here)
@@ -103,6 +115,9 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 LN2 = math.log(2.0)
+MIN_SAMPLE = 30
+"""Fewest sampled reference templates whose neighbourhood of a window is read as the
+population's (fewer say too little about a population of millions)."""
 _POISSON_TERMS = 24  # ranks summed exactly for SRD while the expected rank is small
 _POISSON_LIMIT = 6.0  # expected impostors above the subject below which the sum is used
 
@@ -144,9 +159,16 @@ class _Row:
     sigma: FloatArray
     flat: npt.NDArray[np.bool_]
     present: FloatArray | None
+    in_sample: npt.NDArray[np.bool_] | None = None  # (R, N − 1): present impostors sampled
 
 
-def _rows(scores: npt.ArrayLike, subject: npt.ArrayLike, *, present: bool) -> _Row:
+def _rows(
+    scores: npt.ArrayLike,
+    subject: npt.ArrayLike,
+    *,
+    present: bool,
+    sample: npt.ArrayLike | None = None,
+) -> _Row:
     S = np.asarray(scores, dtype=np.float64)
     S = S[None, :] if S.ndim == 1 else S
     if S.ndim != 2 or S.shape[1] < MIN_IMPOSTORS + 1:
@@ -164,15 +186,40 @@ def _rows(scores: npt.ArrayLike, subject: npt.ArrayLike, *, present: bool) -> _R
     flat = sigma <= 1e-12 * np.maximum(np.abs(mu), 1.0)
     sigma = np.where(flat, 1.0, sigma)
     z = (S[impostor].reshape(R, N - 1) - mu[:, None]) / sigma[:, None] if present else None
-    return _Row(np.where(flat, 0.0, d), sigma, flat, z)
+    in_sample = None
+    if present and sample is not None:
+        mask = np.asarray(sample, dtype=bool)
+        if mask.shape != (N,):
+            raise ValueError(f"sample must be a (N,) mask of the N = {N} templates")
+        in_sample = np.broadcast_to(mask, (R, N))[impostor].reshape(R, N - 1)
+    return _Row(np.where(flat, 0.0, d), sigma, flat, z, in_sample)
+
+
+def _sampled(row: _Row, t: FloatArray, modelled: float) -> FloatArray:
+    """ln of the modelled impostors' sum as the present sample of the population says it
+    (−inf where the sample is too small): the sample's Σ e^(t·z_j) times modelled/sampled."""
+    if row.in_sample is None or row.present is None or modelled < 1.0:
+        return np.full(t.shape, -np.inf)
+    count = row.in_sample.sum(axis=1)
+    terms = np.where(row.in_sample, t[:, None] * row.present, -np.inf)
+    scaled = np.logaddexp.reduce(terms, axis=1) + np.log(modelled / np.maximum(count, 1))
+    return np.where(count >= MIN_SAMPLE, scaled, -np.inf)
 
 
 def _lid(
-    model: PopulationModel, row: _Row, N: float, w: float, margin: float
+    model: PopulationModel, row: _Row, N: float, lr: tuple[float, float | None], margin: float
 ) -> tuple[FloatArray, FloatArray]:
     """Typical log2(N·P(subject)) of the softmax over N identities, row z-norm included, and
     the probability that it is within ``margin`` bits of log2 N: that the impostors' sum
-    leaves room and no modelled impostor scores above the level that would take it away."""
+    leaves room and no modelled impostor scores above the level that would take it away.
+
+    ``lr`` = (w, b'): with the calibrated LLR w·z + b' an impostor's LR averages 1, so the
+    typical sum of the modelled impostors' e^(w·z) is at most their number times e^(−b')
+    (a sum of positive terms lies typically below its mean; e^(w·z) of a mean-0 z averages
+    at least 1, so a b' > 0 is no LLR of these scores and bounds nothing below that);
+    None: the sample's own mean, which for w above the tail's rate is set by the
+    reference's few closest impostor pairs."""
+    w, llr_bias = lr
     d, sigma, n = row.d, row.sigma, N - 1.0
     sd = np.sqrt(sigma**2 * n / N + d**2 * n / N**2)  # deviation of the N scores of the row
     a_subject = w * d * n / (N * sd)
@@ -185,10 +232,16 @@ def _lid(
         modelled = N - 1.0 - row.present.shape[1]
     if modelled >= 1.0:
         bulk, largest, p_any = model.denominator(t, modelled)
+        with_largest = np.logaddexp(bulk, largest)
+        if llr_bias is not None:  # impostor j's LLR is t·z_j − shift + b' (the row's z-norm)
+            cap = math.log(modelled) + shift + max(-llr_bias, 0.0)
+            bulk, with_largest = np.minimum(bulk, cap), np.minimum(with_largest, cap)
     else:
-        bulk, largest, p_any = np.full(d.shape, -np.inf), np.full(d.shape, -np.inf), 0.0
+        bulk, with_largest, p_any = np.full(d.shape, -np.inf), np.full(d.shape, -np.inf), 0.0
+    sampled = _sampled(row, t, modelled)  # this window's own neighbourhood, when denser
+    bulk, with_largest = np.maximum(bulk, sampled), np.maximum(with_largest, sampled)
     bulk = np.logaddexp(bulk, known)
-    with_largest = np.logaddexp(bulk, largest)
+    with_largest = np.logaddexp(with_largest, known)
     lone = np.logaddexp(0.0, bulk - shift - a_subject)
     joint = np.logaddexp(0.0, with_largest - shift - a_subject)
     lid = np.asarray(math.log2(N) - ((1.0 - p_any) * lone + p_any * joint) / LN2)
@@ -230,10 +283,27 @@ def _srd(
     return np.where(lam <= _POISSON_LIMIT, summed, point)
 
 
+@dataclass(frozen=True)
+class _Bucket:
+    """One calibration bucket as the figures use it: the LID weight w, the rank model's (α, β),
+    the calibrated LLR's intercept b' (LLR = w·z + b') and the identities the rank model was
+    fitted among (None: neither is known, the figures rest on the sample alone)."""
+
+    w: float
+    ab: tuple[float, float]
+    llr_bias: float | None
+    rank_identities: float | None
+
+
 def _figures(
-    model: PopulationModel, row: _Row, N: float, w: float, ab: tuple[float, float], margin: float
+    model: PopulationModel, row: _Row, N: float, bucket: _Bucket, margin: float
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
-    """LID bits, P(LID at the ceiling), SRD bits, P(rank 1) and expected rank, (R,) each."""
+    """LID bits, P(LID at the ceiling), SRD bits, P(rank 1) and expected rank, (R,) each.
+
+    The rank model (α, β) is fitted on ranks among ``rank_identities``: it says nothing about
+    relative ranks finer than that (β runs to its bound when every dev trial is rank 1), so
+    against a larger population SRD is the rank model's at the subject's relative rank among
+    the identities it was fitted on, at most log2 of their number."""
     z = row.d / row.sigma
     x = model.survival_of(z)
     above = np.zeros(z.shape)
@@ -244,8 +314,14 @@ def _figures(
         )
         modelled = max(N - 1.0 - row.present.shape[1], 0.0)
     rank1 = np.where(above == 0, np.exp(modelled * np.log1p(-np.minimum(x, 1.0 - 1e-16))), 0.0)
-    lid, at_ceiling = _lid(model, row, N, w, margin)
-    return lid, at_ceiling, _srd(x, above, N, modelled, ab), rank1, 1.0 + above + modelled * x
+    lid, at_ceiling = _lid(model, row, N, (bucket.w, bucket.llr_bias), margin)
+    fitted = bucket.rank_identities
+    if fitted is not None and fitted < N:
+        share = (above + modelled * x) / (N - 1.0)  # the subject's relative rank
+        srd = _srd(share, np.zeros(z.shape), fitted, fitted - 1.0, bucket.ab)
+    else:
+        srd = _srd(x, above, N, modelled, bucket.ab)
+    return lid, at_ceiling, srd, rank1, 1.0 + above + modelled * x
 
 
 def _checked(
@@ -265,6 +341,27 @@ def _checked(
     return N, margin
 
 
+def _bucket(
+    w: float,
+    ab: tuple[float, float],
+    bias: float | None,
+    prior: float | None,
+    identities: float | None,
+) -> _Bucket:
+    """The bucket's parameters checked: b' = b − ln(prior odds) when both are given, the
+    rank model's identities from ``identities`` or else from the prior odds (−ln(N − 1))."""
+    known = [v for v in (bias, prior, identities) if v is not None]
+    if not all(math.isfinite(float(v)) for v in known):
+        raise ValueError(f"lid_bias, log_prior_odds and rank_identities must be finite: {known}")
+    if identities is None and prior is not None:
+        identities = 1.0 + math.exp(-float(prior))
+    if identities is not None and not float(identities) >= 3:
+        raise ValueError(f"rank_identities must be >= 3, got {identities!r}")
+    llr_bias = None if bias is None or prior is None else float(bias) - float(prior)
+    rank = None if identities is None else float(identities)
+    return _Bucket(float(w), (float(ab[0]), float(ab[1])), llr_bias, rank)
+
+
 def population_figures(
     scores: npt.ArrayLike,
     subject: npt.ArrayLike,
@@ -276,6 +373,10 @@ def population_figures(
     beta: float,
     margin_bits: float = 0.05,
     templates_in_population: bool = True,
+    lid_bias: float | None = None,
+    log_prior_odds: float | None = None,
+    rank_identities: float | None = None,
+    sample: npt.ArrayLike | None = None,
 ) -> PopulationFigures:
     """Figures of R windows against ``population`` identities (see the module doc).
 
@@ -285,15 +386,18 @@ def population_figures(
     population's members: their scores count as they are and only the N_pop − N others are
     modelled, so at N_pop = N the figures are the scorer's; without it (a check on held-out
     speakers) all N_pop − 1 impostors are modelled and the templates only give μ and σ.
-    """
+    ``lid_bias``, ``log_prior_odds`` (LLR = w·z + b − log_prior_odds) and ``rank_identities``
+    (default: the prior odds' N) bound the sum by the calibrated LR and SRD by the rank
+    model's resolution (none: the sample alone). ``sample`` (N,): the templates present that
+    are a random sample of the population (the shipped reference speakers)."""
     N, margin = _checked(population, lid_weight, alpha, beta, margin_bits)
-    row = _rows(scores, subject, present=templates_in_population)
+    row = _rows(scores, subject, present=templates_in_population, sample=sample)
     if row.present is not None and row.present.shape[1] + 1 > N:
         raise ValueError(
             f"population {population!r} is below the {row.present.shape[1] + 1} templates present"
         )
-    ab = (float(alpha), float(beta))
-    lid, at_ceiling, srd, rank1, rank = _figures(model, row, N, float(lid_weight), ab, margin)
+    bucket = _bucket(lid_weight, (alpha, beta), lid_bias, log_prior_odds, rank_identities)
+    lid, at_ceiling, srd, rank1, rank = _figures(model, row, N, bucket, margin)
     z = row.d / row.sigma
     beyond = (z > model.validated_z) & (model.validated_population < N)
     # what the sample vouches for: the subject among the top share p_valid of N identities

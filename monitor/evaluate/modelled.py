@@ -46,6 +46,8 @@ def modelled_feature(
         "lid_weight": cal.weight,
         "alpha": alpha,
         "beta": beta,
+        "lid_bias": cal.bias,
+        "log_prior_odds": cal.log_prior_odds,
     }
     at_n = population_figures(scores, truth, population=float(N), **common)  # type: ignore[arg-type]
     at_pop = population_figures(scores, truth, population=population, **common)  # type: ignore[arg-type]

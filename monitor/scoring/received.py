@@ -259,6 +259,8 @@ def lazy_scorer(store: Store, scorer: Scorer, features: Mapping[str, Feature]) -
         (rows >= 0)[:, None], batch.matrix[np.maximum(rows, 0)], clean.unit.astype(np.float64)
     )
     lazy = copy.copy(scorer)
+    if scorer.population is not None:  # the figures against N_pop: templates of one kind
+        lazy.population = scorer.population.restricted(np.flatnonzero(rows >= 0))
     lazy.prepared = {
         **scorer.prepared,
         EMBEDDING: PreparedTemplates(

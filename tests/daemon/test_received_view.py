@@ -168,10 +168,12 @@ async def _measured(pipeline: Pipeline, sent_seconds: float) -> None:
 
 
 BASE = ["load.shed_lag_seconds=0", f"protect.alpha='{ALPHA}'"]  # no shedding: one set of figures
-BUDGET = 1.9
-"""Bits of ``combined.lid`` (the default budget measure) between what the four commands below
-disclose as spoken (2.02 bits for home-1 over 8 templates, hand calibration of the test
-database) and what the protected upstream received (1.75 bits at most, either attacker)."""
+BUDGET = 5.2
+"""Bits of ``combined.lid`` (the default budget measure, against the declared population)
+between what the four commands below disclose as spoken (4.8 bits after the first, 6.1 after
+the second, 5.6 after the last for home-1; hand calibration of the test database) and what the
+protected upstream received (3.8 bits at most, the lazy attacker's; the ignorant one's about
+2): the speech as spoken crosses it at the second command."""
 
 
 def _promql(metric: str, feature: str, **labels: str) -> str:
@@ -181,12 +183,6 @@ def _promql(metric: str, feature: str, **labels: str) -> str:
 
 @pytest.mark.prometheus
 @pytest.mark.parametrize("relay", [False, True], ids=["in-process", "relay-process"])
-@pytest.mark.xfail(
-    reason="known defect: stated against the declared population, the protected view of these "
-    "four commands comes out above the spoken one (6.7 against 5.5 bits); the population "
-    "model's extrapolation of anonymised evidence is not yet right",
-    strict=False,
-)
 def test_the_received_view_is_exported_and_lower_than_the_original(
     daemon_corpus: DaemonCorpus,
     lazy_db: Path,

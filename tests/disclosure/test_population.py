@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -244,3 +245,77 @@ def test_a_set_is_fitted_per_bucket_as_the_scorer_picks_them() -> None:
         {"combined": S[:30]}, truth[:30], seconds[:30], buckets={"combined": [1.0]}
     )
     assert few.lookup("combined", 5.0).windows == 30
+
+
+def test_the_calibrated_llr_bounds_the_impostors_sum(model: PopulationModel) -> None:
+    """With w above the tail's rate the sample's mean of e^(w·z) is set by its top scores; the
+    calibrated LLR w·z + b' bounds the sum at (N − 1)·e^(−b'), so past that the figure is
+    log2 LR and it never falls below the unbounded one."""
+    rng = np.random.default_rng(11)
+    S = gaussian_trials(rng, 40, 60, 4.0)
+    common: dict[str, Any] = {
+        "model": model,
+        "population": 8e9,
+        "lid_weight": W,
+        "alpha": ALPHA,
+        "beta": BETA,
+    }
+    free = population_figures(S, 0, templates_in_population=False, **common)
+    mean = np.log(2.0 ** (math.log2(8e9) - free.lid_bits) - 1) + W * free.subject_z
+    mean -= math.log(8e9 - 1)  # ln of the sample's own mean of e^(w·z), the same every row
+    np.testing.assert_allclose(mean, mean[0], atol=0.05)
+    for b_prime in (-mean[0] + 1.0, -mean[0] - 1.0):  # a bound above and below the sample's
+        bound = population_figures(
+            S, 0, templates_in_population=False, lid_bias=b_prime - 4.8, log_prior_odds=-4.8,
+            **common,
+        )  # fmt: skip
+        assert np.all(bound.lid_bits >= free.lid_bits - 1e-9)
+        lr = np.exp(W * bound.subject_z + max(b_prime, -mean[0]))  # P(true) = LR/(LR + N − 1)
+        np.testing.assert_allclose(bound.lid_bits, np.log2(8e9 * lr / (lr + 8e9 - 1)), atol=0.05)
+
+
+def test_srd_beyond_the_rank_models_identities_stays_within_their_resolution(
+    model: PopulationModel,
+) -> None:
+    """A rank model fitted among N' identities (β at a huge value: every dev trial rank 1)
+    read at 8·10⁹ gave −10³ bits; read at the relative rank among N' it is at most log2 N'."""
+    rng = np.random.default_rng(12)
+    S = gaussian_trials(rng, 40, 60, 6.0)
+    common: dict[str, Any] = {"model": model, "lid_weight": W, "alpha": 10.5, "beta": 1.6e5}
+    calibrated: dict[str, Any] = {"lid_bias": -12.0, "log_prior_odds": -math.log(124)}  # N' = 125
+    raw = population_figures(S, 0, population=8e9, templates_in_population=False, **common)
+    read = population_figures(
+        S, 0, population=8e9, templates_in_population=False, **calibrated, **common
+    )
+    among = population_figures(
+        S, 0, population=125, templates_in_population=False, **calibrated, **common
+    )
+    assert raw.srd_bits.min() < -100
+    np.testing.assert_allclose(read.srd_bits, among.srd_bits, rtol=1e-9)
+    assert np.all(read.srd_bits <= math.log2(125) + 1e-9) and read.srd_bits.min() > 0
+
+
+def test_a_sampled_neighbourhood_lowers_the_figure_of_its_window(model: PopulationModel) -> None:
+    """Reference templates that are a sample of the population: a window that finds one of
+    60 as close as its own speaker's finds about N_pop/60 such in the population; fewer than
+    MIN_SAMPLE sampled templates change nothing."""
+    rng = np.random.default_rng(13)
+    S = rng.standard_normal((30, 61))
+    S[:, 0] = 7.0
+    S[:15, 1] = 6.95  # half the windows: one sampled stranger as close as the subject
+    common: dict[str, Any] = {
+        "model": model,
+        "population": 8e9,
+        "lid_weight": W,
+        "alpha": ALPHA,
+        "beta": BETA,
+    }
+    common |= {"lid_bias": -4.8 - W**2 / 2, "log_prior_odds": -4.8}
+    plain = population_figures(S, 0, **common)
+    sampled = population_figures(S, 0, sample=np.arange(61) > 0, **common)
+    assert np.all(sampled.lid_bits <= plain.lid_bits + 1e-9)
+    near = math.log2(8e9) - math.log2(1 + 8e9 / 60)  # ≈ log2 60: one in 60 is as close
+    assert np.all(sampled.lid_bits[:15] <= near + 0.5)
+    assert np.all(plain.lid_bits[:15] > near + 3)
+    few = population_figures(S, 0, sample=np.arange(61) > 40, **common)
+    np.testing.assert_allclose(few.lid_bits, plain.lid_bits)
