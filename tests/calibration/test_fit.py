@@ -260,6 +260,7 @@ def test_shipped_calibrations_are_package_data() -> None:
         "calibration-ecapa.json",
         "calibration-ge2e.json",
         "calibration.json",  # the default backend's (campplus-int8)
+        "changes.json",  # the pause change detector's thresholds (monitor.tracking.pauses)
         "consistency.json",  # the window-consistency thresholds (monitor.tracking.consistency)
         "turns.json",  # the turn splitter's change projection (not per backend)
     ]
