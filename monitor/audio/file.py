@@ -19,11 +19,9 @@ import soundfile as sf
 import soxr
 
 from monitor.audio.frames import (
-    QUIET_BLOCK_MS,
     RATE_HZ,
     AudioFrame,
     Clock,
-    Pace,
     Resampler,
     Sleep,
     SourceStats,
@@ -211,14 +209,11 @@ def _open_soundfile(path: str) -> sf.SoundFile:
 class FileSource:
     """Frames from an audio file (any soundfile format, rate, channels), paced or as fast as read.
 
-    ``realtime=True`` paces the audio to the wall clock as a microphone would (demos, soak
-    tests, benchmarks), in blocks of up to ``pace_ms`` of whole ``frame_ms`` frames, each
-    frame left no earlier than its start, and of up to ``QUIET_BLOCK_MS`` while
-    :attr:`pace` says nobody speaks: the event loop wakes once per block, and the block goes
-    through the queue and the VAD as one frame, as a microphone's block does, since each
-    wake-up and each hand-over costs more than the VAD's work on a frame;
-    ``realtime=False`` reads ``frame_ms`` frames as fast as the consumer takes them (batch
-    scoring, tests).
+    ``realtime=True`` paces frames to the wall clock as a microphone would (demos, soak tests),
+    released in groups of ``pace_ms`` (whole frames, each left no earlier than its start): the
+    event loop wakes once per group, not once per 30 ms frame, since each wake-up (cold
+    caches, the queue hand-over) costs more than the frame's VAD work;
+    ``realtime=False`` reads as fast as the consumer takes them (batch scoring, tests).
     """
 
     def __init__(
@@ -235,8 +230,6 @@ class FileSource:
         self.realtime = realtime
         self.frame_ms = check_frame_ms(frame_ms)
         self.group_frames = max(1, pace_ms // self.frame_ms)  # frames released per wake-up
-        self.quiet_frames = max(self.group_frames, QUIET_BLOCK_MS // self.frame_ms)
-        self.pace = Pace()  # the pipeline's: prompt, or quiet (nobody speaks)
         self.stats = SourceStats()
         self._clock = clock
         self._sleep = sleep
@@ -257,9 +250,8 @@ class FileSource:
             pending = np.zeros(0, dtype=np.int16)
             started = self._clock()
             last = False
-            block = frame * (self.quiet_frames if self.realtime else 1)
             while not self._closed and not (last and pending.shape[0] == 0):
-                if pending.shape[0] < block and not last:
+                if pending.shape[0] < frame and not last:
                     # Decode about a second at a time: per-call overhead, not per-frame.
                     try:
                         data = handle.read(rate, dtype="float32", always_2d=True)
@@ -270,26 +262,12 @@ class FileSource:
                     last = data.shape[0] < rate
                     pending = np.concatenate([pending, resample(data, last=last)])
                     continue
+                samples, pending = pending[:frame], pending[frame:]
                 start = emitted / RATE_HZ
-                count = 1
                 if self.realtime:
-                    left = -(-pending.shape[0] // frame)  # frames left, the last one partial
-                    count = await self._due(started + start, left)
-                samples, pending = pending[: count * frame], pending[count * frame :]
+                    ahead = start - (self._clock() - started)
+                    if ahead > 1e-9:  # until this frame and the rest of its group are due
+                        await self._sleep(ahead + (self.group_frames - 1) * frame / RATE_HZ)
                 emitted += samples.shape[0]
                 self.stats.frames_total += 1
                 yield AudioFrame(samples, start, source_rate_hz=rate)
-
-    async def _due(self, due: float, left: int) -> int:
-        """How many of the next frames leave now, the first due at ``due`` on the clock,
-        ``left`` in the file: those whose start has come, at most a block; when none has, a
-        sleep until a whole block's last frame is due, as long as :attr:`pace` asks then."""
-        frame_seconds = self.frame_ms / 1000
-        if due - self._clock() > 1e-9:
-            await asyncio.sleep(0)  # the block handed over goes through the VAD first: its pace
-        ahead = due - self._clock()
-        frames = min(left, self.group_frames if self.pace.prompt else self.quiet_frames)
-        if ahead > 1e-9:
-            await self._sleep(ahead + (frames - 1) * frame_seconds)
-            return frames
-        return min(frames, 1 + int((1e-9 - ahead) / frame_seconds))

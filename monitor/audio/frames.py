@@ -124,22 +124,6 @@ class AudioSource(Protocol):
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 
-QUIET_BLOCK_MS = 960
-"""While nobody speaks, a live source hands its audio over in blocks up to this long (whole
-30 ms frames) instead of its 120 ms ones: each hand-over wakes the event loop, and a wake-up
-costs more than the VAD's work on the frames it brings. Speech that starts meanwhile waits at
-most this long; once the VAD hears it, blocks are prompt again until the speech ends."""
-
-
-@dataclass
-class Pace:
-    """How promptly a live source hands its audio over, as the measuring side asks: promptly
-    while a stream holds speech (so that a turn's pauses and windows are seen at once), in
-    blocks of up to ``QUIET_BLOCK_MS`` while nobody speaks. A source of several shares one."""
-
-    prompt: bool = True
-    """Hand each block over as it comes; False: blocks may wait (nobody speaks)."""
-
 
 class Resampler:
     """Streaming mono conversion to 16 kHz int16 with soxr, keeping sample-exact timing.

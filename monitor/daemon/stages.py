@@ -18,7 +18,7 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
-from monitor.audio.frames import RATE_HZ, AudioFrame, AudioSource, Pace
+from monitor.audio.frames import RATE_HZ, AudioFrame, AudioSource
 from monitor.audio.vad import SpeechChunk
 from monitor.audio.windows import SpeechWindow
 from monitor.daemon.measuring import MeasuringSupervisor
@@ -149,9 +149,6 @@ class PipelineStages:
         if frame is not None and ends:  # the turn ends: a short window
             chunks = [*chunks, *state.vad.flush()]
         self.cpu.vad += time.thread_time() - started
-        pace: Pace | None = getattr(self.source, "pace", None)
-        if pace is not None:  # a live source's blocks: prompt while speech goes on, lazy else
-            pace.prompt = any(live.vad.in_speech for live in self.streams.live.values())
         chunks = state.received.attach(frame, chunks, ends)  # what a protected upstream got
         windows = []
         for chunk in chunks:

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import numpy as np
 
-from monitor.audio.frames import AudioFrame, AudioSource, Pace, SourceStats, StreamKey
+from monitor.audio.frames import AudioFrame, AudioSource, SourceStats, StreamKey
 
 QUEUE_FRAMES = 64
 """Frames waiting between the sources and the daemon (a source that must not wait keeps its
@@ -33,10 +33,6 @@ class SourceSet:
         self.queue_frames = queue_frames
         #: a failure of the measuring side must not end the daemon if any source relays
         self.relays = any(getattr(source, "relays", False) for source in named.values())
-        self.pace = Pace()  # one for every live source: prompt while any stream holds speech
-        for source in self.named.values():
-            if isinstance(getattr(source, "pace", None), Pace):
-                source.pace = self.pace  # type: ignore[attr-defined]
 
     @property
     def stats(self) -> SourceStats:

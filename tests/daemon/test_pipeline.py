@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-import shutil
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile as sf
 
-from monitor.audio.file import FileSource, read_audio
+from monitor.audio.file import read_audio
 from monitor.audio.microphone import MicrophoneSource
 from monitor.daemon.build import build_pipeline
 from monitor.errors import AudioDeviceError
@@ -225,52 +223,3 @@ def test_restart_resumes_this_period_and_closes_an_old_one(daemon_corpus, daemon
     ]
     assert next_day.track_scorer.tracks == {}
     assert next_day.budget.state("home-1") == "ok"
-
-
-class PacedClock:
-    """Time that moves only when a paced source sleeps; notes how many 30 ms frames each
-    sleep waits for and whether the pipeline asked for prompt blocks then."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.source: FileSource | None = None
-        self.waits: list[tuple[bool, float]] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        assert self.source is not None
-        self.waits.append((self.source.pace.prompt, seconds))
-        self.now += seconds
-        await asyncio.sleep(0)
-
-
-def test_a_paced_source_waits_in_silence_and_is_prompt_in_speech(
-    daemon_corpus, daemon_db, tmp_path: Path
-) -> None:
-    """Room noise, speech, room noise, paced (on a clock of its own): while nobody speaks the
-    source hands over blocks of up to a second, while the speech goes on 120 ms ones. (The
-    trailing noise is not checked: on this clock the source runs ahead of a VAD stage that
-    waits for a window's work, which the wall clock leaves time for.)"""
-    speech, _ = read_audio(daemon_corpus.known_stream)
-    quiet = (np.random.default_rng(7).standard_normal(3 * 16000) * 0.0008).astype(np.float32)
-    stream = tmp_path / "paced.wav"
-    sf.write(stream, np.concatenate([quiet, speech[: 12 * 16000], quiet]), 16000, "PCM_16")
-    second_db = tmp_path / "second.db"
-    shutil.copy(daemon_db, second_db)
-    fast, _ = run_file(daemon_db, stream)  # the same file read as fast as possible
-    clock = PacedClock()
-    source = clock.source = FileSource(stream, realtime=True, clock=clock, sleep=clock.sleep)
-    config = load_config(
-        None, [f"daemon.db={second_db}", "prometheus.enabled=false", "load.shed_lag_seconds=0"]
-    )
-    paced = Recorder()
-    with open_store(second_db) as store:
-        pipeline = build_pipeline(config, store=store, source=source, exporters=[paced])
-        asyncio.run(pipeline.run())
-    # the leading noise: lazy blocks once the VAD has settled (its first frames may count)
-    lazy = [seconds for prompt, seconds in clock.waits[:8] if not prompt]
-    assert len(lazy) >= 2 and lazy[0] == pytest.approx(0.96)
-    assert sum(prompt for prompt, _ in clock.waits) >= 12 / 0.12 / 2  # speech: prompt blocks
-    assert paced.scored() and fast.scored()

@@ -229,17 +229,17 @@ class FakeClock:
 
 def _paced(
     tmp_path: Path, seconds: float, frame_ms: int
-) -> tuple[FileSource, FakeClock, list[tuple[float, AudioFrame]]]:
-    """A tone replayed in real time on a fake clock: (when it left, the block) per block."""
+) -> tuple[FileSource, FakeClock, list[tuple[float, float]]]:
+    """A tone replayed in real time on a fake clock: (when it left, its start) per frame."""
     path = tmp_path / "tone.wav"
     sf.write(path, tone(16000, seconds, 300.0), 16000)
     clock = FakeClock()
     source = FileSource(path, realtime=True, frame_ms=frame_ms, clock=clock, sleep=clock.sleep)
-    frames: list[tuple[float, AudioFrame]] = []
+    frames: list[tuple[float, float]] = []
 
     async def run() -> None:
         async for frame in source.frames():
-            frames.append((clock.now - 100.0, frame))
+            frames.append((clock.now - 100.0, frame.start_seconds))
 
     asyncio.run(run())
     return source, clock, frames
@@ -249,48 +249,19 @@ def test_file_source_realtime_paces_to_the_clock(tmp_path: Path) -> None:
     _, clock, frames = _paced(tmp_path, 1.0, 100)
     assert len(frames) == 10
     # Each frame leaves when the clock reaches its start time, never earlier.
-    for now, frame in frames:
-        assert now == pytest.approx(frame.start_seconds)
-        assert frame.samples.shape[0] == 1600
+    for now, start in frames:
+        assert now == pytest.approx(start)
     assert sum(clock.sleeps) == pytest.approx(0.9)
 
 
-def test_file_source_realtime_releases_frames_in_blocks(tmp_path: Path) -> None:
-    """30 ms frames paced in blocks of 120 ms: one wake-up and one frame per four frames, each
-    30 ms frame left no earlier than its start and at most three frames after it; the blocks
-    hold the file's samples, one after the other."""
+def test_file_source_realtime_releases_frames_in_groups(tmp_path: Path) -> None:
+    """30 ms frames paced in groups of 120 ms: one wake-up per four frames, each frame left
+    no earlier than its start and at most three frames after it."""
     source, clock, frames = _paced(tmp_path, 1.2, 30)
-    assert source.group_frames == 4
-    assert [f.samples.shape[0] // 480 for _, f in frames] == [1] + [4] * 9 + [3]
-    assert len(clock.sleeps) == 10  # the first frame leaves at once, then one sleep per block
-    for now, block in frames:
-        for start in block.start_seconds + 0.03 * np.arange(block.samples.shape[0] // 480):
-            assert start - 1e-9 <= now <= start + 0.09 + 1e-9
-    starts = np.array([f.start_seconds for _, f in frames])
-    np.testing.assert_allclose(starts[1:], [f.end_seconds for _, f in frames][:-1])
-    streamed = np.concatenate([f.samples for _, f in frames])
-    assert streamed.shape[0] == 1.2 * 16000 and starts[0] == 0.0
-
-
-def test_file_source_realtime_catches_up_with_the_frames_due(tmp_path: Path) -> None:
-    """A late consumer gets the frames whose start has come at once, at most a block at a
-    time, and never one before its start."""
-    path = tmp_path / "tone.wav"
-    sf.write(path, tone(16000, 0.6, 300.0), 16000)
-    clock = FakeClock()
-    source = FileSource(path, realtime=True, frame_ms=30, clock=clock, sleep=clock.sleep)
-    sizes: list[int] = []
-
-    async def run() -> None:
-        async for frame in source.frames():
-            sizes.append(frame.samples.shape[0] // 480)
-            if len(sizes) == 1:
-                clock.now += 0.2  # the loop was busy: frames 1..6 are due (0.03 .. 0.18 s)
-            else:  # its last frame's start has come
-                assert frame.end_seconds - 0.03 <= clock.now - 100.0 + 1e-9
-
-    asyncio.run(run())
-    assert sizes[:3] == [1, 4, 2] and sum(sizes) == 20
+    assert len(frames) == 40 and source.group_frames == 4
+    assert len(clock.sleeps) == 10  # the first frame leaves at once, then one sleep per group
+    for now, start in frames:
+        assert start - 1e-9 <= now <= start + 0.09 + 1e-9
 
 
 def test_file_source_close_stops_early(tmp_path: Path) -> None:
