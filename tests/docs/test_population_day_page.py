@@ -56,11 +56,20 @@ def test_the_summary_reads_each_place_in_the_day_and_each_speakers_day() -> None
     assert shares == {"lazy": pytest.approx(5 / 7, rel=0.01), "semi": pytest.approx(2 / 7, 0.01)}
 
 
-def test_the_rule_is_one_typical_command_rounded_down_and_states_its_range() -> None:
+def test_the_rule_is_the_typical_command_within_the_days_range() -> None:
     found = rule(summary(_day(), budget=12.0, default=8e9), 8e9)
-    assert found["budget_bits_by_the_rule"] == 11
+    assert found["budget_bits_by_the_rule"] == 11  # the command's 11 bits: within 6 to 16
     assert (found["typical_day_spoken_bits"], found["typical_day_protected_bits"]) == (16.0, 5.0)
-    assert found["budgets_meeting_the_rule"] == "above 5.00 up to 16.00 bits"
+    assert found["budgets_meeting_the_rule"] == "6 to 16 bits"
+    low = {N: [{**r, "spoken": r["spoken"] / 2} for r in rows] for N, rows in _day().items()}
+    found = rule(summary(low, budget=12.0, default=8e9), 8e9)
+    assert found["budget_bits_by_the_rule"] == 6  # the command's 5 bits lie below the range
+    swapped = {
+        N: [{**r, "spoken": r["protected"], "protected": r["spoken"]} for r in rows]
+        for N, rows in _day().items()
+    }  # protection above the spoken figure: no budget meets the rule
+    found = rule(summary(swapped, budget=12.0, default=8e9), 8e9)
+    assert found["budget_bits_by_the_rule"] is None and found["budgets_meeting_the_rule"] == "none"
 
 
 def test_a_day_of_several_backends_has_a_panel_and_a_table_each(
