@@ -329,10 +329,11 @@ def main(argv: list[str] | None = None) -> int:
         "--day-only", action="store_true", help="the day figure alone (population-day.json)"
     )
     args = parser.parse_args(argv or [])
+    command = " ".join([COMMAND, *(argv or [])])  # as run, options included
     if not args.day_only:
-        validated(args)
+        validated(args, command)
     started = time.process_time()
-    day_run = Run("population-day", command=COMMAND)
+    day_run = Run("population-day", command=command)
     day(
         args.corpus,
         day_run,
@@ -347,11 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def validated(args: argparse.Namespace) -> None:
+def validated(args: argparse.Namespace, command: str) -> None:
     """The model against what is measured on held-out speakers → population.json."""
     started = time.process_time()
     calibration = load_default()
-    run = Run("population", command=COMMAND)
+    run = Run("population", command=command)
     data = corpus_scores(args.corpus, limit=args.speakers, jobs=args.jobs)
     found = validation(data, calibration, run)
     defaults(data, calibration, found, run)

@@ -142,11 +142,17 @@ def population_day(run: dict[str, Any], path: Path) -> None:
     strongest attacker (dashed), per N_pop; the default budget as a line."""
     figures = run["figures"]
     backends = [k for k, v in figures.items() if isinstance(v, dict) and "windows" in v]
+    if not backends:  # a results file of the release before: nothing per backend to draw
+        figure, axes = plt.subplots(figsize=SIZE_INCHES)
+        axes.text(0.5, 0.5, "no day figure per backend: python -m bench population --day-only",
+                  ha="center", va="center", fontsize=8)  # fmt: skip
+        axes.set_axis_off()
+        _save(figure, path)
+        return
     columns = min(3, len(backends))
     rows = -(-len(backends) // columns)
-    figure, panels = plt.subplots(
-        rows, columns, figsize=(3.3 * columns, 2.9 * rows), sharey=True, squeeze=False
-    )
+    size = SIZE_INCHES if len(backends) == 1 else (3.3 * columns, 2.9 * rows)
+    figure, panels = plt.subplots(rows, columns, figsize=size, sharey=True, squeeze=False)
     for axes, backend in zip(panels.flat, backends, strict=False):
         windows = figures[backend]["windows"]
         seconds = [w["median_seconds"] for w in windows]

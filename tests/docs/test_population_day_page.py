@@ -94,3 +94,13 @@ def test_a_day_of_several_backends_has_a_panel_and_a_table_each(
     text = "\n".join(render_benchmarks.render_result(result, {}))
     assert "**ecapa-int8 › windows**" in text and "**campplus-int8 › N_pop 8e+09**" in text
     assert "protected_8e+09" in text
+
+
+def test_a_results_file_of_the_release_before_still_renders(tmp_path: Path) -> None:
+    """Pages re-rendered before the benchmark is re-run: the plot says what to run."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from render_plots import population_day
+
+    before = {"figures": {"windows": [{"windows": 1, "1000_median_bits": 9.9}], "speakers": 3}}
+    population_day(before, tmp_path / "day.png")
+    assert (tmp_path / "day.png").stat().st_size > 1000
