@@ -173,15 +173,10 @@ PAGES = (
                     "every corpus speaker). The half-reference rows fit on 62 train speakers "
                     "only: the step beyond the reference population."),
              Result("population-day", "The figure over a day",
-                    "Each test speaker is a household member (four per database, enrolled "
-                    "with their first utterances and the same anonymised, beside the shipped "
-                    "reference population); the later utterances are a day's commands, one "
-                    "window each, through the daemon's scorer, received view and ledger at "
-                    "N_pop = 10³, 10⁶ and 8·10⁹: the spoken figure, and the protected one "
-                    "(every command anonymised by McAdams at the default α, the strongest of "
-                    "the ignorant, lazy- and semi-informed attackers), medians over speakers. "
-                    "The targets check the rule of the defaults (What it measures): a typical "
-                    "day exceeds the budget unprotected and stays within it protected."),
+                    "Test speakers as household members beside the shipped reference "
+                    "population; their later utterances a day's commands through the daemon's "
+                    "scorer, received view and ledger at N_pop = 10³, 10⁶ and 8·10⁹, spoken and "
+                    "protected (strongest attacker), medians over speakers."),
          )),
     Page("streams", "Several sources, the Wyoming proxy and the relay",
          "Several audio sources in one daemon, and the delay the daemon adds between a "
