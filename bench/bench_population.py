@@ -11,13 +11,15 @@ predicting N = 125 and 250 check the step beyond the reference population. The m
 per-window figure is the median over the draws: one draw's figure moves with which strangers
 happen to be in the set (``draw_noise_bits``, the median difference of two draws).
 
-Then the figure over a day: each test speaker's held-out windows pooled as the ledger pools
-them, scored at N_pop = 10³, 10⁶ and 8·10⁹, beside the figure against the templates present
-(0.8.0's, whose scorer and calibration this release keeps byte for byte), from which the
-defaults of ``[population] size`` and ``budget.bits`` follow by the rule of docs/measures.md.
+Then the figure over a day (:mod:`bench.population_day`): each test speaker's later utterances
+as a day's commands through the daemon's scorer, received view and ledger, spoken and
+protected, at N_pop = 10³, 10⁶ and 8·10⁹, per embedding backend (``--backends``), checked
+against the rule of docs/measures.md that gives the defaults of ``[population] size`` and
+``budget.bits``.
 
 Run alone: ``python -m bench population`` → bench/results/population.json and
-population-day.json; ``--speakers K`` (K per split) and ``--out DIR`` for a trial run.
+population-day.json (``--day-only``: the latter alone); ``--speakers K`` (K per split) and
+``--out DIR`` for a trial run.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from scipy.stats import spearmanr
 
 from bench.common import CORPUS, RESULTS_DIR, Run
 from bench.population_data import CorpusScores, Scored, bucket_parameters, corpus_scores, fused_rows
+from bench.population_day import BACKENDS, DAY_POPULATIONS, day
 from monitor.calibration.buckets import CalibrationSet, load_default
 from monitor.disclosure.population import (
     PopulationModel,
@@ -41,18 +44,16 @@ from monitor.disclosure.population import (
     fit_population_set,
     population_figures,
 )
+from monitor.settings.population import PopulationSettings
+from monitor.settings.sections import BudgetSettings
 
 COMMAND = "nice -n 10 env PYTHONPATH=. .venv/bin/python -m bench population"
 SIZES = (8, 16, 32, 64, 125)
 DRAWS = 9  # measured sets per window and size below 125
 MARGIN_BITS = 0.05  # within this of log2 N counts as "at the ceiling" (reference-set.json's)
-DAY_POPULATIONS = (1e3, 1e6, 8e9)
 DEFAULT_POPULATION = 8e9
 """The rule of docs/measures.md: the smallest of DAY_POPULATIONS at which at most 5 % of 3 s
 windows reach the ceiling (``population.json`` checks it)."""
-DEFAULT_BUDGET_BITS = 12.0
-"""The rule: one typical command's figure at the default population (median window), rounded
-down to a whole bit (``population.json`` records the median it follows from)."""
 SEED = 49
 
 
@@ -317,53 +318,46 @@ def cpu_per_window(model: PopulationModel, calibration: CalibrationSet, referenc
     return 8 * (time.process_time() - start) / repeats
 
 
-def day(data: CorpusScores, calibration: CalibrationSet, found: dict[str, Any]) -> dict[str, Any]:
-    """Bits against seconds of pooled speech per test speaker, at each N_pop and against the
-    templates present (0.8.0's figure, N = every corpus speaker)."""
-    test = np.array([data.split[s] == "test" for s in data.speakers])
-    days = data.days.take(test[data.days.speaker])
-    every = np.arange(len(data.speakers))
-    columns = np.array([np.concatenate([[s], every[every != s]]) for s in days.speaker])
-    curves: dict[str, Any] = {"release_080": measured(days, columns, calibration)["lid_bits"]}
-    for N in DAY_POPULATIONS:
-        pred = predict(days, found["train"], found["model"], calibration, N, present=True)
-        curves[f"{N:g}"] = pred["lid_bits"]
-        curves[f"{N:g}_beyond"] = pred["beyond_reference"]
-    out: dict[str, Any] = {"windows": [], "speakers": int(np.unique(days.speaker).size)}
-    for k in np.unique(days.order):
-        rows = days.order == k
-        entry: dict[str, Any] = {
-            "windows": int(k),
-            "speakers": int(rows.sum()),
-            "median_seconds": round(float(np.median(days.seconds[rows])), 2),
-        }
-        for name, values in curves.items():
-            if name.endswith("_beyond"):
-                entry[name.replace("_beyond", "") + "_beyond_share"] = round(
-                    float(np.mean(values[rows])), 3
-                )
-            else:
-                entry[name + "_median_bits"] = round(float(np.median(values[rows])), 3)
-                entry[name + "_q90_bits"] = round(float(np.quantile(values[rows], 0.9)), 3)
-        out["windows"].append(entry)
-    last = days.order == days.order.max()
-    out["day_speech_seconds"] = round(float(np.median(days.seconds[last])), 2)
-    out["over_default_budget_share"] = round(
-        float(np.mean(curves[f"{DEFAULT_POPULATION:g}"][last] >= DEFAULT_BUDGET_BITS)), 3
-    )
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     parser.add_argument("--speakers", type=int, default=None, help="K per split (a trial)")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument(
+        "--backends",
+        default=",".join(BACKENDS),
+        help="embedding backends of the day figure, comma-separated (default: every shipped "
+        "one; the first is checked against the rule of the defaults)",
+    )
+    parser.add_argument(
+        "--day-only", action="store_true", help="the day figure alone (population-day.json)"
+    )
     args = parser.parse_args(argv or [])
+    command = " ".join([COMMAND, *(argv or [])])  # as run, options included
+    if not args.day_only:
+        validated(args, command)
+    started = time.process_time()
+    day_run = Run("population-day", command=command)
+    day(
+        args.corpus,
+        day_run,
+        backends=[b.strip() for b in args.backends.split(",") if b.strip()],
+        limit=args.speakers,
+        jobs=args.jobs,
+        budget=BudgetSettings().bits,  # the shipped defaults, checked against the rule
+        default=PopulationSettings().size,
+    )
+    day_run.figures["benchmark_cpu_seconds"] = round(time.process_time() - started, 1)
+    print(f"wrote {day_run.write(path=args.out / 'population-day.json')}")
+    return 0
+
+
+def validated(args: argparse.Namespace, command: str) -> None:
+    """The model against what is measured on held-out speakers → population.json."""
     started = time.process_time()
     calibration = load_default()
-    run = Run("population", command=COMMAND)
+    run = Run("population", command=command)
     data = corpus_scores(args.corpus, limit=args.speakers, jobs=args.jobs)
     found = validation(data, calibration, run)
     defaults(data, calibration, found, run)
@@ -372,13 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     run.figures["cpu_seconds_per_speech_second"] = round(cpu / 3.0, 6)
     run.target("cpu_core_per_speech_second", round(cpu / 3.0, 6), "<=", 0.002)
     run.figures["benchmark_cpu_seconds"] = round(time.process_time() - started, 1)
-    day_run = Run("population-day", command=COMMAND)
-    day_run.figures.update(day(data, calibration, found))
-    day_run.figures["default_population"] = DEFAULT_POPULATION
-    day_run.figures["default_budget_bits"] = DEFAULT_BUDGET_BITS
     print(f"wrote {run.write(path=args.out / 'population.json')}")
-    print(f"wrote {day_run.write(path=args.out / 'population-day.json')}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -173,9 +173,10 @@ PAGES = (
                     "every corpus speaker). The half-reference rows fit on 62 train speakers "
                     "only: the step beyond the reference population."),
              Result("population-day", "The figure over a day",
-                    "Each test speaker's held-out utterances pooled as the ledger pools a "
-                    "day's windows, at N_pop = 10³, 10⁶ and 8·10⁹, beside 0.8.0's figure "
-                    "against the 250 templates present (same scorer and calibration)."),
+                    "Test speakers as household members beside the shipped reference "
+                    "population; their later utterances a day's commands through the daemon's "
+                    "scorer, received view and ledger at N_pop = 10³, 10⁶ and 8·10⁹, spoken and "
+                    "protected (strongest attacker), medians over speakers."),
          )),
     Page("streams", "Several sources, the Wyoming proxy and the relay",
          "Several audio sources in one daemon, and the delay the daemon adds between a "

@@ -132,22 +132,45 @@ def population(run: dict[str, Any], path: Path) -> None:
     _save(figure, path)
 
 
+DAY_POPULATIONS = ("1000", "1e+06", "8e+09")
+DAY_COLOURS = ("#4c72b0", "#dd8452", "#55a868")
+
+
 def population_day(run: dict[str, Any], path: Path) -> None:
-    """Median bits of a test speaker's pooled speech against its seconds, per N_pop, beside
-    the figure against the templates present; the default budget as a line."""
+    """Per backend (a panel each): the median speaker's bits against the seconds of commands
+    pooled over a day, spoken (solid) and as a protected upstream received them against the
+    strongest attacker (dashed), per N_pop; the default budget as a line."""
     figures = run["figures"]
-    windows = figures["windows"]
-    seconds = [w["median_seconds"] for w in windows]
-    figure, axes = plt.subplots(figsize=SIZE_INCHES)
-    for key in ("1000", "1e+06", "8e+09"):
-        axes.plot(seconds, [w[f"{key}_median_bits"] for w in windows], "o-",
-                  label=f"N_pop = {float(key):.0e}")  # fmt: skip
-    axes.plot(seconds, [w["release_080_median_bits"] for w in windows], "k--",
-              label="against the templates present (0.8.0)")  # fmt: skip
-    axes.axhline(figures["default_budget_bits"], color="grey", linestyle=":", linewidth=1)
-    axes.set_xlabel("seconds of speech pooled over the day")
-    axes.set_ylabel("combined LID (bits)")
-    axes.legend(fontsize=6)
+    backends = [k for k, v in figures.items() if isinstance(v, dict) and "windows" in v]
+    if not backends:  # a results file of the release before: nothing per backend to draw
+        figure, axes = plt.subplots(figsize=SIZE_INCHES)
+        axes.text(0.5, 0.5, "no day figure per backend: python -m bench population --day-only",
+                  ha="center", va="center", fontsize=8)  # fmt: skip
+        axes.set_axis_off()
+        _save(figure, path)
+        return
+    columns = min(3, len(backends))
+    rows = -(-len(backends) // columns)
+    size = SIZE_INCHES if len(backends) == 1 else (3.3 * columns, 2.9 * rows)
+    figure, panels = plt.subplots(rows, columns, figsize=size, sharey=True, squeeze=False)
+    for axes, backend in zip(panels.flat, backends, strict=False):
+        windows = figures[backend]["windows"]
+        seconds = [w["median_seconds"] for w in windows]
+        for key, colour in zip(DAY_POPULATIONS, DAY_COLOURS, strict=True):
+            name = f"N_pop = {float(key):.0e}"
+            axes.plot(seconds, [w[f"spoken_{key}"] for w in windows], "o-", color=colour,
+                      markersize=3, label=f"{name}, spoken")  # fmt: skip
+            axes.plot(seconds, [w[f"protected_{key}"] for w in windows], "s--", color=colour,
+                      markersize=3, label=f"{name}, protected")  # fmt: skip
+        axes.axhline(figures["default_budget_bits"], color="grey", linestyle=":", linewidth=1)
+        axes.set_title(backend, fontsize=9)
+        axes.set_xlabel("seconds of commands pooled", fontsize=8)
+        axes.tick_params(labelsize=7)
+    for axes in panels.flat[len(backends) :]:
+        axes.set_visible(False)
+    for axes in panels[:, 0]:
+        axes.set_ylabel("combined LID (bits)", fontsize=8)
+    panels.flat[0].legend(fontsize=5)
     _save(figure, path)
 
 
