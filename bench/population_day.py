@@ -39,6 +39,7 @@ import numpy as np
 from bench.population_data import TEMPLATE_UTTERANCES, read_split
 from monitor.corpus import scan_corpus
 from monitor.daemon.build import load_scorer, select_phone_backend
+from monitor.enrolment.lazy import lazy_name
 from monitor.events.messages import FeatureWindow, TrackedWindow, WindowScored
 from monitor.features.base import Feature, Observation, get_feature, set_embedding_backend
 from monitor.features.extract import FeatureCache, FileFeatures, default_cache_dir, extract_many
@@ -51,7 +52,6 @@ from monitor.scoring.received import track_scorer_for
 from monitor.settings.config import load_config
 from monitor.settings.sections import Config
 from monitor.store.database import Store, open_store
-from monitor.store.lazy import lazy_name
 from monitor.store.templates import Enrolment, current_model
 from monitor.vocabulary import FigureKey
 
