@@ -18,7 +18,8 @@ from monitor.store.database import open_store
 from tests.daemon.test_stdin_runs import retained
 from tests.realparts.mosquitto import MosquittoBroker
 
-runner = CliRunner(env={"COLUMNS": "200"})
+# wide enough for the status table whole: a cell wrapped at a narrower width splits the alias
+runner = CliRunner(env={"COLUMNS": "1000"})
 
 OSC_TITLE = "evil\x1b]0;pwned\x07"
 HOSTILE_PROFILE = "bob\x1b[31m\t#+"
