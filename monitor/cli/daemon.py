@@ -250,6 +250,7 @@ def status_command(
     """Per-speaker disclosure of the current period, as the daemon stored it."""
     import time
 
+    from rich.console import Console
     from rich.live import Live
 
     from monitor.ledger.status import current_status
@@ -264,17 +265,18 @@ def status_command(
         budget_measure=settings.budget.measure,
         delta=settings.scorer.delta,
     )
-    if not console.is_terminal:
-        console.width = max(console.width, 140)
+    # piped or captured: wide enough that a row stays one line, on a console of its own (the
+    # shared one's width, once set, would stay for every later command of the process)
+    out = console if console.is_terminal else Console(width=max(console.size.width, 140))
     with open_store(settings.daemon.db, read_only=True) as store:
         if as_json:
             console.print_json(json.dumps([row.to_json() for row in status(store)]))
             return
         if not live:
-            console.print(_status_table(status(store)))
+            out.print(_status_table(status(store)))
             return
         ends = time.monotonic() + seconds if seconds > 0 else float("inf")
-        with Live(console=console, refresh_per_second=4) as screen:
+        with Live(console=out, refresh_per_second=4) as screen:
             try:
                 while True:
                     screen.update(_status_table(status(store)))
