@@ -248,6 +248,7 @@ def status_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Per-speaker disclosure of the current period, as the daemon stored it."""
+    import shutil
     import time
 
     from rich.console import Console
@@ -265,9 +266,10 @@ def status_command(
         budget_measure=settings.budget.measure,
         delta=settings.scorer.delta,
     )
-    # piped or captured: wide enough that a row stays one line, on a console of its own (the
-    # shared one's width, once set, would stay for every later command of the process)
-    out = console if console.is_terminal else Console(width=max(console.size.width, 140))
+    # piped or captured: wide enough that a row stays one line, on a console of its own whose
+    # width is read now (COLUMNS, else 140): the shared console's width is fixed when it is made
+    columns = shutil.get_terminal_size((140, 25)).columns
+    out = console if console.is_terminal else Console(width=max(columns, 140))
     with open_store(settings.daemon.db, read_only=True) as store:
         if as_json:
             console.print_json(json.dumps([row.to_json() for row in status(store)]))
