@@ -247,7 +247,6 @@ def defaults(
 
     run.figures["default_population"] = {
         "population": DEFAULT_POPULATION,
-        "budget_bits_by_the_rule": math.floor(float(np.median(shipped["lid_bits"]))),
         "ceiling_share_by_population": {
             f"{N:g}": round(
                 float(
